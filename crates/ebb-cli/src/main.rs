@@ -1,0 +1,2 @@
+//! The `ebb` command.
+fn main() {}

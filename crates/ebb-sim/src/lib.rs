@@ -1,0 +1,12 @@
+//! ebb-sim: the virtual-time driver of ebb-core.
+//!
+//! A single-threaded discrete-event loop (events ordered by time, then by sequence number)
+//! drives the same `ebb_core` engine the runtime drives, against device and server models,
+//! with workloads, fault injection and checkers. One seeded PRNG is the only source of
+//! randomness and no wall clock is read, so a seed reproduces a run exactly.
+#![forbid(unsafe_code)]
+
+pub mod device;
+pub mod prng;
+pub mod queue;
+pub mod report;
