@@ -7,3 +7,15 @@
 #![forbid(unsafe_code)]
 
 pub mod time;
+pub mod bandwidth;
+pub mod config;
+pub mod fprop;
+pub mod limits;
+pub mod position;
+pub mod ids;
+pub mod pagemap;
+
+pub use config::{BackendConfig, Config, ConfigError, PAGE_SIZE};
+pub use ids::*;
+pub use pagemap::{PageMap, PageState, Run};
+pub use time::{Duration, Instant};

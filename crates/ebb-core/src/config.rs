@@ -1,0 +1,365 @@
+//! Configuration: the kernel's knobs, with the kernel's names and units, and their validation.
+//!
+//! A `Config` describes one cache: its memory budget, its dirty limits, the policy chosen for
+//! each mechanism, and the backends it writes to. [`Config::new`] starts from the defaults of a
+//! mature Linux kernel; callers change fields and [`Config::validate`] rejects settings that
+//! cannot be honoured, naming the knob. The engine refuses an invalid configuration.
+//!
+//! Knob semantics follow `/proc/sys/vm` and `/sys/class/bdi`:
+//!
+//! | knob | unit | default | meaning |
+//! |---|---|---|---|
+//! | `dirty_ratio` | % of dirtyable memory | 20 | hard dirty threshold; `dirty_bytes`, when nonzero, takes precedence as in the kernel |
+//! | `dirty_bytes` | bytes | 0 | hard dirty threshold in bytes |
+//! | `dirty_background_ratio` | % | 10 | flusher starts above this |
+//! | `dirty_background_bytes` | bytes | 0 | same, in bytes |
+//! | `dirty_expire_centisecs` | 1/100 s | 3000 | data older than this is written by periodic writeback |
+//! | `dirty_writeback_centisecs` | 1/100 s | 500 | periodic flusher wakeup; 0 disables it |
+//! | `min_ratio` (per backend) | % of the threshold | 0 | guaranteed share |
+//! | `max_ratio` (per backend) | % of the threshold | 100 | cap on the share |
+//! | `strict_limit` (per backend) | bool | false | throttle on the backend's own share (FUSE) |
+//! | `wbt_lat_usec` (per backend) | us | 2000 solid state, 75000 rotating | read latency target; 0 disables wbt |
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Bytes in one page. The core counts everything in 4 KiB pages, as x86-64 Linux does.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// Writer-throttling policy (mechanism 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThrottlePolicy {
+    /// Before 2.6.36: the writer writes back 1.5x its ratelimit itself and sleeps with a
+    /// doubling pause up to 100 ms.
+    Legacy,
+    /// The September 2010 IO-less posting: throttle bandwidth = bw * (A - R) / (A - L).
+    Bandwidth2010,
+    /// The mature IO-less design (v3.2 and later): position and rate control.
+    Ioless,
+}
+
+/// Reclaim policy (mechanism 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReclaimPolicy {
+    /// Reclaim writes dirty pages one at a time, from both direct and background reclaim.
+    Legacy,
+    /// Direct reclaim never writes; background reclaim writes only when in trouble.
+    FlusherOnly,
+}
+
+/// How pages written to a two-phase backend but not yet committed are counted (mechanism 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnstableAccounting {
+    /// Before v5.8: unstable pages count as reclaimable, so they trigger background writeback.
+    Legacy2020,
+    /// Since v5.8: unstable pages count with writeback; writeback starts only above thresholds.
+    Fixed,
+}
+
+/// Writeback throttling (mechanism 5) on or off for a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WbtMode {
+    /// No limit on in-flight background writes beyond the queue depth.
+    Off,
+    /// The latency-targeted limit of blk-wbt.
+    On,
+}
+
+macro_rules! named_enum {
+    ($ty:ident, $knob:literal, $($variant:ident => $name:literal),+) => {
+        impl $ty {
+            /// The name used in configuration files, on the command line and in reports.
+            pub fn name(self) -> &'static str {
+                match self { $($ty::$variant => $name),+ }
+            }
+        }
+        impl FromStr for $ty {
+            type Err = ConfigError;
+            fn from_str(s: &str) -> Result<Self, ConfigError> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(ConfigError::new($knob, format!(
+                        "unknown value {s:?}; expected one of {}",
+                        [$($name),+].join(", ")
+                    ))),
+                }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+named_enum!(ThrottlePolicy, "throttle", Legacy => "legacy", Bandwidth2010 => "bandwidth-2010", Ioless => "ioless");
+named_enum!(ReclaimPolicy, "reclaim", Legacy => "legacy", FlusherOnly => "flusher-only");
+named_enum!(UnstableAccounting, "unstable_accounting", Legacy2020 => "legacy-2020", Fixed => "fixed");
+named_enum!(WbtMode, "wbt", Off => "off", On => "on");
+
+/// A setting that cannot be honoured, with the knob that holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The knob's name, e.g. `dirty_ratio` or `backends[1].max_ratio`.
+    pub knob: String,
+    /// Why the value is rejected.
+    pub reason: String,
+}
+
+impl ConfigError {
+    /// An error about `knob`.
+    pub fn new(knob: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError { knob: knob.into(), reason: reason.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.knob, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// One backend: the kernel's `bdi` with its single writeback context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendConfig {
+    /// Name used in traces (`bdi=<name>`) and stats.
+    pub name: String,
+    /// Guaranteed share of the dirty threshold, percent.
+    pub min_ratio: u32,
+    /// Cap on the share of the dirty threshold, percent.
+    pub max_ratio: u32,
+    /// Throttle writers against this backend's own share even below the global freerun point.
+    pub strict_limit: bool,
+    /// Requests the backend accepts at once (the block layer's `nr_requests`). Submitters wait
+    /// for a free slot beyond this, which is what paces the flusher.
+    pub queue_depth: u32,
+    /// Largest single write, pages (the block layer's `max_sectors_kb`). Contiguous dirty pages
+    /// go out as one write up to this size.
+    pub max_write_pages: u32,
+    /// Whether the device rotates (selects the wbt latency default).
+    pub rotational: bool,
+    /// Whether the device has a volatile write cache (wbt drains fully before waking writers).
+    pub write_cache: bool,
+    /// Writeback throttling on or off.
+    pub wbt: WbtMode,
+    /// wbt read-latency target, microseconds; `None` takes the kernel default for the device
+    /// kind (2 ms solid state, 75 ms rotating); `Some(0)` disables wbt.
+    pub wbt_lat_usec: Option<u64>,
+    /// wbt window, microseconds (the kernel's 100 ms default).
+    pub wbt_window_usec: u64,
+}
+
+impl BackendConfig {
+    /// A backend with the kernel's defaults: no ratio constraints, 128 requests of 512 KiB,
+    /// wbt on.
+    pub fn new(name: impl Into<String>) -> BackendConfig {
+        BackendConfig {
+            name: name.into(),
+            min_ratio: 0,
+            max_ratio: 100,
+            strict_limit: false,
+            queue_depth: 128,
+            max_write_pages: 128,
+            rotational: false,
+            write_cache: false,
+            wbt: WbtMode::On,
+            wbt_lat_usec: None,
+            wbt_window_usec: 100_000,
+        }
+    }
+
+    /// The effective wbt latency target in microseconds; 0 means disabled.
+    pub fn wbt_target_usec(&self) -> u64 {
+        if self.wbt == WbtMode::Off {
+            return 0;
+        }
+        match self.wbt_lat_usec {
+            Some(usec) => usec,
+            None if self.rotational => 75_000,
+            None => 2_000,
+        }
+    }
+}
+
+/// The configuration of one cache.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Scheduler ticks per second; several kernel formulas round through it.
+    pub hz: u64,
+    /// CPUs the kernel formulas assume (`ratelimit_pages`, counter error bounds).
+    pub nr_cpus: u32,
+    /// The memory the cache may use, bytes (the kernel's RAM). Dirtyable memory derives from it.
+    pub memory_bytes: u64,
+    /// See the module table.
+    pub dirty_ratio: u32,
+    /// See the module table.
+    pub dirty_bytes: u64,
+    /// See the module table.
+    pub dirty_background_ratio: u32,
+    /// See the module table.
+    pub dirty_background_bytes: u64,
+    /// See the module table.
+    pub dirty_expire_centisecs: u32,
+    /// See the module table.
+    pub dirty_writeback_centisecs: u32,
+    /// `min_free_kbytes`; `None` derives it from memory as the kernel does.
+    pub min_free_kbytes: Option<u64>,
+    /// Distance between watermarks, in 1/10000 of memory (kernel default 10).
+    pub watermark_scale_factor: u32,
+    /// Writer-throttling policy.
+    pub throttle: ThrottlePolicy,
+    /// Reclaim policy.
+    pub reclaim: ReclaimPolicy,
+    /// Accounting of unstable pages.
+    pub unstable_accounting: UnstableAccounting,
+    /// Whether the engine records trace events (costs time; off for benchmarks).
+    pub trace: bool,
+    /// The backends; `BackendId(i)` is `backends[i]`.
+    pub backends: Vec<BackendConfig>,
+}
+
+impl Config {
+    /// A cache of `memory_bytes` with one backend named `backend`, with the defaults of a mature
+    /// kernel (dirty_ratio 20, dirty_background_ratio 10, expire 30 s, writeback every 5 s) and
+    /// the default policies (`ioless`, `flusher-only`, `fixed`).
+    pub fn new(memory_bytes: u64, backend: BackendConfig) -> Config {
+        Config {
+            hz: 1000,
+            nr_cpus: 4,
+            memory_bytes,
+            dirty_ratio: 20,
+            dirty_bytes: 0,
+            dirty_background_ratio: 10,
+            dirty_background_bytes: 0,
+            dirty_expire_centisecs: 3000,
+            dirty_writeback_centisecs: 500,
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            throttle: ThrottlePolicy::Ioless,
+            reclaim: ReclaimPolicy::FlusherOnly,
+            unstable_accounting: UnstableAccounting::Fixed,
+            trace: false,
+            backends: vec![backend],
+        }
+    }
+
+    /// Total pages of the memory budget.
+    pub fn memory_pages(&self) -> u64 {
+        self.memory_bytes / PAGE_SIZE
+    }
+
+    /// Rejects settings that cannot be honoured; the error names the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |knob: &str, reason: String| Err(ConfigError::new(knob, reason));
+        if self.hz == 0 || self.hz > 10_000 {
+            return err("hz", format!("{} is outside 1..=10000", self.hz));
+        }
+        if self.nr_cpus == 0 || self.nr_cpus > 65_536 {
+            return err("nr_cpus", format!("{} is outside 1..=65536", self.nr_cpus));
+        }
+        if self.memory_pages() < 1024 {
+            return err(
+                "memory_bytes",
+                format!("{} bytes is below the 4 MiB minimum (1024 pages)", self.memory_bytes),
+            );
+        }
+        if self.memory_pages() > u64::from(u32::MAX) - 1 {
+            return err("memory_bytes", format!("{} bytes exceeds 16 TiB", self.memory_bytes));
+        }
+        if self.dirty_ratio > 100 {
+            return err("dirty_ratio", format!("{}% is above 100%", self.dirty_ratio));
+        }
+        if self.dirty_background_ratio > 100 {
+            return err(
+                "dirty_background_ratio",
+                format!("{}% is above 100%", self.dirty_background_ratio),
+            );
+        }
+        if self.dirty_bytes > 0 && self.dirty_bytes < 2 * PAGE_SIZE {
+            return err("dirty_bytes", format!("{} is below two pages", self.dirty_bytes));
+        }
+        if self.dirty_bytes > self.memory_bytes {
+            return err(
+                "dirty_bytes",
+                format!(
+                    "{} is larger than the memory budget ({} bytes)",
+                    self.dirty_bytes, self.memory_bytes
+                ),
+            );
+        }
+        if self.dirty_background_bytes > self.memory_bytes {
+            return err(
+                "dirty_background_bytes",
+                format!(
+                    "{} is larger than the memory budget ({} bytes)",
+                    self.dirty_background_bytes, self.memory_bytes
+                ),
+            );
+        }
+        if self.dirty_bytes == 0 && self.dirty_ratio == 0 {
+            return err("dirty_ratio", "0 with dirty_bytes 0 leaves no room for dirty data".into());
+        }
+        if self.watermark_scale_factor == 0 || self.watermark_scale_factor > 3000 {
+            return err(
+                "watermark_scale_factor",
+                format!("{} is outside 1..=3000", self.watermark_scale_factor),
+            );
+        }
+        if self.backends.is_empty() {
+            return err("backends", "at least one backend is needed".into());
+        }
+        if self.backends.len() > 4096 {
+            return err("backends", format!("{} backends exceed the limit of 4096", self.backends.len()));
+        }
+        let mut min_sum = 0u32;
+        for (i, b) in self.backends.iter().enumerate() {
+            let knob = |k: &str| format!("backends[{i}].{k}");
+            if b.max_ratio > 100 {
+                return Err(ConfigError::new(knob("max_ratio"), format!("{}% is above 100%", b.max_ratio)));
+            }
+            if b.min_ratio > b.max_ratio {
+                return Err(ConfigError::new(
+                    knob("min_ratio"),
+                    format!("{}% is above max_ratio {}%", b.min_ratio, b.max_ratio),
+                ));
+            }
+            min_sum += b.min_ratio;
+            if b.queue_depth == 0 || b.queue_depth > 65_536 {
+                return Err(ConfigError::new(
+                    knob("queue_depth"),
+                    format!("{} is outside 1..=65536", b.queue_depth),
+                ));
+            }
+            if b.max_write_pages == 0 || b.max_write_pages > 65_536 {
+                return Err(ConfigError::new(
+                    knob("max_write_pages"),
+                    format!("{} is outside 1..=65536", b.max_write_pages),
+                ));
+            }
+            if b.wbt_window_usec < 1_000 || b.wbt_window_usec > 10_000_000 {
+                return Err(ConfigError::new(
+                    knob("wbt_window_usec"),
+                    format!("{} is outside 1000..=10000000", b.wbt_window_usec),
+                ));
+            }
+            if let Some(lat) = b.wbt_lat_usec
+                && lat > 10_000_000
+            {
+                return Err(ConfigError::new(
+                    knob("wbt_lat_usec"),
+                    format!("{lat} us is above the 10 s maximum"),
+                ));
+            }
+        }
+        if min_sum >= 100 {
+            return err(
+                "min_ratio",
+                format!("the backends' min_ratio values add up to {min_sum}%, which must stay below 100%"),
+            );
+        }
+        Ok(())
+    }
+}
