@@ -1,1 +1,37 @@
-//! The Backend trait (positional read, stable/unstable write, commit, sync), the O_DIRECT directory and memory backends, and one conformance suite every backend passes.
+//! The storage boundary of ebb: the `Backend` trait, its real implementations and the one
+//! conformance suite every implementation passes.
+//!
+//! ebb does its own page caching and writeback. The engine decides which page ranges to write
+//! and when; a backend only performs positional IO on named files and reports results exactly
+//! as the OS (or the server) gave them. The cache always reads and writes whole 4 KiB pages at
+//! 4 KiB-aligned offsets, in runs of contiguous pages, so the contract is written for that
+//! caller, but every backend must also answer any other input without panicking.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`Backend`], [`BackendFile`] | the blocking trait pair (namespace, per-file IO) |
+//! | [`DirBackend`] | a directory of files opened with `O_DIRECT` (the default backend) |
+//! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
+//! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
+//! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
+//! | [`conformance`] | named checks any backend (real or simulated) must pass |
+//!
+//! `unsafe` is denied in the whole crate; the one exception is the allocation inside
+//! [`AlignedBuf`].
+#![deny(unsafe_code)]
+
+mod aligned;
+mod backend;
+pub mod conformance;
+mod dir;
+mod faulty;
+mod mem;
+
+pub use aligned::{AlignedBuf, PAGE_SIZE};
+pub use backend::{
+    Backend, BackendFile, Capabilities, CommitReply, OpenOptions, ServerRestart, Stability,
+    WriteReply,
+};
+pub use dir::DirBackend;
+pub use faulty::{FaultOp, FaultPlan, FaultyBackend};
+pub use mem::MemBackend;

@@ -1,0 +1,233 @@
+//! The `Backend` and `BackendFile` traits and the small value types they exchange.
+//!
+//! Both traits are blocking and `Send + Sync`: the runtime calls them from its IO worker
+//! threads, several at a time, and holds backends as `Arc<dyn Backend>` and open files as
+//! `Arc<dyn BackendFile>`. Nothing here buffers or reorders: a call performs its IO before it
+//! returns, and its error is the one the OS or server reported (`raw_os_error` kept), so the
+//! engine sees `ENOSPC`, `EROFS` and `EIO` with their own kinds.
+//!
+//! # Words
+//!
+//! * **durable**: survives a crash of the machine (or a restart of the server) that holds the
+//!   data. For files this is what `fdatasync` guarantees: the data and the metadata needed to
+//!   read it back (the size), not timestamps.
+//! * **stable write**: durable when the call returns (`O_DIRECT` alone is not that: the device
+//!   may still hold the data in a volatile cache, which is why [`BackendFile::sync`] exists).
+//!   In this crate "stable" means "needs no [`BackendFile::commit`]": the data is durable after
+//!   the next successful `sync`, and it is never lost by a server restart.
+//! * **unstable write**: accepted by a two-phase server (NFS `UNSTABLE`, an S3 part) and lost if
+//!   the server restarts before a [`BackendFile::commit`] covering it succeeds with the same
+//!   verifier.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+/// How [`Backend::open`] treats the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Create the file (empty) if it does not exist. Without it a missing file is
+    /// `ErrorKind::NotFound`.
+    pub create: bool,
+    /// Set the size of an existing file to 0 at open.
+    pub truncate: bool,
+}
+
+/// What a backend can do; constant for the life of the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Writes may return [`Stability::Unstable`] and need [`BackendFile::commit`].
+    pub two_phase: bool,
+    /// IO bypasses the OS page cache (`O_DIRECT`); reads cost device time.
+    pub direct_io: bool,
+    /// Offsets and lengths of `read_at`/`write_at` must be multiples of this (a power of two;
+    /// 1 means any). Misaligned requests fail with `ErrorKind::InvalidInput`. The buffer's
+    /// address never has to be aligned: backends copy through an aligned buffer when needed,
+    /// at a measured cost (see the crate README).
+    pub alignment: u64,
+    /// Largest buffer a single `read_at`/`write_at` accepts; larger ones fail with
+    /// `ErrorKind::InvalidInput`. The engine chunks its runs to at most this.
+    pub max_io_bytes: u64,
+}
+
+/// How durable a completed write is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stability {
+    /// No commit is needed (the data is durable after the next successful `sync`).
+    Stable,
+    /// The data is held by a two-phase server and is lost if the server restarts before a
+    /// commit covering it returns the same `verifier`.
+    Unstable {
+        /// Identifies the server instance that accepted the write.
+        verifier: u64,
+    },
+}
+
+/// The result of a successful [`BackendFile::write_at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteReply {
+    /// Whether the written bytes still need a commit.
+    pub stability: Stability,
+}
+
+/// The result of a successful [`BackendFile::commit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitReply {
+    /// The server instance that performed the commit. If it differs from the verifier of an
+    /// unstable write, the server restarted in between and that write's data may be gone: the
+    /// engine must write it again (and commit again).
+    pub verifier: u64,
+}
+
+/// The hook a test-only two-phase backend offers to simulate a server restart.
+///
+/// Reached through [`Backend::server_restart`], so code holding `Arc<dyn Backend>` can drive a
+/// restart without knowing the concrete type, and real backends simply return `None`.
+pub trait ServerRestart {
+    /// Simulates a server restart: every unstable (uncommitted) write is dropped, committed data
+    /// stays, and the verifier changes. Atomic with respect to concurrent IO: a write either
+    /// completes before the restart (and its verifier is the old one) or after it.
+    fn restart(&self);
+}
+
+/// A namespace of files: a directory, a memory map, an NFS export, a bucket.
+///
+/// Names are single path components: not empty, no `/`, no NUL, not `.` or `..`; anything
+/// else is `ErrorKind::InvalidInput`.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Opens (and with `options.create`, creates) the file `name`.
+    ///
+    /// The returned handle stays valid after [`Backend::remove`] of the same name, as an open
+    /// file descriptor does; what IO on it then does is backend-specific.
+    fn open(&self, name: &str, options: OpenOptions) -> io::Result<Arc<dyn BackendFile>>;
+
+    /// Removes the file `name`; `ErrorKind::NotFound` if it does not exist. The removal is
+    /// durable when the call returns.
+    fn remove(&self, name: &str) -> io::Result<()>;
+
+    /// Whether the file `name` exists.
+    fn exists(&self, name: &str) -> io::Result<bool>;
+
+    /// What this backend can do. Constant for its life.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The restart hook of a simulated two-phase server, `None` for real backends (and for
+    /// backends that cannot simulate one). Calling this has no effect by itself.
+    fn server_restart(&self) -> Option<&dyn ServerRestart> {
+        None
+    }
+}
+
+/// One open file of a [`Backend`]. All methods take `&self` and may be called concurrently
+/// from several threads; concurrent writes to overlapping ranges leave either write's bytes
+/// (per page, no ordering promise), writes to disjoint ranges never interfere.
+pub trait BackendFile: Send + Sync + fmt::Debug {
+    /// Reads into `buf` from `offset`, returning the number of bytes read: `buf.len()`, or
+    /// fewer only when the file ends first (0 at or past the end). Holes (never written ranges
+    /// inside the file) read as zeros. Bytes of `buf` past the returned count are unspecified.
+    /// Misaligned offset or length on a backend with `alignment > 1`: `InvalidInput`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// Writes all of `buf` at `offset`, extending the file if the write ends past its size
+    /// (a gap before `offset` becomes a hole that reads as zeros).
+    ///
+    /// All or error: on `Ok` every byte was written; on `Err` any prefix of the range may have
+    /// been written, and the caller must treat the whole range as not written (retry it, or
+    /// keep the pages dirty). Short writes from the OS are continued internally, `EINTR` is
+    /// retried. A file whose logical size is not a page multiple is written with its last page
+    /// whole, then trimmed with [`BackendFile::set_size`].
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply>;
+
+    /// Makes the unstable writes in `offset..offset + len` durable (`len == 0` means to the end
+    /// of the file), returning the server's current verifier. On a backend without
+    /// `two_phase` this is a `sync` and returns verifier 0.
+    fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply>;
+
+    /// Makes every write that returned `Ok` before this call durable, together with the size
+    /// (`fdatasync` for files) and, on the first sync after the file was created, its name.
+    /// On a two-phase backend it also commits everything. An error means some of that data may
+    /// not be durable; the caller must not assume any part of it is.
+    fn sync(&self) -> io::Result<()>;
+
+    /// The file's current logical size in bytes.
+    fn size(&self) -> io::Result<u64>;
+
+    /// Sets the logical size: bytes past `size` are discarded, a larger size adds a hole that
+    /// reads as zeros. Any size is accepted (no alignment rule), so the engine writes the last
+    /// page whole and trims with this. Durable after the next successful `sync`.
+    fn set_size(&self, size: u64) -> io::Result<()>;
+}
+
+macro_rules! forward_backend {
+    ($pointer:ident) => {
+        /// Forwards to the pointee, so `Arc<dyn Backend>` and `Box<dyn Backend>` are backends too.
+        impl<B: Backend + ?Sized> Backend for $pointer<B> {
+            fn open(&self, name: &str, options: OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
+                (**self).open(name, options)
+            }
+
+            fn remove(&self, name: &str) -> io::Result<()> {
+                (**self).remove(name)
+            }
+
+            fn exists(&self, name: &str) -> io::Result<bool> {
+                (**self).exists(name)
+            }
+
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+
+            fn server_restart(&self) -> Option<&dyn ServerRestart> {
+                (**self).server_restart()
+            }
+        }
+    };
+}
+
+forward_backend!(Arc);
+forward_backend!(Box);
+
+/// Checks a name against the single-component rule of [`Backend`].
+pub(crate) fn check_name(name: &str) -> io::Result<()> {
+    let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']);
+    if bad {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("backend file name {name:?} is not a single path component"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `offset` and `len` against `capabilities`, with an error naming the rule broken.
+pub(crate) fn check_request(
+    capabilities: &Capabilities,
+    offset: u64,
+    len: usize,
+) -> io::Result<()> {
+    let len = len as u64;
+    if capabilities.max_io_bytes < len {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("request of {len} bytes exceeds max_io_bytes {}", capabilities.max_io_bytes),
+        ));
+    }
+    if offset.checked_add(len).is_none_or(|end| i64::MAX as u64 <= end) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("request at offset {offset} of {len} bytes ends past the largest file offset"),
+        ));
+    }
+    let alignment = capabilities.alignment;
+    if alignment > 1 && (!offset.is_multiple_of(alignment) || !len.is_multiple_of(alignment)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "misaligned request (offset {offset}, {len} bytes): this backend uses direct IO, \
+                 offsets and lengths must be multiples of {alignment} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! Integration tests of ebb-backend, one binary: the conformance suite against every backend
+//! this crate ships, then the parts of the contract the suite cannot see (fault schedules,
+//! error codes, `O_DIRECT` refusal, `AlignedBuf`).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ebb_backend::conformance::{self, CHECK_NAMES};
+use ebb_backend::{
+    AlignedBuf, Backend, DirBackend, FaultOp, FaultyBackend, MemBackend, OpenOptions, PAGE_SIZE,
+    Stability,
+};
+
+const CREATE: OpenOptions = OpenOptions { create: true, truncate: false };
+
+/// A fresh, existing subdirectory of `root` for each call (each conformance check gets one).
+fn fresh_dir(root: &Path) -> std::path::PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = root.join(format!("b{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir(&dir).expect("create backend directory");
+    dir
+}
+
+// The plain memory backend passes every check; only the two-phase check is skipped.
+#[test]
+fn conformance_mem() {
+    let report = conformance::assert_conformance(&|| Box::new(MemBackend::new()));
+    assert_eq!(report.passed.len(), CHECK_NAMES.len() - 1, "{report}");
+    assert_eq!(report.skipped[0].0, "two_phase_commit_and_restart");
+}
+
+// The two-phase memory backend passes everything, including the restart part.
+#[test]
+fn conformance_mem_two_phase() {
+    let report = conformance::assert_conformance(&|| Box::new(MemBackend::two_phase()));
+    assert_eq!(report.passed.len(), CHECK_NAMES.len(), "{report}");
+}
+
+// The default backend, O_DIRECT on ext4 under /tmp.
+#[test]
+fn conformance_dir_tmp() {
+    let root = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap();
+    let make = || Box::new(DirBackend::open(fresh_dir(root.path())).expect("O_DIRECT on /tmp"));
+    let report = conformance::assert_conformance(&make);
+    assert!(make().capabilities().direct_io);
+    assert_eq!(report.passed.len(), CHECK_NAMES.len() - 1, "{report}");
+}
+
+// /dev/shm is tmpfs: kernels from 6.6 accept O_DIRECT there, older ones refuse it. Either way
+// the backend must work: direct if accepted, else `open` says so and the explicit fallback works.
+#[test]
+fn conformance_dir_dev_shm() {
+    let Ok(root) = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/dev/shm") else {
+        return; // No /dev/shm on this machine: nothing to test.
+    };
+    let direct = match DirBackend::open(fresh_dir(root.path())) {
+        Ok(_) => true,
+        Err(error) => {
+            assert_eq!(error.kind(), io::ErrorKind::Unsupported, "{error}");
+            assert!(error.to_string().contains("open_buffered_fallback"), "{error}");
+            false
+        }
+    };
+    let make = || Box::new(DirBackend::open_buffered_fallback(fresh_dir(root.path())).unwrap());
+    assert_eq!(make().capabilities().direct_io, direct);
+    conformance::assert_conformance(&make);
+}
+
+// The fault wrapper with nothing armed is transparent, over both a stable and a two-phase
+// backend (the restart hook is forwarded).
+#[test]
+fn conformance_faulty_without_faults() {
+    conformance::assert_conformance(&|| Box::new(FaultyBackend::new(MemBackend::new())));
+    let report =
+        conformance::assert_conformance(&|| Box::new(FaultyBackend::new(MemBackend::two_phase())));
+    assert_eq!(report.passed.len(), CHECK_NAMES.len(), "{report}");
+    let root = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap();
+    conformance::assert_conformance(&|| {
+        Box::new(FaultyBackend::new(DirBackend::open(fresh_dir(root.path())).unwrap()))
+    });
+}
+
+// Trait objects are backends too: the runtime holds `Arc<dyn Backend>`.
+#[test]
+fn conformance_through_trait_objects() {
+    let make = || -> Box<dyn Backend> { Box::new(MemBackend::two_phase()) };
+    let report = conformance::assert_conformance(&make);
+    assert_eq!(report.passed.len(), CHECK_NAMES.len(), "{report}");
+}
+
+// A backend that breaks the contract is reported by check name, and other checks still run.
+#[test]
+fn conformance_reports_failures_by_name() {
+    let make = || {
+        let backend = FaultyBackend::new(MemBackend::new());
+        backend.plan().fail_always(FaultOp::Sync, libc::EIO);
+        Box::new(backend)
+    };
+    let report = conformance::run_all(&make);
+    let failed: Vec<_> = report.failed.iter().map(|failure| failure.check).collect();
+    assert_eq!(failed, ["reopen_and_truncate", "sync_after_write", "large_run"], "{report}");
+    assert!(report.failed[1].message.contains("Input/output error"), "{report}");
+    assert!(report.passed.contains(&"concurrent_writers"));
+}
+
+fn page(byte: u8) -> AlignedBuf {
+    let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+    buf.fill(byte);
+    buf
+}
+
+// fail_next fails exactly N calls of one operation, with the errno intact, and nothing reaches
+// the wrapped backend; other operations are untouched.
+#[test]
+fn fault_fail_next_count() {
+    let backend = FaultyBackend::new(MemBackend::new());
+    let file = backend.open("f", CREATE).unwrap();
+    backend.plan().fail_next(FaultOp::Write, libc::ENOSPC, 2);
+    for _ in 0..2 {
+        let error = file.write_at(&page(1), 0).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(error.kind(), io::ErrorKind::StorageFull);
+    }
+    assert_eq!(file.size().unwrap(), 0, "a failed write reached the backend");
+    file.sync().unwrap();
+    file.write_at(&page(1), 0).unwrap();
+    assert_eq!(file.size().unwrap(), PAGE_SIZE as u64);
+    assert_eq!(backend.plan().injected_count(), 2);
+}
+
+// fail_for fails every call in the window and none after it.
+#[test]
+fn fault_fail_for_window() {
+    let backend = FaultyBackend::new(MemBackend::new());
+    let file = backend.open("f", CREATE).unwrap();
+    let start = Instant::now();
+    backend.plan().fail_for(FaultOp::Write, libc::EIO, Duration::from_millis(100));
+    let mut failures = 0;
+    while start.elapsed() < Duration::from_millis(80) {
+        let error = file.write_at(&page(2), 0).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        failures += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(5 <= failures);
+    std::thread::sleep(Duration::from_millis(40));
+    file.write_at(&page(2), 0).unwrap();
+}
+
+// fail_always models a full or read-only device: every call fails until clear().
+#[test]
+fn fault_fail_always_until_clear() {
+    let backend = FaultyBackend::new(MemBackend::new());
+    let file = backend.open("f", CREATE).unwrap();
+    backend.plan().fail_always(FaultOp::Write, libc::EROFS);
+    backend.plan().fail_always(FaultOp::SetSize, libc::EROFS);
+    for _ in 0..100 {
+        let error = file.write_at(&page(3), 0).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ReadOnlyFilesystem);
+    }
+    assert_eq!(file.set_size(10).unwrap_err().raw_os_error(), Some(libc::EROFS));
+    file.read_at(&mut page(0), 0).unwrap();
+    backend.plan().clear();
+    file.write_at(&page(3), 0).unwrap();
+    assert_eq!(backend.plan().injected_count(), 101);
+}
+
+// Commit faults leave the data unstable; the engine retries and gets the same verifier.
+#[test]
+fn fault_commit() {
+    let backend = FaultyBackend::new(MemBackend::two_phase());
+    let file = backend.open("f", CREATE).unwrap();
+    let Stability::Unstable { verifier } = file.write_at(&page(4), 0).unwrap().stability else {
+        panic!("two-phase write was stable");
+    };
+    backend.plan().fail_next(FaultOp::Commit, libc::EIO, 1);
+    assert_eq!(file.commit(0, 0).unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(file.commit(0, 0).unwrap().verifier, verifier);
+}
+
+// Open and sync faults.
+#[test]
+fn fault_open_and_sync() {
+    let backend = FaultyBackend::new(MemBackend::new());
+    backend.plan().fail_next(FaultOp::Open, libc::EMFILE, 1);
+    assert_eq!(backend.open("f", CREATE).unwrap_err().raw_os_error(), Some(libc::EMFILE));
+    let file = backend.open("f", CREATE).unwrap();
+    backend.plan().fail_next(FaultOp::Sync, libc::EIO, 1);
+    assert_eq!(file.sync().unwrap_err().raw_os_error(), Some(libc::EIO));
+    file.sync().unwrap();
+}
+
+// Latency rules add (at least) their delay to each call of their operation only.
+#[test]
+fn fault_latency() {
+    let backend = FaultyBackend::new(MemBackend::new());
+    let file = backend.open("f", CREATE).unwrap();
+    backend.plan().delay(FaultOp::Write, Duration::from_millis(20));
+    backend.plan().delay(FaultOp::Read, Duration::from_millis(5));
+    let start = Instant::now();
+    file.write_at(&page(5), 0).unwrap();
+    file.write_at(&page(5), 0).unwrap();
+    assert!(Duration::from_millis(40) <= start.elapsed());
+    let start = Instant::now();
+    file.read_at(&mut page(0), 0).unwrap();
+    let read_time = start.elapsed();
+    assert!(Duration::from_millis(5) <= read_time && read_time < Duration::from_millis(20));
+    let start = Instant::now();
+    file.sync().unwrap();
+    assert!(start.elapsed() < Duration::from_millis(5));
+}
+
+// A latency rule and a failure rule on the same op: the call is slow and then fails.
+#[test]
+fn fault_latency_then_failure() {
+    let backend = FaultyBackend::new(MemBackend::new());
+    let file = backend.open("f", CREATE).unwrap();
+    backend.plan().delay(FaultOp::Write, Duration::from_millis(10));
+    backend.plan().fail_next(FaultOp::Write, libc::EIO, 1);
+    let start = Instant::now();
+    assert!(file.write_at(&page(6), 0).is_err());
+    assert!(Duration::from_millis(10) <= start.elapsed());
+}
+
+// OS errors reach the caller unchanged (raw errno kept), and misaligned O_DIRECT requests are
+// InvalidInput naming the rule rather than a kernel EINVAL.
+#[test]
+fn dir_errors() {
+    let root = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap();
+    let backend = DirBackend::open(root.path()).unwrap();
+    let missing = backend.open("missing", OpenOptions { create: false, truncate: false });
+    assert_eq!(missing.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    let error = DirBackend::open(root.path().join("no-such-dir")).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(libc::ENOENT));
+    let file = backend.open("f", CREATE).unwrap();
+    let error = file.write_at(&page(7)[..512], 0).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    assert!(error.to_string().contains("multiples of 4096"), "{error}");
+    let error = file.write_at(&page(7), u64::MAX - 10).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    assert_eq!(file.set_size(u64::MAX).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(backend.remove("missing").unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    // No probe file is left behind.
+    let names: Vec<_> =
+        std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["f"]);
+}
+
+// The memory backend's errors carry Linux errnos too, and huge sizes fail instead of aborting.
+#[test]
+fn mem_errors() {
+    let backend = MemBackend::new();
+    let missing = backend.open("missing", OpenOptions { create: false, truncate: false });
+    assert_eq!(missing.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    let file = backend.open("f", CREATE).unwrap();
+    assert_eq!(file.write_at(&page(8), 1 << 50).unwrap_err().raw_os_error(), Some(libc::EFBIG));
+    assert_eq!(file.set_size(1 << 50).unwrap_err().raw_os_error(), Some(libc::EFBIG));
+    assert_eq!(file.size().unwrap(), 0);
+}
+
+// A restart also reverts files that were removed while open (their handles still work).
+#[test]
+fn mem_restart_reaches_removed_open_files() {
+    let backend = MemBackend::two_phase();
+    let file = backend.open("f", CREATE).unwrap();
+    file.write_at(&page(9), 0).unwrap();
+    backend.remove("f").unwrap();
+    backend.server_restart().unwrap().restart();
+    assert_eq!(file.size().unwrap(), 0);
+    assert!(MemBackend::new().server_restart().is_none());
+}
+
+// AlignedBuf: aligned, page-multiple, zeroed, Send + Sync.
+#[test]
+fn aligned_buf() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<AlignedBuf>();
+    for len in [0, 1, 4095, 4096, 4097, 3 << 20] {
+        let buf = AlignedBuf::zeroed(len);
+        assert_eq!(buf.len(), len.next_multiple_of(PAGE_SIZE));
+        assert_eq!(buf.as_ptr().addr() % PAGE_SIZE, 0);
+        assert!(buf.iter().all(|byte| *byte == 0));
+    }
+    assert!(AlignedBuf::try_zeroed(usize::MAX).is_none());
+    let copy = AlignedBuf::copy_from(b"abc");
+    assert_eq!(&copy[..4], b"abc\0");
+}
