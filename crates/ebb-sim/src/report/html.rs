@@ -1,0 +1,293 @@
+//! `report.html`: one self-contained page putting each published result beside ours.
+//!
+//! The page is rendered by minijinja from `report.html` next to this file (compiled in), with
+//! auto-escaping on: minijinja turns it on only for template names ending in `.html`, so the
+//! template is registered under [`TEMPLATE_NAME`]. Every string from the input (experiment
+//! names, table cells, captions, plot paths) is therefore escaped, and a run name containing
+//! `<script>` shows as text.
+//!
+//! Self-contained means the page loads nothing: the CSS is inline, there is no script and no
+//! web font. Plots are PNG files referenced by relative path (written beside the page by
+//! [`crate::report::plot`]), so the report directory can be copied or zipped as a whole.
+//!
+//! Layout: title and intro; an overview table of every comparison with a green check or red
+//! cross; then one section per experiment with its description, its comparison table, its
+//! other tables (numeric cells right-aligned) and its plots with captions.
+
+use std::path::Path;
+
+use minijinja::{Environment, Value, context};
+use serde::Serialize;
+
+use crate::report::ReportError;
+
+/// The name the template is registered under; it must end in `.html` for auto-escaping.
+pub const TEMPLATE_NAME: &str = "report.html";
+
+/// The template's source, kept as a file so it reads as HTML.
+const TEMPLATE_SOURCE: &str = include_str!("report.html");
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportPage {
+    /// Page title and heading.
+    pub title: String,
+    /// Opening paragraph (plain text; line breaks are kept).
+    pub intro: String,
+    /// One section per experiment, in this order.
+    pub experiments: Vec<ExperimentSection>,
+}
+
+/// One experiment's section of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExperimentSection {
+    /// The experiment's name, also its section anchor.
+    pub name: String,
+    /// What was run and why (plain text; line breaks are kept).
+    pub description: String,
+    /// Published results checked against ours.
+    pub comparisons: Vec<Comparison>,
+    /// Further tables, e.g. every metric of every run.
+    pub tables: Vec<Table>,
+    /// Charts, shown in this order.
+    pub plots: Vec<PlotRef>,
+}
+
+/// A published result beside ours.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// What was published, e.g. "reader p99.99 latency, wbt off -> on".
+    pub result: String,
+    /// The published figure, e.g. "91 ms -> 22 ms".
+    pub published: String,
+    /// Our figure, in the same form.
+    pub ours: String,
+    /// Whether the direction and rough size match, per the experiment's criterion.
+    pub holds: bool,
+}
+
+/// A table of text cells.
+#[derive(Clone, Debug, Serialize)]
+pub struct Table {
+    /// Shown above the table.
+    pub caption: String,
+    /// Header cells.
+    pub columns: Vec<String>,
+    /// Body rows; cells that read as numbers are right-aligned.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// A chart image.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlotRef {
+    /// Shown under the image and used as its alternative text.
+    pub caption: String,
+    /// Image path relative to `report.html`, e.g. `ioless-throttling/dirty.png`.
+    pub path: String,
+}
+
+/// Renders `page` to an HTML string.
+pub fn render_html(page: &ReportPage) -> Result<String, ReportError> {
+    let template_error =
+        |source| ReportError::Template { template: TEMPLATE_NAME.to_owned(), source };
+    let mut environment = Environment::new();
+    environment.add_filter("anchor", anchor);
+    environment.add_filter("numeric", |text: &str| super::text::is_numeric(text));
+    environment.add_template(TEMPLATE_NAME, TEMPLATE_SOURCE).map_err(template_error)?;
+    let template = environment.get_template(TEMPLATE_NAME).map_err(template_error)?;
+    let mut html =
+        template.render(context! { page => page_value(page) }).map_err(template_error)?;
+    if !html.ends_with('\n') {
+        html.push('\n');
+    }
+    Ok(html)
+}
+
+/// Renders `page` and writes it to `path` (usually `<out>/report.html`), replacing the file.
+pub fn write_html(page: &ReportPage, path: &Path) -> Result<(), ReportError> {
+    let html = render_html(page)?;
+    std::fs::write(path, html)
+        .map_err(|source| ReportError::Write { path: path.to_owned(), source })
+}
+
+/// The page as a template value. minijinja is built without its `serde` feature, so the
+/// structs are converted field by field; a field missing here would render as empty.
+fn page_value(page: &ReportPage) -> Value {
+    Value::from_pairs([
+        ("title", Value::from(page.title.as_str())),
+        ("intro", Value::from(page.intro.as_str())),
+        ("experiments", page.experiments.iter().map(experiment_value).collect()),
+    ])
+}
+
+fn experiment_value(experiment: &ExperimentSection) -> Value {
+    let comparisons = experiment.comparisons.iter().map(|comparison| {
+        Value::from_pairs([
+            ("result", Value::from(comparison.result.as_str())),
+            ("published", Value::from(comparison.published.as_str())),
+            ("ours", Value::from(comparison.ours.as_str())),
+            ("holds", Value::from(comparison.holds)),
+        ])
+    });
+    let tables = experiment.tables.iter().map(|table| {
+        let rows = table.rows.iter().map(|row| strings_value(row));
+        Value::from_pairs([
+            ("caption", Value::from(table.caption.as_str())),
+            ("columns", strings_value(&table.columns)),
+            ("rows", rows.collect()),
+        ])
+    });
+    let plots = experiment.plots.iter().map(|plot| {
+        Value::from_pairs([
+            ("caption", Value::from(plot.caption.as_str())),
+            ("path", Value::from(plot.path.as_str())),
+        ])
+    });
+    Value::from_pairs([
+        ("name", Value::from(experiment.name.as_str())),
+        ("description", Value::from(experiment.description.as_str())),
+        ("comparisons", comparisons.collect()),
+        ("tables", tables.collect()),
+        ("plots", plots.collect()),
+    ])
+}
+
+fn strings_value(strings: &[String]) -> Value {
+    strings.iter().map(String::as_str).collect()
+}
+
+/// A fragment identifier for a section: lowercase ASCII letters and digits, other runs of
+/// characters replaced by one `-`.
+fn anchor(name: &str) -> String {
+    let mut id = String::with_capacity(name.len());
+    for character in name.chars() {
+        if character.is_ascii_alphanumeric() {
+            id.push(character.to_ascii_lowercase());
+        } else if !id.ends_with('-') {
+            id.push('-');
+        }
+    }
+    let id = id.trim_matches('-');
+    if id.is_empty() { "experiment".to_owned() } else { format!("experiment-{id}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example() -> ReportPage {
+        ReportPage {
+            title: "ebb: published results reproduced".to_owned(),
+            intro: "Device models are ours.\nDirections must hold.".to_owned(),
+            experiments: vec![
+                ExperimentSection {
+                    name: "wbt-read-latency".to_owned(),
+                    description: "A random reader beside a streaming writer.".to_owned(),
+                    comparisons: vec![
+                        Comparison {
+                            result: "reader p99.99, wbt off -> on".to_owned(),
+                            published: "91 ms -> 22 ms".to_owned(),
+                            ours: "80 ms -> 9 ms".to_owned(),
+                            holds: true,
+                        },
+                        Comparison {
+                            result: "write throughput".to_owned(),
+                            published: "+4%".to_owned(),
+                            ours: "-7%".to_owned(),
+                            holds: false,
+                        },
+                    ],
+                    tables: vec![Table {
+                        caption: "All metrics".to_owned(),
+                        columns: vec!["run".to_owned(), "read_lat_us_p99_99".to_owned()],
+                        rows: vec![
+                            vec!["laptop-ssd/wbt-on".to_owned(), "9000".to_owned()],
+                            vec!["laptop-ssd/wbt-off".to_owned(), "80000".to_owned()],
+                        ],
+                    }],
+                    plots: vec![
+                        PlotRef {
+                            caption: "Read latency over time".to_owned(),
+                            path: "wbt-read-latency/read-latency.png".to_owned(),
+                        },
+                        PlotRef {
+                            caption: "In-flight background writes".to_owned(),
+                            path: "wbt-read-latency/inflight.png".to_owned(),
+                        },
+                    ],
+                },
+                ExperimentSection {
+                    name: "<script>alert(1)</script>".to_owned(),
+                    description: "a & b < c".to_owned(),
+                    comparisons: Vec::new(),
+                    tables: Vec::new(),
+                    plots: vec![PlotRef {
+                        caption: "\"quoted\" caption".to_owned(),
+                        path: "x/\"><script>.png".to_owned(),
+                    }],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        // Goal: markup in any input string is shown as text, never interpreted; the only
+        // <script> would come from the input, since the template has none.
+        let html = render_html(&example()).expect("render");
+        assert!(!html.contains("<script>"), "unescaped script tag");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"));
+        assert!(html.contains("a &amp; b &lt; c"));
+        assert!(html.contains("&quot;quoted&quot; caption"));
+        assert!(html.contains("id=\"experiment-script-alert-1-script\""));
+    }
+
+    #[test]
+    fn every_plot_and_comparison_appears() {
+        // Goal: each PlotRef becomes an <img> with its (escaped) path and a caption, and each
+        // comparison shows its mark in the experiment table and the overview.
+        let page = example();
+        let html = render_html(&page).expect("render");
+        for plot in page.experiments.iter().flat_map(|e| &e.plots) {
+            let escaped = plot
+                .path
+                .replace('&', "&amp;")
+                .replace('"', "&quot;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('/', "&#x2f;");
+            assert!(html.contains(&format!("<img src=\"{escaped}\"")), "missing {}", plot.path);
+        }
+        assert_eq!(html.matches("<img ").count(), 3);
+        assert_eq!(html.matches("<figcaption>").count(), 3);
+        assert!(html.contains("<figcaption>Read latency over time</figcaption>"));
+        assert_eq!(html.matches("class=\"mark holds\"").count(), 2);
+        assert_eq!(html.matches("class=\"mark fails\"").count(), 2);
+        assert!(html.contains("<td class=\"num\">80000</td>"));
+        assert!(html.contains("<td>laptop-ssd&#x2f;wbt-off</td>"));
+    }
+
+    #[test]
+    fn page_is_self_contained() {
+        // Goal: the page loads nothing from elsewhere: no external stylesheet, script or font.
+        let html = render_html(&example()).expect("render");
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains("<style>"));
+        for forbidden in ["<link", "<script", "@import", "url(", "http://", "https://"] {
+            assert!(!html.contains(forbidden), "page contains {forbidden}");
+        }
+    }
+
+    #[test]
+    fn write_html_writes_the_file() {
+        // Goal: write_html puts the rendered page at the path, and reports the path on failure.
+        let dir = crate::report::test_dir("html-write");
+        let path = dir.join("report.html");
+        write_html(&example(), &path).expect("write");
+        let written = std::fs::read_to_string(&path).expect("read back");
+        assert_eq!(written, render_html(&example()).expect("render"));
+        let bad = dir.join("missing-dir").join("report.html");
+        let error = write_html(&example(), &bad).expect_err("missing directory");
+        assert!(error.to_string().contains("missing-dir"), "{error}");
+    }
+}

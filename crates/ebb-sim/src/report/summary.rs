@@ -1,0 +1,206 @@
+//! `summary.json`: the numbers of one experiment, one entry per run.
+//!
+//! The shape is a contract that checks and the report rely on (product brief, "summary.json"):
+//!
+//! ```text
+//! {"experiment": "<name>",
+//!  "runs": [{"name": "<run>", "config": {...}, "metrics": {"<metric>": <number>, ...}}]}
+//! ```
+//!
+//! Run names are `<case>/<variant>`; metric names carry their unit last (`write_mb_s`,
+//! `pause_ms_p99`). Metrics are kept in a `BTreeMap` so the file lists them sorted and two runs
+//! with the same numbers give the same bytes.
+//!
+//! Non-finite metrics: JSON has no NaN or infinity, and serde_json would silently turn them
+//! into `null`, which then fails to read back as a number. [`Summary::write_json`] therefore
+//! refuses the whole file with [`ReportError::NonFinite`], naming the run and metric. A metric
+//! that is undefined for a run (a pause mean with no pauses) should be left out of the map.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::ReportError;
+
+/// The contents of one experiment's `summary.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    /// The experiment's name, the file stem of its TOML (`ioless-throttling`).
+    pub experiment: String,
+    /// One entry per run, in the order the experiment ran them.
+    pub runs: Vec<RunSummary>,
+}
+
+/// One run of an experiment: its configuration and what it measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSummary {
+    /// `<case>/<variant>`, e.g. `sata/ioless`.
+    pub name: String,
+    /// The effective configuration of the run, as the experiment wants to show it.
+    pub config: serde_json::Value,
+    /// Metric name (unit last) to value; every value must be finite.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl Summary {
+    /// Writes the summary as pretty-printed JSON followed by a newline, replacing `path`.
+    ///
+    /// Fails with [`ReportError::NonFinite`] before touching the file if any metric is NaN
+    /// or infinite.
+    pub fn write_json(&self, path: &Path) -> Result<(), ReportError> {
+        self.check_finite(path)?;
+        let file = File::create(path)
+            .map_err(|source| ReportError::Write { path: path.to_owned(), source })?;
+        let mut out = BufWriter::new(file);
+        serde_json::to_writer_pretty(&mut out, self).map_err(|source| {
+            if source.is_io() {
+                ReportError::Write { path: path.to_owned(), source: source.into() }
+            } else {
+                ReportError::Json { path: path.to_owned(), source }
+            }
+        })?;
+        out.write_all(b"\n")
+            .and_then(|()| out.flush())
+            .map_err(|source| ReportError::Write { path: path.to_owned(), source })
+    }
+
+    /// Reads a summary written by [`Summary::write_json`] (or by hand in the same shape).
+    pub fn read_json(path: &Path) -> Result<Summary, ReportError> {
+        let file = File::open(path)
+            .map_err(|source| ReportError::Read { path: path.to_owned(), source })?;
+        serde_json::from_reader(BufReader::new(file)).map_err(|source| {
+            if source.is_io() {
+                ReportError::Read { path: path.to_owned(), source: source.into() }
+            } else {
+                ReportError::Json { path: path.to_owned(), source }
+            }
+        })
+    }
+
+    /// The run named `name`, if the experiment has one.
+    pub fn run(&self, name: &str) -> Option<&RunSummary> {
+        self.runs.iter().find(|run| run.name == name)
+    }
+
+    fn check_finite(&self, path: &Path) -> Result<(), ReportError> {
+        for run in &self.runs {
+            for (metric, &value) in &run.metrics {
+                if !value.is_finite() {
+                    return Err(ReportError::NonFinite {
+                        path: path.to_owned(),
+                        field: format!("runs[{:?}].metrics[{metric:?}]", run.name),
+                        value,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RunSummary {
+    /// The value of `metric`, if this run measured it.
+    pub fn metric(&self, metric: &str) -> Option<f64> {
+        self.metrics.get(metric).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example() -> Summary {
+        let mut metrics = BTreeMap::new();
+        metrics.insert("write_mb_s".to_owned(), 97.25);
+        metrics.insert("pause_count".to_owned(), 1200.0);
+        metrics.insert("pause_ms_p99".to_owned(), 0.1);
+        Summary {
+            experiment: "ioless-throttling".to_owned(),
+            runs: vec![
+                RunSummary {
+                    name: "sata/ioless".to_owned(),
+                    config: serde_json::json!({"throttle": "ioless", "memory_mb": 4096}),
+                    metrics: metrics.clone(),
+                },
+                RunSummary {
+                    name: "sata/legacy".to_owned(),
+                    config: serde_json::json!({"throttle": "legacy"}),
+                    metrics: BTreeMap::new(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip_preserves_everything() {
+        // Goal: what write_json writes, read_json gives back unchanged, floats included.
+        let dir = crate::report::test_dir("summary-round-trip");
+        let path = dir.join("summary.json");
+        let summary = example();
+        summary.write_json(&path).expect("write");
+        let back = Summary::read_json(&path).expect("read");
+        assert_eq!(back, summary);
+        assert_eq!(back.run("sata/ioless").and_then(|r| r.metric("pause_ms_p99")), Some(0.1));
+        assert_eq!(back.run("nope"), None);
+    }
+
+    #[test]
+    fn file_has_the_contract_shape() {
+        // Goal: the file is exactly {"experiment", "runs": [{"name", "config", "metrics"}]},
+        // checked by parsing it as untyped JSON.
+        let dir = crate::report::test_dir("summary-shape");
+        let path = dir.join("summary.json");
+        example().write_json(&path).expect("write");
+        let text = std::fs::read_to_string(&path).expect("read back");
+        assert!(text.ends_with("}\n"));
+        let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        let top = value.as_object().expect("object");
+        assert_eq!(top.keys().collect::<Vec<_>>(), ["experiment", "runs"]);
+        assert_eq!(top["experiment"], "ioless-throttling");
+        let run = &top["runs"][0];
+        let keys: Vec<_> = run.as_object().expect("run object").keys().collect();
+        assert_eq!(keys, ["config", "metrics", "name"]); // serde_json::Map sorts keys.
+        assert_eq!(run["name"], "sata/ioless");
+        assert_eq!(run["config"]["memory_mb"], 4096);
+        assert_eq!(run["metrics"]["write_mb_s"].as_f64(), Some(97.25));
+        assert!(run["metrics"]["pause_count"].is_number());
+        // Field order in the file follows the contract, not the alphabet.
+        let experiment_at = text.find("\"experiment\"").expect("experiment key");
+        let runs_at = text.find("\"runs\"").expect("runs key");
+        assert!(experiment_at < runs_at);
+    }
+
+    #[test]
+    fn non_finite_metric_is_an_error_naming_it() {
+        // Goal: a NaN metric is refused (not written as null), and no file is created.
+        let dir = crate::report::test_dir("summary-non-finite");
+        let path = dir.join("summary.json");
+        let mut summary = example();
+        summary.runs[1].metrics.insert("read_lat_us_max".to_owned(), f64::INFINITY);
+        let error = summary.write_json(&path).expect_err("must refuse");
+        let text = error.to_string();
+        assert!(text.contains("sata/legacy"), "{text}");
+        assert!(text.contains("read_lat_us_max"), "{text}");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn read_errors_name_the_file() {
+        // Goal: reading a missing or malformed file reports the path.
+        let dir = crate::report::test_dir("summary-read-errors");
+        let missing = dir.join("missing.json");
+        let error = Summary::read_json(&missing).expect_err("missing");
+        assert!(matches!(error, ReportError::Read { .. }));
+        assert!(error.to_string().contains("missing.json"));
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{\"experiment\": 3}").expect("write bad");
+        let error = Summary::read_json(&bad).expect_err("malformed");
+        assert!(matches!(error, ReportError::Json { .. }));
+        assert!(error.to_string().contains("bad.json"));
+    }
+}
