@@ -61,6 +61,18 @@ impl From<u64> for ArgValue<'_> {
     }
 }
 
+impl From<u32> for ArgValue<'_> {
+    fn from(value: u32) -> Self {
+        ArgValue::UInt(u64::from(value))
+    }
+}
+
+impl From<usize> for ArgValue<'_> {
+    fn from(value: usize) -> Self {
+        ArgValue::UInt(value as u64)
+    }
+}
+
 impl From<f64> for ArgValue<'_> {
     fn from(value: f64) -> Self {
         ArgValue::Float(value)
@@ -315,6 +327,7 @@ mod tests {
             ("bad", ArgValue::Float(f64::NAN)),
             ("reason", ArgValue::Str("over \\ setpoint")),
             ("delta", ArgValue::Int(-3)),
+            ("writers", ArgValue::from(2usize)),
             ("strict", ArgValue::Bool(false)),
         ];
         trace.complete(1, 7, "balance_dirty_pages", "throttle", 10.5, 200.0, &args).unwrap();
@@ -334,6 +347,7 @@ mod tests {
         assert_eq!(slice["args"]["bad"], "NaN");
         assert_eq!(slice["args"]["reason"], "over \\ setpoint");
         assert_eq!(slice["args"]["delta"], -3);
+        assert_eq!(slice["args"]["writers"], 2);
         assert_eq!(events[3]["s"], "t");
         assert!(events[3].get("args").is_none());
         assert_eq!(events[4]["args"]["setpoint"].as_f64(), Some(1000.0));

@@ -117,6 +117,10 @@ fn page_value(page: &ReportPage) -> Value {
         ("title", Value::from(page.title.as_str())),
         ("intro", Value::from(page.intro.as_str())),
         ("experiments", page.experiments.iter().map(experiment_value).collect()),
+        (
+            "has_comparisons",
+            Value::from(page.experiments.iter().any(|e| !e.comparisons.is_empty())),
+        ),
     ])
 }
 
@@ -265,6 +269,10 @@ mod tests {
         assert_eq!(html.matches("class=\"mark fails\"").count(), 2);
         assert!(html.contains("<td class=\"num\">80000</td>"));
         assert!(html.contains("<td>laptop-ssd&#x2f;wbt-off</td>"));
+        let mut no_comparisons = page.clone();
+        no_comparisons.experiments.iter_mut().for_each(|e| e.comparisons.clear());
+        let html = render_html(&no_comparisons).expect("render");
+        assert!(!html.contains("class=\"overview\""), "empty overview table");
     }
 
     #[test]
