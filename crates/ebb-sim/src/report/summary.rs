@@ -15,6 +15,9 @@
 //! into `null`, which then fails to read back as a number. [`Summary::write_json`] therefore
 //! refuses the whole file with [`ReportError::NonFinite`], naming the run and metric. A metric
 //! that is undefined for a run (a pause mean with no pauses) should be left out of the map.
+//!
+//! Reading ignores fields it does not know, so files from a newer ebb with extra fields
+//! still load.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -27,7 +30,6 @@ use crate::report::ReportError;
 
 /// The contents of one experiment's `summary.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Summary {
     /// The experiment's name, the file stem of its TOML (`ioless-throttling`).
     pub experiment: String,
@@ -37,7 +39,6 @@ pub struct Summary {
 
 /// One run of an experiment: its configuration and what it measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RunSummary {
     /// `<case>/<variant>`, e.g. `sata/ioless`.
     pub name: String,
@@ -202,5 +203,8 @@ mod tests {
         let error = Summary::read_json(&bad).expect_err("malformed");
         assert!(matches!(error, ReportError::Json { .. }));
         assert!(error.to_string().contains("bad.json"));
+        let extra = dir.join("extra.json");
+        std::fs::write(&extra, r#"{"experiment": "e", "seed": 7, "runs": []}"#).expect("write");
+        assert_eq!(Summary::read_json(&extra).expect("extra field ignored").experiment, "e");
     }
 }
