@@ -295,7 +295,13 @@ fn probe_direct(dir: &OwnedFd) -> io::Result<bool> {
     let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::DIRECT | OFlags::CLOEXEC;
     let fd = match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o600)) {
         Ok(fd) => fd,
-        Err(Errno::INVAL) => return Ok(false),
+        Err(Errno::INVAL) => {
+            // The kernel creates the file before it checks O_DIRECT: remove it again.
+            match rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => return Ok(false),
+                Err(errno) => return Err(errno.into()),
+            }
+        }
         Err(errno) => return Err(errno.into()),
     };
     let page = AlignedBuf::zeroed(PAGE_SIZE);

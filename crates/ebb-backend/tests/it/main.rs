@@ -287,3 +287,31 @@ fn aligned_buf() {
     let copy = AlignedBuf::copy_from(b"abc");
     assert_eq!(&copy[..4], b"abc\0");
 }
+
+// A filesystem that refuses O_DIRECT (ramfs; tmpfs before Linux 6.6): `open` fails with a clear
+// Unsupported error, the explicit fallback works buffered, and no probe file is left behind.
+// Mounts ramfs, so it runs only with EBB_RUN_SLOW_TESTS set (as root).
+#[test]
+fn dir_refused_direct_io_ramfs() {
+    if std::env::var_os("EBB_RUN_SLOW_TESTS").is_none() {
+        return;
+    }
+    let root = tempfile::Builder::new().prefix("ebb-backend-ramfs").tempdir_in("/tmp").unwrap();
+    let mount = |args: &[&str]| std::process::Command::new(args[0]).args(&args[1..]).status();
+    let path = root.path().to_str().unwrap();
+    assert!(mount(&["mount", "-t", "ramfs", "ramfs", path]).unwrap().success());
+    let error = DirBackend::open(root.path()).unwrap_err();
+    let fallback = DirBackend::open_buffered_fallback(root.path()).map(|backend| {
+        assert!(!backend.capabilities().direct_io);
+        assert_eq!(backend.capabilities().alignment, 1);
+    });
+    let leftovers = std::fs::read_dir(root.path()).unwrap().count();
+    let make = || Box::new(DirBackend::open_buffered_fallback(fresh_dir(root.path())).unwrap());
+    let report = conformance::run_all(&make);
+    assert!(mount(&["umount", path]).unwrap().success());
+    assert_eq!(error.kind(), io::ErrorKind::Unsupported, "{error}");
+    assert!(error.to_string().contains("refuses O_DIRECT"), "{error}");
+    fallback.unwrap();
+    assert_eq!(leftovers, 0, "the O_DIRECT probe left a file behind");
+    assert!(report.is_ok(), "{report}");
+}
