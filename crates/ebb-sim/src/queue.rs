@@ -28,20 +28,28 @@ pub struct EventQueue<E> {
 }
 
 /// One queued event; ordered so that the std max-heap pops the earliest (time, sequence).
+///
+/// Time and sequence are packed into one `u128` (time in the high half), so that ordering
+/// is a single integer comparison in the heap's inner loop.
 #[derive(Debug, Clone)]
 struct Entry<E> {
-    time_ns: u64,
-    sequence: u64,
+    key: u128,
     event: E,
 }
 
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.time_ns == other.time_ns && self.sequence == other.sequence
+        self.key == other.key
     }
 }
 
 impl<E> Eq for Entry<E> {}
+
+impl<E> Entry<E> {
+    fn time(key: u128) -> Instant {
+        Instant::from_nanos((key >> 64) as u64)
+    }
+}
 
 impl<E> PartialOrd for Entry<E> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -52,7 +60,7 @@ impl<E> PartialOrd for Entry<E> {
 impl<E> Ord for Entry<E> {
     fn cmp(&self, other: &Self) -> Ordering {
         // Reversed so that BinaryHeap, a max-heap, yields the smallest key first.
-        (other.time_ns, other.sequence).cmp(&(self.time_ns, self.sequence))
+        other.key.cmp(&self.key)
     }
 }
 
@@ -78,19 +86,20 @@ impl<E> EventQueue<E> {
     pub fn push(&mut self, at: Instant, event: E) {
         let sequence = self.sequence_next;
         self.sequence_next += 1;
-        self.heap.push(Entry { time_ns: at.as_nanos(), sequence, event });
+        let key = (u128::from(at.as_nanos()) << 64) | u128::from(sequence);
+        self.heap.push(Entry { key, event });
     }
 
     /// Removes and returns the earliest event (FIFO among equal times).
     #[inline]
     pub fn pop(&mut self) -> Option<(Instant, E)> {
-        self.heap.pop().map(|entry| (Instant::from_nanos(entry.time_ns), entry.event))
+        self.heap.pop().map(|entry| (Entry::<E>::time(entry.key), entry.event))
     }
 
     /// The time of the event [`EventQueue::pop`] would return next.
     #[inline]
     pub fn peek_time(&self) -> Option<Instant> {
-        self.heap.peek().map(|entry| Instant::from_nanos(entry.time_ns))
+        self.heap.peek().map(|entry| Entry::<E>::time(entry.key))
     }
 
     /// Number of queued events.

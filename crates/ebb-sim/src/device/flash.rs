@@ -44,7 +44,7 @@ use super::transfer_ns;
 /// | `read_mb_per_s` | 520 | 3000 | 20 | MB/s |
 /// | `write_mb_per_s` | 400 | 2000 | 6 | MB/s |
 /// | `interface_mb_per_s` | 550 | 3500 | 35 | MB/s |
-/// | `command_overhead_us` | 20 | 10 | 0 | µs |
+/// | `command_overhead_us` | 10 | 2 | 0 | µs |
 /// | `write_cache_bytes` | 64 MiB | 256 MiB | 0 | bytes |
 /// | `destage_chunk_bytes` | 512 KiB | 1 MiB | 128 KiB | bytes |
 /// | `random_write_penalty_us` | 0 | 0 | 30000 | µs |
@@ -105,7 +105,7 @@ impl FlashParams {
             read_mb_per_s: 520.0,
             write_mb_per_s: 400.0,
             interface_mb_per_s: 550.0,
-            command_overhead_us: 20.0,
+            command_overhead_us: 10.0,
             write_cache_bytes: 64 << 20,
             destage_chunk_bytes: 512 << 10,
             random_write_penalty_us: 0.0,
@@ -124,7 +124,7 @@ impl FlashParams {
             read_mb_per_s: 3000.0,
             write_mb_per_s: 2000.0,
             interface_mb_per_s: 3500.0,
-            command_overhead_us: 10.0,
+            command_overhead_us: 2.0,
             write_cache_bytes: 256 << 20,
             destage_chunk_bytes: 1 << 20,
             random_write_penalty_us: 0.0,
