@@ -39,7 +39,7 @@ use super::transfer_ns;
 /// | `capacity_bytes` | 256e9 | 512e9 | 16e9 | bytes |
 /// | `queue_depth` | 32 | 1023 | 1 | commands |
 /// | `parallelism` | 8 | 32 | 1 | concurrent accesses |
-/// | `read_latency_us` | 90 | 75 | 1000 | µs |
+/// | `read_latency_us` | 90 | 75 | 500 | µs |
 /// | `write_latency_us` | 40 | 20 | 2000 | µs |
 /// | `read_mb_per_s` | 520 | 3000 | 20 | MB/s |
 /// | `write_mb_per_s` | 400 | 2000 | 6 | MB/s |
@@ -138,7 +138,7 @@ impl FlashParams {
             capacity_bytes: 16_000_000_000,
             queue_depth: 1,
             parallelism: 1,
-            read_latency_us: 1000.0,
+            read_latency_us: 500.0,
             write_latency_us: 2000.0,
             read_mb_per_s: 20.0,
             write_mb_per_s: 6.0,
