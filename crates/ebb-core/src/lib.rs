@@ -9,13 +9,29 @@
 pub mod time;
 pub mod bandwidth;
 pub mod config;
+mod engine;
+pub mod event;
+pub mod flusher;
 pub mod fprop;
-pub mod limits;
-pub mod position;
 pub mod ids;
+pub mod limits;
+pub mod memory;
 pub mod pagemap;
+pub mod position;
+pub mod reclaim;
+pub mod stats;
+mod throttle;
+pub mod trace;
+pub mod writer;
 
-pub use config::{BackendConfig, Config, ConfigError, PAGE_SIZE};
+pub use config::{
+    BackendConfig, Config, ConfigError, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy, UnstableAccounting, WbtMode,
+};
+pub use engine::{Engine, MapStore, PageMaps};
+pub use event::{Action, Event, IoClass, IoError, Issuer, Stability, Verdict};
 pub use ids::*;
 pub use pagemap::{PageMap, PageState, Run};
+pub use stats::{BdiStats, MemInfo, Stats};
 pub use time::{Duration, Instant};
+pub use trace::TraceEvent;
+pub use writer::{NextStep, WriteStep, Writer, write_pages};

@@ -267,11 +267,8 @@ impl PageMap {
         self.inode_dirty
     }
 
-    /// Clears the file's dirty mark when writeback takes it; it is set again by the next
-    /// dirtying or if pages stay dirty (returns whether pages are still dirty).
-    pub fn take_inode_dirty(&mut self) -> bool {
-        self.inode_dirty = self.counts.dirty > 0;
-        self.inode_dirty
+    pub(crate) fn inode_dirty_flag(&mut self, dirty: bool) {
+        self.inode_dirty = dirty;
     }
 
     /// The resident page at `index`, if any.

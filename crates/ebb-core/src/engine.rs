@@ -1,0 +1,1080 @@
+//! The engine: the state of one cache and the handlers of every event.
+//!
+//! `Engine` owns everything shared: counters for the cache, each backend and each group; the
+//! backends' writeback state (bandwidth, ratelimits, flusher, submission queues); file
+//! metadata; frames and LRU lists; in-flight IO; fsync, sync and read requests. The pages of
+//! each file live in a [`PageMap`] the driver keeps (so the runtime can lock files separately)
+//! and lends to the engine through [`PageMaps`] when a decision needs them.
+//!
+//! Entry points: [`Engine::handle`] for events, [`Engine::balance_dirty_pages`] and
+//! [`Engine::throttle_continue`] for writers, [`Engine::inode_dirtied`] when a write makes a
+//! clean file dirty, [`Engine::poll_action`] and [`Engine::poll_timeout`] for outputs. Every
+//! entry point takes `now`, which must never go backwards.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::bandwidth::Rates;
+use crate::config::{Config, ConfigError};
+use crate::event::{Action, Event, IoClass, IoError, Issuer, Stability};
+use crate::flusher::{Flusher, Submitter};
+use crate::fprop::{EventProportions, Local, Proportions};
+use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
+use crate::memory::{List, Memory};
+use crate::pagemap::{PageMap, Run, WriteEnd};
+use crate::stats::{BdiStats, MemInfo, Stats};
+use crate::time::{Duration, Instant};
+use crate::trace::TraceEvent;
+use crate::writer::Writer;
+
+/// Gives the engine access to the page maps the driver keeps.
+pub trait PageMaps {
+    /// Runs `f` on the page map of `inode`, creating an empty one if the file has none yet.
+    fn with<R>(&mut self, inode: InodeId, f: impl FnOnce(&mut PageMap) -> R) -> R;
+}
+
+/// Page maps in an ordered map: the simplest [`PageMaps`], used by the simulator and tests.
+#[derive(Default)]
+pub struct MapStore {
+    maps: BTreeMap<InodeId, PageMap>,
+}
+
+impl MapStore {
+    /// An empty store.
+    pub fn new() -> MapStore {
+        MapStore::default()
+    }
+
+    /// The map of `inode`, if it has one.
+    pub fn get(&self, inode: InodeId) -> Option<&PageMap> {
+        self.maps.get(&inode)
+    }
+
+    /// Every map.
+    pub fn iter(&self) -> impl Iterator<Item = (InodeId, &PageMap)> {
+        self.maps.iter().map(|(&i, m)| (i, m))
+    }
+
+    /// The map of `inode`, created if missing.
+    pub fn get_mut(&mut self, inode: InodeId) -> &mut PageMap {
+        self.maps.entry(inode).or_default()
+    }
+}
+
+impl PageMaps for MapStore {
+    fn with<R>(&mut self, inode: InodeId, f: impl FnOnce(&mut PageMap) -> R) -> R {
+        f(self.maps.entry(inode).or_default())
+    }
+}
+
+/// Page counts by state, signed: between throttle checks a writer's batch is not yet folded in,
+/// so a count may dip below zero briefly (the kernel's per-CPU counter error). Reads clamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub(crate) dirty: i64,
+    pub(crate) writeback: i64,
+    pub(crate) unstable: i64,
+    pub(crate) resident: i64,
+    pub(crate) dirtied: u64,
+    pub(crate) written: u64,
+}
+
+impl Counters {
+    pub(crate) fn dirty(&self) -> u64 {
+        self.dirty.max(0) as u64
+    }
+    pub(crate) fn writeback(&self) -> u64 {
+        self.writeback.max(0) as u64
+    }
+    pub(crate) fn unstable(&self) -> u64 {
+        self.unstable.max(0) as u64
+    }
+}
+
+/// Where a file is on its backend's writeback lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InodeList {
+    None,
+    Dirty,
+    Io,
+    MoreIo,
+}
+
+pub(crate) struct InodeMeta {
+    pub(crate) backend: BackendId,
+    pub(crate) group: GroupId,
+    pub(crate) dirtied_when: Instant,
+    pub(crate) dirty_seq: u64,
+    pub(crate) list: InodeList,
+    /// The submitter currently writing this file's chunk (the kernel's `I_SYNC`).
+    pub(crate) syncing: Option<Issuer>,
+    pub(crate) writeback_index: u64,
+    pub(crate) inflight: BTreeSet<IoId>,
+    pub(crate) commit_inflight: Option<IoId>,
+    pub(crate) commit_wanted: bool,
+    pub(crate) handles: u32,
+    pub(crate) err_seq: u64,
+    pub(crate) err: Option<IoError>,
+    pub(crate) err_unseen: bool,
+    pub(crate) retry_at: Option<Instant>,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) page_waiters: Vec<WriterId>,
+    pub(crate) last_read_end: u64,
+    pub(crate) readahead: u64,
+}
+
+/// One backend's writeback state (the kernel's `bdi_writeback`).
+pub(crate) struct Wb {
+    pub(crate) counters: Counters,
+    pub(crate) rates: Rates,
+    pub(crate) share: Local,
+    pub(crate) dirty_exceeded: bool,
+    /// Requests in flight (writes and reads).
+    pub(crate) inflight: u32,
+    pub(crate) submitters: BTreeMap<Issuer, Submitter>,
+    /// Submitters waiting for a free request slot, served round robin.
+    pub(crate) ready: VecDeque<Issuer>,
+    pub(crate) flusher: Flusher,
+    pub(crate) verifiers: Vec<u64>,
+    pub(crate) last_completion: Instant,
+}
+
+pub(crate) enum IoKind {
+    Write { run: Run, class: IoClass, issuer: Issuer },
+    Read { run: Run, frames: Vec<FrameId> },
+    Commit,
+}
+
+pub(crate) struct IoRecord {
+    pub(crate) backend: BackendId,
+    pub(crate) inode: InodeId,
+    pub(crate) kind: IoKind,
+    pub(crate) issued: Instant,
+}
+
+pub(crate) enum FsyncPhase {
+    /// Writing the pages tagged when the fsync began.
+    Writing,
+    /// Waiting for every write in flight up to this IO.
+    Waiting(IoId),
+    /// Waiting for a COMMIT of the file.
+    Committing,
+}
+
+pub(crate) struct FsyncState {
+    pub(crate) handle: HandleId,
+    pub(crate) inode: InodeId,
+    pub(crate) phase: FsyncPhase,
+}
+
+pub(crate) struct SyncState {
+    pub(crate) backends_left: u32,
+    pub(crate) error: Option<IoError>,
+    pub(crate) err_seq_start: BTreeMap<InodeId, u64>,
+}
+
+pub(crate) struct ReadState {
+    pub(crate) inode: InodeId,
+    pub(crate) ios_left: u32,
+    pub(crate) error: Option<IoError>,
+}
+
+/// Why a writer waits for [`Action::Resume`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitReason {
+    /// Its own writeback IO (legacy policy).
+    OwnWriteback,
+    /// A page under writeback of this file.
+    Page(InodeId),
+    /// Free memory.
+    Memory,
+}
+
+/// The writeback engine of one cache.
+pub struct Engine {
+    pub(crate) cfg: Config,
+    pub(crate) hz: u64,
+    pub(crate) now: Instant,
+    pub(crate) actions: VecDeque<Action>,
+    pub(crate) next_io: u64,
+    pub(crate) global: Counters,
+    pub(crate) groups: BTreeMap<GroupId, Counters>,
+    pub(crate) wbs: Vec<Wb>,
+    pub(crate) inodes: BTreeMap<InodeId, InodeMeta>,
+    pub(crate) handles: BTreeMap<HandleId, (InodeId, u64)>,
+    pub(crate) ios: BTreeMap<IoId, IoRecord>,
+    pub(crate) mem: Memory,
+    pub(crate) completions: Proportions,
+    pub(crate) dirty_shares: EventProportions,
+    pub(crate) dirty_limit: u64,
+    pub(crate) dirty_limit_stamp: u64,
+    pub(crate) waiters: BTreeMap<WriterId, WaitReason>,
+    pub(crate) writer_ios: BTreeMap<WriterId, u32>,
+    pub(crate) writer_written: BTreeMap<WriterId, u64>,
+    pub(crate) fsyncs: BTreeMap<RequestId, FsyncState>,
+    pub(crate) syncs: BTreeMap<RequestId, SyncState>,
+    pub(crate) reads: BTreeMap<RequestId, ReadState>,
+    pub(crate) stats: Stats,
+    pub(crate) trace: Vec<(Instant, TraceEvent)>,
+    pub(crate) dirty_seq: u64,
+    pub(crate) min_ratio_sum: u32,
+}
+
+impl Engine {
+    /// An engine for `config`, starting at time `now`. Fails if the configuration is invalid.
+    pub fn new(config: Config, now: Instant) -> Result<Engine, ConfigError> {
+        config.validate()?;
+        let hz = config.hz;
+        let now_j = now.jiffies(hz);
+        let wbs = config
+            .backends
+            .iter()
+            .map(|_| Wb {
+                counters: Counters::default(),
+                rates: Rates::new(now_j),
+                share: Local::default(),
+                dirty_exceeded: false,
+                inflight: 0,
+                submitters: BTreeMap::new(),
+                ready: VecDeque::new(),
+                flusher: Flusher::new(now),
+                verifiers: Vec::new(),
+                last_completion: now,
+            })
+            .collect();
+        let mem = Memory::new(&config);
+        let memory_pages = config.memory_pages();
+        let min_ratio_sum = config.backends.iter().map(|b| b.min_ratio).sum();
+        let mut engine = Engine {
+            hz,
+            now,
+            actions: VecDeque::new(),
+            next_io: 1,
+            global: Counters::default(),
+            groups: BTreeMap::new(),
+            wbs,
+            inodes: BTreeMap::new(),
+            handles: BTreeMap::new(),
+            ios: BTreeMap::new(),
+            mem,
+            completions: Proportions::new(now),
+            // 2.6.3x: a period of about twice the dirty limit, in events.
+            dirty_shares: EventProportions::new(2 + crate::limits::ilog2((memory_pages / 5).max(2) - 1)),
+            dirty_limit: 0,
+            dirty_limit_stamp: now_j,
+            waiters: BTreeMap::new(),
+            writer_ios: BTreeMap::new(),
+            writer_written: BTreeMap::new(),
+            fsyncs: BTreeMap::new(),
+            syncs: BTreeMap::new(),
+            reads: BTreeMap::new(),
+            stats: Stats::default(),
+            trace: Vec::new(),
+            dirty_seq: 0,
+            min_ratio_sum,
+            cfg: config,
+        };
+        engine.dirty_limit = engine.global_thresholds().thresh;
+        Ok(engine)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Takes the next action, if any. Drivers drain this after every entry point.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Takes the trace events recorded since the last call (empty unless `Config::trace`).
+    pub fn drain_trace(&mut self) -> Vec<(Instant, TraceEvent)> {
+        std::mem::take(&mut self.trace)
+    }
+
+    /// The earliest instant at which the engine wants [`Event::Timer`].
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for wb in &self.wbs {
+            consider(wb.flusher.timer);
+        }
+        for meta in self.inodes.values() {
+            consider(meta.retry_at);
+        }
+        next
+    }
+
+    pub(crate) fn advance(&mut self, now: Instant) {
+        assert!(now >= self.now, "time went backwards: {now} after {}", self.now);
+        self.now = now;
+    }
+
+    pub(crate) fn emit(&mut self, action: Action) {
+        self.actions.push_back(action);
+    }
+
+    pub(crate) fn record(&mut self, event: TraceEvent) {
+        if self.cfg.trace {
+            self.trace.push((self.now, event));
+        }
+    }
+
+    pub(crate) fn new_io(&mut self) -> IoId {
+        let id = IoId(self.next_io);
+        self.next_io += 1;
+        id
+    }
+
+    /// Handles one event.
+    pub fn handle<M: PageMaps>(&mut self, now: Instant, event: Event, maps: &mut M) {
+        self.advance(now);
+        match event {
+            Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
+            Event::Close { handle, request } => {
+                let result = self.take_handle_error(handle);
+                if let Some((inode, _)) = self.handles.remove(&handle)
+                    && let Some(meta) = self.inodes.get_mut(&inode)
+                {
+                    meta.handles = meta.handles.saturating_sub(1);
+                }
+                self.emit(Action::CloseDone { request, result });
+            }
+            Event::Fsync { handle, request } => self.fsync_start(handle, request, maps),
+            Event::Sync { request } => self.sync_start(request, maps),
+            Event::Read { inode, first_page, pages, request } => self.read_start(inode, first_page, pages, request, maps),
+            Event::Truncate { inode, first_page } => self.truncate(inode, first_page, maps),
+            Event::WriteDone { io, result } => self.write_done(io, result, maps),
+            Event::CommitDone { io, result } => self.commit_done(io, result, maps),
+            Event::ReadDone { io, result } => self.read_done(io, result, maps),
+            Event::DirectRead { .. } => {}
+            Event::AnonAlloc { pages } => {
+                self.mem.add_anon(pages);
+                self.kswapd(maps);
+            }
+            Event::AnonFree { pages } => {
+                self.mem.sub_anon(pages);
+                self.wake_memory_waiters(maps);
+            }
+            Event::Timer => self.timer(maps),
+        }
+        self.drive_all(maps);
+    }
+
+    fn open(&mut self, handle: HandleId, inode: InodeId, backend: BackendId) {
+        assert!(backend.index() < self.wbs.len(), "open on unknown backend {backend}");
+        let meta = self.inodes.entry(inode).or_insert_with(|| InodeMeta {
+            backend,
+            group: GroupId(0),
+            dirtied_when: Instant::ZERO,
+            dirty_seq: 0,
+            list: InodeList::None,
+            syncing: None,
+            writeback_index: 0,
+            inflight: BTreeSet::new(),
+            commit_inflight: None,
+            commit_wanted: false,
+            handles: 0,
+            err_seq: 0,
+            err: None,
+            err_unseen: false,
+            retry_at: None,
+            retry_backoff: Duration::ZERO,
+            page_waiters: Vec::new(),
+            last_read_end: u64::MAX,
+            readahead: 0,
+        });
+        meta.handles += 1;
+        // Errors nobody has seen yet are reported to the next opener too (errseq).
+        let seen = if meta.err_unseen { meta.err_seq.saturating_sub(1) } else { meta.err_seq };
+        self.handles.insert(handle, (inode, seen));
+    }
+
+    /// Whether `inode` is known (has been opened).
+    pub fn knows_inode(&self, inode: InodeId) -> bool {
+        self.inodes.contains_key(&inode)
+    }
+
+    /// The backend of a known file.
+    pub fn inode_backend(&self, inode: InodeId) -> Option<BackendId> {
+        self.inodes.get(&inode).map(|m| m.backend)
+    }
+
+    /// The last write error recorded for a file, if any (queryable error state).
+    pub fn inode_error(&self, inode: InodeId) -> Option<IoError> {
+        self.inodes.get(&inode).and_then(|m| m.err)
+    }
+
+    /// The error not yet reported to `handle`, marking it reported (errseq semantics).
+    fn take_handle_error(&mut self, handle: HandleId) -> Result<(), IoError> {
+        let Some(&(inode, seen)) = self.handles.get(&handle) else { return Ok(()) };
+        let Some(meta) = self.inodes.get_mut(&inode) else { return Ok(()) };
+        if meta.err_seq > seen {
+            meta.err_unseen = false;
+            self.handles.insert(handle, (inode, meta.err_seq));
+            return Err(meta.err.expect("an error sequence implies an error"));
+        }
+        Ok(())
+    }
+
+    /// A write made a clean file dirty (`WriteStep::inode_became_dirty`): put it on its
+    /// backend's dirty list so the flusher sees it (the kernel's `__mark_inode_dirty`).
+    pub fn inode_dirtied(&mut self, now: Instant, inode: InodeId) {
+        self.advance(now);
+        self.mark_inode_dirty(inode);
+    }
+
+    pub(crate) fn mark_inode_dirty(&mut self, inode: InodeId) {
+        let now = self.now;
+        let Some(meta) = self.inodes.get_mut(&inode) else {
+            panic!("inode {inode} dirtied before it was opened");
+        };
+        if meta.list != InodeList::None {
+            // Already dirty, or queued by the flusher, which requeues it: never reposition.
+            return;
+        }
+        self.dirty_seq += 1;
+        meta.dirtied_when = now;
+        meta.dirty_seq = self.dirty_seq;
+        meta.list = InodeList::Dirty;
+        let b = meta.backend;
+        let key = (now, self.dirty_seq);
+        let interval = self.writeback_interval();
+        let wb = &mut self.wbs[b.index()];
+        let was_empty = wb.flusher.dirty.is_empty();
+        wb.flusher.dirty.insert(key, inode);
+        if was_empty && wb.flusher.timer.is_none() && self.cfg.dirty_writeback_centisecs > 0 {
+            // First dirty file of the backend: wake the flusher one period later.
+            wb.flusher.timer = Some(now + interval);
+        }
+    }
+
+    pub(crate) fn writeback_interval(&self) -> Duration {
+        Duration::from_millis(u64::from(self.cfg.dirty_writeback_centisecs) * 10)
+    }
+
+    pub(crate) fn expire_interval(&self) -> Duration {
+        Duration::from_millis(u64::from(self.cfg.dirty_expire_centisecs) * 10)
+    }
+
+    /// Folds a writer's batched dirtying into the shared counters and LRU.
+    pub(crate) fn apply_pending(&mut self, w: &mut Writer) {
+        for p in w.pending.drain(..) {
+            let meta = self.inodes.get_mut(&p.inode).expect("writes go to opened inodes");
+            if meta.group != w.group && meta.list == InodeList::None {
+                meta.group = w.group;
+            }
+            let (b, g) = (meta.backend, meta.group);
+            for c in [&mut self.global, &mut self.wbs[b.index()].counters, self.groups.entry(g).or_default()] {
+                c.dirty += p.dirtied as i64;
+                c.unstable -= p.from_unstable as i64;
+                c.resident += p.new_pages as i64;
+                c.dirtied += p.dirtied;
+            }
+            if self.cfg.throttle != crate::config::ThrottlePolicy::Ioless {
+                self.dirty_shares.add(&mut w.dirty_share, p.dirtied);
+            }
+        }
+        for (frame, inode, index) in w.added.drain(..) {
+            self.mem.add_to_lru(frame, inode, index);
+        }
+    }
+
+    /// Applies a change of page states of a file on `b` to every counter.
+    pub(crate) fn account(&mut self, inode: InodeId, delta: Counters) {
+        let meta = &self.inodes[&inode];
+        let (b, g) = (meta.backend, meta.group);
+        for c in [&mut self.global, &mut self.wbs[b.index()].counters, self.groups.entry(g).or_default()] {
+            c.dirty += delta.dirty;
+            c.writeback += delta.writeback;
+            c.unstable += delta.unstable;
+            c.resident += delta.resident;
+            c.dirtied += delta.dirtied;
+            c.written += delta.written;
+        }
+    }
+
+    /// Writer exits: its pending dirtying and reserved frames go back to the engine.
+    pub fn writer_exit(&mut self, now: Instant, w: &mut Writer) {
+        self.advance(now);
+        self.apply_pending(w);
+        for frame in w.frames.drain(..) {
+            self.mem.release(frame);
+        }
+        self.waiters.remove(&w.id);
+    }
+
+    /// Folds a writer's batch into the shared counters without a throttle check (the kernel's
+    /// periodic fold of per-CPU deltas); drivers call it for idle writers and before fsync.
+    pub fn flush_writer(&mut self, now: Instant, w: &mut Writer) {
+        self.advance(now);
+        self.apply_pending(w);
+    }
+
+    // ----- completions -----
+
+    fn write_done<M: PageMaps>(&mut self, io: IoId, result: Result<Stability, IoError>, maps: &mut M) {
+        let record = self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let IoKind::Write { run, class: _, issuer } = record.kind else { panic!("io {io} is not a write") };
+        let (b, inode) = (record.backend, record.inode);
+        self.wbs[b.index()].inflight -= 1;
+        self.wbs[b.index()].last_completion = self.now;
+        let end = match result {
+            Ok(Stability::Stable) => WriteEnd::Stable,
+            Ok(Stability::Unstable { verifier }) => WriteEnd::Unstable(self.verifier_slot(b, verifier)),
+            Err(e) => {
+                self.stats.write_errors += 1;
+                self.record_error(inode, e);
+                if e.may_pass() { WriteEnd::Redirty } else { WriteEnd::Hold }
+            }
+        };
+        let out = maps.with(inode, |m| m.end_writeback(run, end));
+        let mut delta = Counters {
+            writeback: -(run.count as i64),
+            dirty: out.redirtied as i64,
+            unstable: out.unstable as i64,
+            resident: -(out.freed as i64),
+            ..Counters::default()
+        };
+        let completed = out.cleaned + out.unstable;
+        delta.written = completed;
+        self.account(inode, delta);
+        if completed > 0 {
+            let max_frac = crate::fprop::FRAC_BASE * u64::from(self.cfg.backends[b.index()].max_ratio) / 100;
+            let now = self.now;
+            let wb = &mut self.wbs[b.index()];
+            self.completions.add(now, &mut wb.share, completed, max_frac);
+        }
+        for frame in out.freed_frames {
+            self.mem.release(frame);
+        }
+        for frame in out.rotate {
+            if self.mem.list_of(frame) != List::None {
+                self.mem.move_to_inactive_tail(frame);
+            }
+        }
+        if out.inode_became_dirty {
+            self.mark_inode_dirty(inode);
+        }
+        if let Some(meta) = self.inodes.get_mut(&inode) {
+            meta.inflight.remove(&io);
+            if result.is_ok() {
+                meta.retry_backoff = Duration::ZERO;
+            }
+        }
+        if let Issuer::Writer(w) = issuer {
+            self.writer_io_done(w);
+        }
+        self.wake_page_waiters(inode);
+        self.maybe_commit(inode, maps);
+        self.fsync_progress(inode, maps);
+        self.sync_progress(b, maps);
+        self.bandwidth_tick(b);
+        self.wake_memory_waiters(maps);
+    }
+
+    fn verifier_slot(&mut self, b: BackendId, verifier: u64) -> u16 {
+        let list = &mut self.wbs[b.index()].verifiers;
+        match list.iter().position(|&v| v == verifier) {
+            Some(i) => i as u16,
+            None => {
+                assert!(list.len() < usize::from(u16::MAX), "too many write verifiers");
+                list.push(verifier);
+                (list.len() - 1) as u16
+            }
+        }
+    }
+
+    /// Records a write error on a file: every open handle will see it once.
+    fn record_error(&mut self, inode: InodeId, e: IoError) {
+        let now = self.now;
+        if let Some(meta) = self.inodes.get_mut(&inode) {
+            meta.err_seq += 1;
+            meta.err = Some(e);
+            meta.err_unseen = true;
+            if e.may_pass() {
+                // Retry with exponential backoff: 100 ms doubling to 30 s.
+                meta.retry_backoff = if meta.retry_backoff == Duration::ZERO {
+                    Duration::from_millis(100)
+                } else {
+                    (meta.retry_backoff + meta.retry_backoff).min(Duration::from_secs(30))
+                };
+                meta.retry_at = Some(now + meta.retry_backoff);
+            }
+        }
+    }
+
+    fn wake_page_waiters(&mut self, inode: InodeId) {
+        if let Some(meta) = self.inodes.get_mut(&inode)
+            && !meta.page_waiters.is_empty()
+        {
+            let waiters = std::mem::take(&mut meta.page_waiters);
+            for w in waiters {
+                if self.waiters.remove(&w).is_some() {
+                    self.actions.push_back(Action::Resume { writer: w });
+                }
+            }
+        }
+    }
+
+    /// A writer found a page under writeback: it waits for that file's next completion.
+    pub fn wait_for_page<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, inode: InodeId, page: u64, maps: &mut M) -> crate::Verdict {
+        self.advance(now);
+        let busy = maps.with(inode, |m| m.page(page).is_some_and(|p| p.state == crate::PageState::Writeback));
+        if !busy {
+            return crate::Verdict::Proceed { stalled: Duration::ZERO };
+        }
+        w.call = crate::writer::CallState::Blocked;
+        w.call_start = now;
+        self.waiters.insert(w.id, WaitReason::Page(inode));
+        self.inodes.get_mut(&inode).expect("known inode").page_waiters.push(w.id);
+        crate::Verdict::Wait
+    }
+
+    // ----- commits (two-phase backends) -----
+
+    /// Sends a COMMIT for `inode` when it wants one, has unstable pages and no write in flight.
+    pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
+        let Some(meta) = self.inodes.get(&inode) else { return };
+        let fsync_wants = self.fsyncs.values().any(|f| f.inode == inode && matches!(f.phase, FsyncPhase::Committing));
+        if !(meta.commit_wanted || fsync_wants) || meta.commit_inflight.is_some() || !meta.inflight.is_empty() {
+            return;
+        }
+        let b = meta.backend;
+        let pages = maps.with(inode, |m| if m.counts().unstable > 0 { m.begin_commit() } else { 0 });
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        meta.commit_wanted = false;
+        if pages == 0 {
+            return;
+        }
+        let io = self.new_io();
+        self.inodes.get_mut(&inode).expect("known").commit_inflight = Some(io);
+        self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Commit, issued: self.now });
+        self.stats.commits += 1;
+        self.stats.commit_pages += pages;
+        self.emit(Action::Commit { io, backend: b, inode, pages });
+    }
+
+    fn commit_done<M: PageMaps>(&mut self, io: IoId, result: Result<u64, IoError>, maps: &mut M) {
+        let record = self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let (b, inode) = (record.backend, record.inode);
+        self.inodes.get_mut(&inode).expect("known").commit_inflight = None;
+        let out = match result {
+            Ok(verifier) => {
+                let verifiers = self.wbs[b.index()].verifiers.clone();
+                maps.with(inode, |m| m.resolve_commit(|slot| verifiers.get(usize::from(slot)) == Some(&verifier)))
+            }
+            Err(e) => {
+                self.record_error(inode, e);
+                // The server may have lost the data: write it again.
+                maps.with(inode, |m| m.resolve_commit(|_| false))
+            }
+        };
+        self.stats.verifier_redirtied += out.redirtied;
+        let delta = Counters {
+            unstable: -((out.cleaned + out.redirtied) as i64),
+            dirty: out.redirtied as i64,
+            ..Counters::default()
+        };
+        self.account(inode, delta);
+        if out.inode_became_dirty {
+            self.mark_inode_dirty(inode);
+        }
+        self.fsync_progress(inode, maps);
+        self.sync_progress(b, maps);
+        self.wake_memory_waiters(maps);
+    }
+
+    // ----- fsync, sync, close -----
+
+    fn fsync_start<M: PageMaps>(&mut self, handle: HandleId, request: RequestId, maps: &mut M) {
+        let Some(&(inode, _)) = self.handles.get(&handle) else {
+            self.emit(Action::FsyncDone { request, result: Err(IoError { errno: 9 }) });
+            return;
+        };
+        self.fsyncs.insert(request, FsyncState { handle, inode, phase: FsyncPhase::Writing });
+        self.fsync_write_phase(request, maps);
+    }
+
+    fn fsync_write_phase<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
+        let inode = self.fsyncs[&request].inode;
+        let tagged = maps.with(inode, |m| m.tag_dirty());
+        if tagged > 0 {
+            let b = self.inodes[&inode].backend;
+            self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Writing;
+            self.add_submitter(b, Issuer::Fsync(request), Submitter::new(inode, 0, u64::MAX, true, false, IoClass::Sync));
+        } else {
+            self.fsync_wait_phase(request, maps);
+        }
+    }
+
+    pub(crate) fn fsync_wait_phase<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
+        let inode = self.fsyncs[&request].inode;
+        match self.inodes[&inode].inflight.last().copied() {
+            Some(last) => self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Waiting(last),
+            None => self.fsync_commit_phase(request, maps),
+        }
+    }
+
+    fn fsync_commit_phase<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
+        let inode = self.fsyncs[&request].inode;
+        let counts = maps.with(inode, |m| m.counts());
+        if counts.tagged > 0 || (counts.dirty > 0 && self.fsync_has_unwritten(inode, maps)) {
+            // A commit redirtied pages (server restart): write them again.
+            self.fsync_write_phase(request, maps);
+            return;
+        }
+        if counts.unstable > 0 || self.inodes[&inode].commit_inflight.is_some() {
+            self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Committing;
+            self.maybe_commit(inode, maps);
+            return;
+        }
+        let state = self.fsyncs.remove(&request).expect("fsync");
+        let result = self.take_handle_error(state.handle);
+        self.emit(Action::FsyncDone { request, result });
+    }
+
+    fn fsync_has_unwritten<M: PageMaps>(&self, _inode: InodeId, _maps: &mut M) -> bool {
+        // Pages dirtied after the fsync began are not its business; only pages a failed
+        // commit redirtied are, and those are re-tagged by the write phase.
+        false
+    }
+
+    pub(crate) fn fsync_progress<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
+        let ready: Vec<RequestId> = self
+            .fsyncs
+            .iter()
+            .filter(|(_, f)| f.inode == inode)
+            .filter(|(_, f)| match f.phase {
+                FsyncPhase::Writing => false,
+                FsyncPhase::Waiting(last) => self.inodes[&inode].inflight.range(..=last).next().is_none(),
+                FsyncPhase::Committing => self.inodes[&inode].commit_inflight.is_none(),
+            })
+            .map(|(&r, _)| r)
+            .collect();
+        for request in ready {
+            self.fsync_commit_phase(request, maps);
+        }
+    }
+
+    fn sync_start<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
+        let err_seq_start = self.inodes.iter().map(|(&i, m)| (i, m.err_seq)).collect();
+        self.syncs.insert(request, SyncState { backends_left: self.wbs.len() as u32, error: None, err_seq_start });
+        for b in 0..self.wbs.len() {
+            self.queue_sync_work(BackendId(b as u32), request);
+        }
+        let _ = maps;
+    }
+
+    /// Called when a backend's part of a sync may have finished.
+    pub(crate) fn sync_progress<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        let done: Vec<RequestId> = {
+            let wb = &self.wbs[b.index()];
+            wb.flusher
+                .sync_waits
+                .iter()
+                .filter(|&(_, &last)| self.ios.range(..=last).all(|(_, r)| r.backend != b || matches!(r.kind, IoKind::Read { .. })))
+                .map(|(&r, _)| r)
+                .collect()
+        };
+        for request in done {
+            // Writes done: commit every file of this backend with unstable pages.
+            let unstable: Vec<InodeId> = self
+                .inodes
+                .iter()
+                .filter(|(_, m)| m.backend == b)
+                .map(|(&i, _)| i)
+                .filter(|&i| maps.with(i, |m| m.counts().unstable > 0))
+                .collect();
+            let pending_commit = unstable.iter().any(|i| self.inodes[i].commit_inflight.is_some());
+            if !unstable.is_empty() || pending_commit {
+                for i in unstable {
+                    self.inodes.get_mut(&i).expect("known").commit_wanted = true;
+                    self.maybe_commit(i, maps);
+                }
+                // Keep waiting: the commits' completions call back here. Track them by the
+                // newest IO issued.
+                let last = IoId(self.next_io - 1);
+                self.wbs[b.index()].flusher.sync_waits.insert(request, last);
+                if self.ios.range(..=last).any(|(_, r)| r.backend == b && matches!(r.kind, IoKind::Commit)) {
+                    continue;
+                }
+            }
+            self.wbs[b.index()].flusher.sync_waits.remove(&request);
+            let Some(state) = self.syncs.get_mut(&request) else { continue };
+            state.backends_left -= 1;
+            if state.backends_left == 0 {
+                let state = self.syncs.remove(&request).expect("sync");
+                let error = state.error.or_else(|| {
+                    self.inodes
+                        .iter()
+                        .find(|(i, m)| m.err_seq > state.err_seq_start.get(i).copied().unwrap_or(0))
+                        .and_then(|(_, m)| m.err)
+                });
+                self.emit(Action::SyncDone { request, result: error.map_or(Ok(()), Err) });
+            }
+        }
+    }
+
+    // ----- reads -----
+
+    fn read_start<M: PageMaps>(&mut self, inode: InodeId, first: u64, pages: u64, request: RequestId, maps: &mut M) {
+        let Some(meta) = self.inodes.get_mut(&inode) else {
+            self.emit(Action::ReadDone { request, result: Err(IoError { errno: 9 }) });
+            return;
+        };
+        // Sequential readahead: the window doubles on sequential reads up to 32 pages
+        // (the kernel's default read_ahead_kb = 128), and resets on a seek.
+        let sequential = meta.last_read_end == first;
+        meta.readahead = if sequential { (meta.readahead * 2).clamp(4, 32) } else { 4 };
+        meta.last_read_end = first + pages;
+        let span = if sequential { pages.max(meta.readahead) } else { pages };
+        let b = meta.backend;
+        let mut missing = Vec::new();
+        maps.with(inode, |m| m.lookup(first, span, &mut missing));
+        let mut ios_left = 0;
+        for run in missing {
+            let mut frames = Vec::new();
+            self.alloc_frames(run.count as usize, &mut frames, maps);
+            if frames.is_empty() {
+                continue;
+            }
+            let run = Run { first: run.first, count: frames.len() as u64 };
+            let io = self.new_io();
+            self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Read { run, frames }, issued: self.now });
+            self.wbs[b.index()].inflight += 1;
+            self.stats.reads += 1;
+            self.stats.read_pages += run.count;
+            self.emit(Action::Read { io, backend: b, inode, first_page: run.first, pages: run.count });
+            if run.first < first + pages {
+                ios_left += 1;
+            }
+        }
+        if ios_left == 0 {
+            self.emit(Action::ReadDone { request, result: Ok(()) });
+        } else {
+            self.reads.insert(request, ReadState { inode, ios_left, error: None });
+        }
+    }
+
+    fn read_done<M: PageMaps>(&mut self, io: IoId, result: Result<(), IoError>, maps: &mut M) {
+        let record = self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let IoKind::Read { run, mut frames } = record.kind else { panic!("io {io} is not a read") };
+        let (b, inode) = (record.backend, record.inode);
+        self.wbs[b.index()].inflight -= 1;
+        if result.is_ok() {
+            frames.reverse();
+            let inserted = maps.with(inode, |m| m.insert_clean(run.first, &mut frames, run.count));
+            let n = inserted.len() as i64;
+            for (frame, index) in inserted {
+                self.mem.add_to_lru(frame, inode, index);
+            }
+            self.account(inode, Counters { resident: n, ..Counters::default() });
+        }
+        for frame in frames {
+            self.mem.release(frame);
+        }
+        // Complete the requests this read covered.
+        let done: Vec<RequestId> = self
+            .reads
+            .iter_mut()
+            .filter(|(_, r)| r.inode == inode)
+            .filter_map(|(&req, r)| {
+                if let Err(e) = result {
+                    r.error = Some(e);
+                }
+                r.ios_left = r.ios_left.saturating_sub(1);
+                (r.ios_left == 0).then_some(req)
+            })
+            .collect();
+        for request in done {
+            let state = self.reads.remove(&request).expect("read");
+            self.emit(Action::ReadDone { request, result: state.error.map_or(Ok(()), Err) });
+        }
+        self.wake_memory_waiters(maps);
+    }
+
+    // ----- truncate -----
+
+    fn truncate<M: PageMaps>(&mut self, inode: InodeId, first_page: u64, maps: &mut M) {
+        if !self.inodes.contains_key(&inode) {
+            return;
+        }
+        let out = maps.with(inode, |m| m.truncate(first_page));
+        for &frame in &out.freed_frames {
+            self.mem.unlink(frame);
+            self.mem.release(frame);
+        }
+        let freed = out.freed_frames.len() as i64;
+        self.account(
+            inode,
+            Counters { dirty: -(out.dirty as i64), unstable: -(out.unstable as i64), resident: -freed, ..Counters::default() },
+        );
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        // Truncating away held pages is how a user gives up on data a permanent error keeps.
+        if maps.with(inode, |m| m.counts().dirty) == 0 {
+            let meta2 = self.inodes.get_mut(&inode).expect("known");
+            meta2.retry_at = None;
+        } else {
+            let _ = meta;
+        }
+    }
+
+    // ----- timers -----
+
+    fn timer<M: PageMaps>(&mut self, maps: &mut M) {
+        let now = self.now;
+        for b in 0..self.wbs.len() {
+            if self.wbs[b].flusher.timer.is_some_and(|t| t <= now) {
+                self.wbs[b].flusher.timer = None;
+                self.wbs[b].flusher.wake_periodic = true;
+            }
+        }
+        let due: Vec<InodeId> = self.inodes.iter().filter(|(_, m)| m.retry_at.is_some_and(|t| t <= now)).map(|(&i, _)| i).collect();
+        for inode in due {
+            let meta = self.inodes.get_mut(&inode).expect("known");
+            meta.retry_at = None;
+            let b = meta.backend;
+            // Retry: make sure the file is queued and the flusher runs.
+            self.mark_inode_dirty(inode);
+            self.wbs[b.index()].flusher.start_all = true;
+        }
+        let _ = maps;
+    }
+
+    // ----- views -----
+
+    /// The cache as a whole (`/proc/meminfo` style).
+    pub fn meminfo(&self) -> MemInfo {
+        let t = self.global_thresholds();
+        MemInfo {
+            total: self.mem.total(),
+            free: self.mem.free_pages(),
+            anon: self.mem.anon(),
+            cached: self.global.resident.max(0) as u64,
+            dirty: self.global.dirty(),
+            writeback: self.global.writeback(),
+            unstable: self.global.unstable(),
+            active: self.mem.list_len(List::Active),
+            inactive: self.mem.list_len(List::Inactive),
+            thresh: t.thresh,
+            bg_thresh: t.bg_thresh,
+            limit: crate::limits::hard_limit(t.thresh, self.dirty_limit),
+            dirtied: self.global.dirtied,
+            written: self.global.written,
+        }
+    }
+
+    /// One backend (`/sys/class/bdi` style).
+    pub fn bdi_stats(&self, b: BackendId) -> BdiStats {
+        let wb = &self.wbs[b.index()];
+        let t = self.global_thresholds();
+        let wb_thresh = self.wb_thresh(b, t.thresh);
+        BdiStats {
+            name: self.cfg.backends[b.index()].name.clone(),
+            dirty: wb.counters.dirty(),
+            writeback: wb.counters.writeback(),
+            unstable: wb.counters.unstable(),
+            wb_thresh,
+            wb_bg_thresh: crate::limits::wb_bg_thresh(wb_thresh, t.bg_thresh, t.thresh),
+            write_bandwidth: wb.rates.write_bandwidth,
+            avg_write_bandwidth: wb.rates.avg_write_bandwidth,
+            dirty_ratelimit: wb.rates.dirty_ratelimit,
+            balanced_dirty_ratelimit: wb.rates.balanced_dirty_ratelimit,
+            inflight: u64::from(wb.inflight),
+            dirtied: wb.counters.dirtied,
+            written: wb.counters.written,
+        }
+    }
+
+    /// Counts per writer group: (dirty, writeback, unstable, resident).
+    pub fn group_counts(&self, g: GroupId) -> (u64, u64, u64, u64) {
+        self.groups.get(&g).map_or((0, 0, 0, 0), |c| (c.dirty(), c.writeback(), c.unstable(), c.resident.max(0) as u64))
+    }
+
+    /// Requests in flight on `b`.
+    pub fn inflight(&self, b: BackendId) -> u32 {
+        self.wbs[b.index()].inflight
+    }
+
+    /// Verifies that the counters agree with the page maps, given every writer's pending
+    /// batch: per backend and in total, dirty, writeback, unstable and resident pages match a
+    /// recount, nothing is negative, and `clean + dirty + writeback + unstable = resident`.
+    /// Also checks the frame budget. For tests and the simulator's checkers (O(pages)).
+    pub fn check_accounting(&self, maps: &MapStore, writers: &[&Writer]) -> Result<(), String> {
+        let mut per_backend = vec![[0i64; 4]; self.wbs.len()];
+        let mut total = [0i64; 4];
+        for (inode, map) in maps.iter() {
+            let c = map.recount();
+            if c != map.counts() {
+                return Err(format!("inode {inode}: counts {:?} but recount {:?}", map.counts(), c));
+            }
+            if c.clean + c.dirty + c.writeback + c.unstable != c.resident {
+                return Err(format!("inode {inode}: states do not add up: {c:?}"));
+            }
+            let Some(meta) = self.inodes.get(&inode) else {
+                if c.resident > 0 {
+                    return Err(format!("inode {inode} has pages but was never opened"));
+                }
+                continue;
+            };
+            let v = [c.dirty as i64, c.writeback as i64, c.unstable as i64, c.resident as i64];
+            for k in 0..4 {
+                per_backend[meta.backend.index()][k] += v[k];
+                total[k] += v[k];
+            }
+        }
+        // Pending batches are dirtying not yet folded into the counters.
+        let mut pending = vec![[0i64; 4]; self.wbs.len()];
+        for w in writers {
+            for p in &w.pending {
+                let b = self.inodes[&p.inode].backend.index();
+                pending[b][0] += p.dirtied as i64;
+                pending[b][2] -= p.from_unstable as i64;
+                pending[b][3] += p.new_pages as i64;
+            }
+        }
+        let names = ["dirty", "writeback", "unstable", "resident"];
+        for (b, wb) in self.wbs.iter().enumerate() {
+            let have = [wb.counters.dirty, wb.counters.writeback, wb.counters.unstable, wb.counters.resident];
+            for k in 0..4 {
+                let exact = have[k] + pending[b][k];
+                if exact != per_backend[b][k] {
+                    return Err(format!("backend {b}: {} counter {} + pending {} != pages {}", names[k], have[k], pending[b][k], per_backend[b][k]));
+                }
+                if exact < 0 {
+                    return Err(format!("backend {b}: {} is negative", names[k]));
+                }
+            }
+        }
+        let g = [self.global.dirty, self.global.writeback, self.global.unstable, self.global.resident];
+        let pending_total: Vec<i64> = (0..4).map(|k| pending.iter().map(|p| p[k]).sum()).collect();
+        for k in 0..4 {
+            if g[k] + pending_total[k] != total[k] {
+                return Err(format!("global {} counter {} + pending {} != pages {}", names[k], g[k], pending_total[k], total[k]));
+            }
+        }
+        let reserved: u64 = writers.iter().map(|w| w.frames.len() as u64).sum();
+        let read_frames: u64 = self.ios.values().map(|r| if let IoKind::Read { frames, .. } = &r.kind { frames.len() as u64 } else { 0 }).sum();
+        let resident = total[3] as u64;
+        if self.mem.allocated() != resident + reserved + read_frames {
+            return Err(format!(
+                "frames: allocated {} != resident {resident} + reserved {reserved} + reading {read_frames}",
+                self.mem.allocated()
+            ));
+        }
+        if self.mem.allocated() + self.mem.anon() > self.mem.total() {
+            return Err(format!("memory budget exceeded: {} + {} > {}", self.mem.allocated(), self.mem.anon(), self.mem.total()));
+        }
+        Ok(())
+    }
+}

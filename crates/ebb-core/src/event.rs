@@ -1,0 +1,289 @@
+//! The vocabulary that crosses the core boundary: events in, actions out, verdicts for writers.
+//!
+//! Drivers hand the engine [`Event`]s stamped with `now` and drain [`Action`]s. Writers take a
+//! faster path: they dirty pages through [`crate::writer::write_pages`] on their own
+//! [`crate::Writer`] state and the file's [`crate::PageMap`], and enter the engine only for a
+//! throttle check, which answers with a [`Verdict`].
+
+use std::fmt;
+
+use crate::ids::{BackendId, HandleId, InodeId, IoId, RequestId, WriterId};
+use crate::time::{Duration, Instant};
+
+/// An operating error from a backend, as the OS reported it (a Linux errno).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoError {
+    /// The errno value (e.g. 5 for EIO, 28 for ENOSPC).
+    pub errno: i32,
+}
+
+/// Linux errno values the core classifies.
+pub mod errno {
+    /// I/O error.
+    pub const EIO: i32 = 5;
+    /// Try again.
+    pub const EAGAIN: i32 = 11;
+    /// Out of memory.
+    pub const ENOMEM: i32 = 12;
+    /// File too large.
+    pub const EFBIG: i32 = 27;
+    /// No space left on device.
+    pub const ENOSPC: i32 = 28;
+    /// Read-only file system.
+    pub const EROFS: i32 = 30;
+    /// Quota exceeded.
+    pub const EDQUOT: i32 = 122;
+    /// Connection timed out.
+    pub const ETIMEDOUT: i32 = 110;
+    /// Stale file handle.
+    pub const ESTALE: i32 = 116;
+}
+
+impl IoError {
+    /// Whether retrying later may succeed. ENOSPC, EROFS, EDQUOT and EFBIG will not pass by
+    /// themselves: pages that failed with them are held until the user acts. Everything else
+    /// (EIO from a flaky device, timeouts, EAGAIN) is retried with backoff.
+    pub fn may_pass(self) -> bool {
+        !matches!(self.errno, errno::ENOSPC | errno::EROFS | errno::EDQUOT | errno::EFBIG | errno::ESTALE)
+    }
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "errno {}", self.errno)
+    }
+}
+
+/// How a backend accepted a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stability {
+    /// Durable.
+    Stable,
+    /// Accepted by a two-phase backend under this write verifier; a COMMIT makes it durable.
+    Unstable {
+        /// The server's write verifier (changes when the server restarts).
+        verifier: u64,
+    },
+}
+
+/// Why an IO is issued; selects its admission limit (wbt) and priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IoClass {
+    /// Background, periodic or legacy-writer writeback.
+    Background,
+    /// Integrity writeback for fsync or sync.
+    Sync,
+    /// Writeback requested by reclaim.
+    Reclaim,
+    /// A read.
+    Read,
+}
+
+/// Who issued a write; the legacy policy makes writers issue their own writeback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Issuer {
+    /// The backend's flusher.
+    Flusher,
+    /// A throttled writer doing writeback itself (legacy policy).
+    Writer(WriterId),
+    /// An fsync.
+    Fsync(RequestId),
+    /// Reclaim writing a single page (legacy reclaim).
+    Reclaim,
+}
+
+/// An input to the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A handle of `inode`, stored on `backend`, was opened.
+    Open {
+        /// The new handle.
+        handle: HandleId,
+        /// Its file.
+        inode: InodeId,
+        /// Where the file lives.
+        backend: BackendId,
+    },
+    /// A handle is closed; answered by [`Action::CloseDone`] with any write error not yet
+    /// reported to this handle.
+    Close {
+        /// The handle.
+        handle: HandleId,
+        /// Names the answer.
+        request: RequestId,
+    },
+    /// Make everything written through this handle's file durable; answered by
+    /// [`Action::FsyncDone`].
+    Fsync {
+        /// The handle.
+        handle: HandleId,
+        /// Names the answer.
+        request: RequestId,
+    },
+    /// Make everything dirty now durable; answered by [`Action::SyncDone`].
+    Sync {
+        /// Names the answer.
+        request: RequestId,
+    },
+    /// Read pages `[first_page, first_page + pages)` of `inode` into the cache; answered by
+    /// [`Action::ReadDone`] once they are all resident.
+    Read {
+        /// The file.
+        inode: InodeId,
+        /// First page.
+        first_page: u64,
+        /// Pages.
+        pages: u64,
+        /// Names the answer.
+        request: RequestId,
+    },
+    /// Drop the file's pages at and after `first_page` (truncate or unlink).
+    Truncate {
+        /// The file.
+        inode: InodeId,
+        /// First page dropped.
+        first_page: u64,
+    },
+    /// A write the engine asked for finished.
+    WriteDone {
+        /// The IO.
+        io: IoId,
+        /// How it ended.
+        result: Result<Stability, IoError>,
+    },
+    /// A COMMIT the engine asked for finished, with the server's verifier.
+    CommitDone {
+        /// The IO.
+        io: IoId,
+        /// The verifier, or the error.
+        result: Result<u64, IoError>,
+    },
+    /// A read the engine asked for finished.
+    ReadDone {
+        /// The IO.
+        io: IoId,
+        /// How it ended.
+        result: Result<(), IoError>,
+    },
+    /// A read the driver performed without the cache (O_DIRECT) completed after `latency`;
+    /// feeds writeback throttling.
+    DirectRead {
+        /// The device.
+        backend: BackendId,
+        /// Issue to completion.
+        latency: Duration,
+    },
+    /// Memory outside the cache (anonymous memory) grew by `pages`.
+    AnonAlloc {
+        /// Pages.
+        pages: u64,
+    },
+    /// Memory outside the cache shrank by `pages`.
+    AnonFree {
+        /// Pages.
+        pages: u64,
+    },
+    /// The instant returned by `poll_timeout` has come.
+    Timer,
+}
+
+/// An output of the engine, for the driver to carry out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Write pages `[first_page, first_page + pages)` of `inode` (all under writeback) to
+    /// `backend`, then report [`Event::WriteDone`].
+    Write {
+        /// Names the completion.
+        io: IoId,
+        /// Where.
+        backend: BackendId,
+        /// The file.
+        inode: InodeId,
+        /// First page.
+        first_page: u64,
+        /// Pages, contiguous.
+        pages: u64,
+        /// Why.
+        class: IoClass,
+        /// Who asked.
+        issuer: Issuer,
+    },
+    /// Commit every unstable write of `inode` on a two-phase backend, then report
+    /// [`Event::CommitDone`].
+    Commit {
+        /// Names the completion.
+        io: IoId,
+        /// Where.
+        backend: BackendId,
+        /// The file.
+        inode: InodeId,
+        /// Unstable pages it covers.
+        pages: u64,
+    },
+    /// Read pages into frames the engine assigned, then report [`Event::ReadDone`].
+    Read {
+        /// Names the completion.
+        io: IoId,
+        /// Where.
+        backend: BackendId,
+        /// The file.
+        inode: InodeId,
+        /// First page.
+        first_page: u64,
+        /// Pages.
+        pages: u64,
+    },
+    /// A writer that got [`Verdict::Wait`] may go on: it calls
+    /// [`crate::Engine::throttle_continue`].
+    Resume {
+        /// The writer.
+        writer: WriterId,
+    },
+    /// The answer to [`Event::Fsync`].
+    FsyncDone {
+        /// The request.
+        request: RequestId,
+        /// Ok, or the first write error not yet reported to this handle.
+        result: Result<(), IoError>,
+    },
+    /// The answer to [`Event::Sync`].
+    SyncDone {
+        /// The request.
+        request: RequestId,
+        /// Ok, or a write error seen during the sync.
+        result: Result<(), IoError>,
+    },
+    /// The answer to [`Event::Close`].
+    CloseDone {
+        /// The request.
+        request: RequestId,
+        /// Ok, or a write error not yet reported to this handle.
+        result: Result<(), IoError>,
+    },
+    /// The answer to [`Event::Read`]: the pages are resident (or the read failed).
+    ReadDone {
+        /// The request.
+        request: RequestId,
+        /// Ok, or the error.
+        result: Result<(), IoError>,
+    },
+}
+
+/// What a writer must do after a throttle check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on writing. `stalled` is the time spent in this throttle call, from its first
+    /// check to now (the kernel trace's `paused`, plus any pause just finished).
+    Proceed {
+        /// Time spent throttled in this call.
+        stalled: Duration,
+    },
+    /// Sleep until `until`, then call [`crate::Engine::throttle_continue`].
+    Sleep {
+        /// Wake-up time.
+        until: Instant,
+    },
+    /// Wait for [`Action::Resume`] (IO the writer issued, a page under writeback, memory),
+    /// then call [`crate::Engine::throttle_continue`].
+    Wait,
+}

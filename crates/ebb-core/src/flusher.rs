@@ -1,0 +1,561 @@
+//! The flusher: which files and pages to write, and when (kernel-reference §6).
+//!
+//! One flusher per backend runs works in order: queued works (sync, reclaim-requested), a
+//! flush-all request, periodic writeback of data older than `dirty_expire_centisecs` every
+//! `dirty_writeback_centisecs`, and background writeback while the backend is over its
+//! background threshold. Files wait on three lists ordered as the kernel orders them: `dirty`
+//! (by the time they became dirty), `io` (selected for the current pass) and `more_io` (chunk
+//! used up, continue in the next pass, so large files take turns). Each file is written in
+//! chunks of about half a second of bandwidth, at most 1/8 of the dirty limit, a multiple of 4
+//! MiB; contiguous dirty pages go out as one write of up to `max_write_pages`.
+//!
+//! Sync works write only pages tagged when they reached the file and requeue a file written
+//! during the sync as newly dirty, so a writer that keeps dirtying cannot make sync last forever
+//! (livelock avoidance).
+//!
+//! Submission is paced by the backend's request slots (`queue_depth`): a submitter (the
+//! flusher, an fsync, or a legacy writer doing its own writeback) takes pages from its file only
+//! when a slot is free, slots go round robin among submitters, and completions free them. So the
+//! pages under writeback never exceed what the device has accepted, as with the block layer's
+//! request tags.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::engine::{Counters, Engine, InodeList, IoKind, IoRecord, PageMaps};
+use crate::event::{Action, IoClass, Issuer};
+use crate::ids::{BackendId, InodeId, IoId, RequestId, WriterId};
+use crate::time::{Duration, Instant};
+use crate::trace::TraceEvent;
+
+/// Chunks are multiples of this many pages (4 MiB).
+pub const MIN_WRITEBACK_PAGES: u64 = 1024;
+/// The flusher's chunk is at most the dirty limit divided by this.
+pub const DIRTY_SCOPE: u64 = 8;
+
+/// Why the flusher runs a work (the kernel's `wb_reason` names, used in traces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Over the background threshold.
+    Background,
+    /// Reclaim found dirty pages and asked for them to be written.
+    Vmscan,
+    /// sync(2).
+    Sync,
+    /// Periodic writeback of old data.
+    Periodic,
+}
+
+impl Reason {
+    /// The kernel's trace name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Background => "background",
+            Reason::Vmscan => "vmscan",
+            Reason::Sync => "sync",
+            Reason::Periodic => "periodic",
+        }
+    }
+}
+
+/// A unit of flusher work (the kernel's `wb_writeback_work`).
+#[derive(Clone, Debug)]
+pub(crate) struct Work {
+    pub(crate) nr_pages: u64,
+    pub(crate) sync_all: bool,
+    pub(crate) for_kupdate: bool,
+    pub(crate) for_background: bool,
+    pub(crate) reason: Reason,
+    pub(crate) dirtied_before: Instant,
+    pub(crate) sync_request: Option<RequestId>,
+    pub(crate) pass_written: u64,
+    pub(crate) written: u64,
+}
+
+impl Work {
+    fn new(reason: Reason, nr_pages: u64, now: Instant) -> Work {
+        Work {
+            nr_pages,
+            sync_all: false,
+            for_kupdate: reason == Reason::Periodic,
+            for_background: reason == Reason::Background,
+            reason,
+            dirtied_before: now,
+            sync_request: None,
+            pass_written: 0,
+            written: 0,
+        }
+    }
+}
+
+/// One backend's flusher state.
+pub(crate) struct Flusher {
+    /// Dirty files by (time they became dirty, sequence), oldest first.
+    pub(crate) dirty: BTreeMap<(Instant, u64), InodeId>,
+    pub(crate) io: VecDeque<InodeId>,
+    pub(crate) more_io: VecDeque<InodeId>,
+    pub(crate) works: VecDeque<Work>,
+    pub(crate) current: Option<Work>,
+    /// The file whose chunk the flusher is submitting.
+    pub(crate) active: Option<InodeId>,
+    pub(crate) start_all: bool,
+    pub(crate) wake_periodic: bool,
+    pub(crate) last_old_flush: Instant,
+    pub(crate) timer: Option<Instant>,
+    /// Syncs waiting for every write up to this IO to finish.
+    pub(crate) sync_waits: BTreeMap<RequestId, IoId>,
+}
+
+impl Flusher {
+    pub(crate) fn new(now: Instant) -> Flusher {
+        Flusher {
+            dirty: BTreeMap::new(),
+            io: VecDeque::new(),
+            more_io: VecDeque::new(),
+            works: VecDeque::new(),
+            current: None,
+            active: None,
+            start_all: false,
+            wake_periodic: false,
+            last_old_flush: now,
+            timer: None,
+            sync_waits: BTreeMap::new(),
+        }
+    }
+}
+
+/// One submitter's position in a file.
+#[derive(Clone, Debug)]
+pub(crate) struct Submitter {
+    pub(crate) inode: InodeId,
+    pub(crate) next_index: u64,
+    pub(crate) chunk_left: u64,
+    pub(crate) tagged_only: bool,
+    pub(crate) skip_held: bool,
+    pub(crate) class: IoClass,
+    pub(crate) written: u64,
+}
+
+impl Submitter {
+    pub(crate) fn new(inode: InodeId, next_index: u64, chunk: u64, tagged_only: bool, skip_held: bool, class: IoClass) -> Submitter {
+        Submitter { inode, next_index, chunk_left: chunk, tagged_only, skip_held, class, written: 0 }
+    }
+}
+
+impl Engine {
+    pub(crate) fn add_submitter(&mut self, b: BackendId, issuer: Issuer, sub: Submitter) {
+        let wb = &mut self.wbs[b.index()];
+        let previous = wb.submitters.insert(issuer, sub);
+        assert!(previous.is_none(), "{issuer:?} already submitting on backend {b}");
+        wb.ready.push_back(issuer);
+    }
+
+    /// Runs every backend's flusher and submission queue until nothing more can be issued.
+    pub(crate) fn drive_all<M: PageMaps>(&mut self, maps: &mut M) {
+        for b in 0..self.wbs.len() {
+            self.drive(BackendId(b as u32), maps);
+        }
+    }
+
+    fn drive<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        // Bounded: each turn either issues IO, finishes a submitter or stops.
+        loop {
+            self.flusher_step(b, maps);
+            let finished = self.pump(b, maps);
+            if finished.is_empty() {
+                break;
+            }
+            for (issuer, sub) in finished {
+                self.submitter_done(b, issuer, sub, maps);
+            }
+        }
+    }
+
+    /// Issues writes while the backend has free request slots.
+    fn pump<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) -> Vec<(Issuer, Submitter)> {
+        let depth = self.cfg.backends[b.index()].queue_depth;
+        let max_write = u64::from(self.cfg.backends[b.index()].max_write_pages);
+        let mut finished = Vec::new();
+        while self.wbs[b.index()].inflight < depth {
+            let Some(issuer) = self.wbs[b.index()].ready.pop_front() else { break };
+            let sub = self.wbs[b.index()].submitters.get(&issuer).expect("ready submitter").clone();
+            let max = max_write.min(sub.chunk_left);
+            let run = maps.with(sub.inode, |m| m.start_writeback(sub.next_index, max, sub.tagged_only, sub.skip_held));
+            let Some(run) = run else {
+                // Nothing more past this point: the next pass over this file starts at 0.
+                if let Some(meta) = self.inodes.get_mut(&sub.inode) {
+                    meta.writeback_index = 0;
+                }
+                let sub = self.wbs[b.index()].submitters.remove(&issuer).expect("submitter");
+                finished.push((issuer, sub));
+                continue;
+            };
+            let io = self.new_io();
+            self.ios.insert(io, IoRecord { backend: b, inode: sub.inode, kind: IoKind::Write { run, class: sub.class, issuer }, issued: self.now });
+            let meta = self.inodes.get_mut(&sub.inode).expect("known inode");
+            meta.inflight.insert(io);
+            meta.writeback_index = run.end();
+            self.wbs[b.index()].inflight += 1;
+            self.account(sub.inode, Counters { dirty: -(run.count as i64), writeback: run.count as i64, ..Counters::default() });
+            self.stats.writes += 1;
+            self.stats.write_pages += run.count;
+            if let Issuer::Writer(w) = issuer {
+                *self.writer_ios.entry(w).or_insert(0) += 1;
+                self.stats.writer_writeback_ios += 1;
+                self.stats.writer_writeback_pages += run.count;
+            }
+            self.emit(Action::Write { io, backend: b, inode: sub.inode, first_page: run.first, pages: run.count, class: sub.class, issuer });
+            let wb = &mut self.wbs[b.index()];
+            let s = wb.submitters.get_mut(&issuer).expect("submitter");
+            s.next_index = run.end();
+            s.chunk_left -= run.count;
+            s.written += run.count;
+            if s.chunk_left == 0 {
+                let sub = wb.submitters.remove(&issuer).expect("submitter");
+                finished.push((issuer, sub));
+            } else {
+                wb.ready.push_back(issuer);
+            }
+        }
+        finished
+    }
+
+    fn submitter_done<M: PageMaps>(&mut self, b: BackendId, issuer: Issuer, sub: Submitter, maps: &mut M) {
+        self.stats.writepages_pages += sub.written;
+        match issuer {
+            Issuer::Flusher => {
+                let sync_all = self.wbs[b.index()].flusher.current.as_ref().is_some_and(|w| w.sync_all);
+                self.requeue_inode(b, &sub, sync_all, maps);
+                let f = &mut self.wbs[b.index()].flusher;
+                f.active = None;
+                if let Some(work) = f.current.as_mut() {
+                    work.nr_pages = work.nr_pages.saturating_sub(sub.written);
+                    work.pass_written += sub.written;
+                    work.written += sub.written;
+                }
+            }
+            Issuer::Writer(w) => {
+                self.requeue_inode(b, &sub, false, maps);
+                self.legacy_writeback_submitted(w, sub.written);
+            }
+            Issuer::Fsync(request) => {
+                if self.fsyncs.contains_key(&request) {
+                    self.fsync_wait_phase(request, maps);
+                }
+            }
+            Issuer::Reclaim => {}
+        }
+    }
+
+    /// Puts a file back on the right list after a chunk (the kernel's `requeue_inode`).
+    fn requeue_inode<M: PageMaps>(&mut self, b: BackendId, sub: &Submitter, integrity: bool, maps: &mut M) {
+        let inode = sub.inode;
+        let now = self.now;
+        let counts = maps.with(inode, |m| {
+            let c = m.counts();
+            m.set_inode_dirty(c.dirty > 0);
+            c
+        });
+        if self.inodes.get(&inode).is_some_and(|m| m.inflight.len() > 0 || m.commit_inflight.is_some()) {
+            // Two-phase backends: commit once the writes of this call complete.
+            self.inodes.get_mut(&inode).expect("known").commit_wanted = true;
+        } else {
+            self.inodes.get_mut(&inode).expect("known").commit_wanted = counts.unstable > 0;
+            self.maybe_commit(inode, maps);
+        }
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        meta.syncing = None;
+        if counts.dirty == 0 {
+            if meta.list != InodeList::None {
+                self.unlist(b, inode);
+            }
+            return;
+        }
+        if integrity {
+            meta.dirtied_when = now;
+        }
+        let retry_gated = meta.retry_at.is_some_and(|t| t > now);
+        if sub.chunk_left == 0 && !retry_gated {
+            self.unlist(b, inode);
+            self.inodes.get_mut(&inode).expect("known").list = InodeList::MoreIo;
+            self.wbs[b.index()].flusher.more_io.push_back(inode);
+        } else {
+            self.redirty_tail(b, inode);
+        }
+    }
+
+    /// Takes a file off whichever list it is on.
+    pub(crate) fn unlist(&mut self, b: BackendId, inode: InodeId) {
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        let f = &mut self.wbs[b.index()].flusher;
+        match meta.list {
+            InodeList::None => {}
+            InodeList::Dirty => {
+                f.dirty.remove(&(meta.dirtied_when, meta.dirty_seq));
+            }
+            InodeList::Io => f.io.retain(|&i| i != inode),
+            InodeList::MoreIo => f.more_io.retain(|&i| i != inode),
+        }
+        meta.list = InodeList::None;
+    }
+
+    /// Back to the dirty list, keeping it ordered by time (the kernel's `redirty_tail`).
+    pub(crate) fn redirty_tail(&mut self, b: BackendId, inode: InodeId) {
+        self.unlist(b, inode);
+        let now = self.now;
+        let newest = self.wbs[b.index()].flusher.dirty.keys().next_back().map(|k| k.0);
+        self.dirty_seq += 1;
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        if newest.is_some_and(|t| meta.dirtied_when < t) {
+            meta.dirtied_when = now;
+        }
+        meta.dirty_seq = self.dirty_seq;
+        meta.list = InodeList::Dirty;
+        let key = (meta.dirtied_when, meta.dirty_seq);
+        self.wbs[b.index()].flusher.dirty.insert(key, inode);
+    }
+
+    /// Moves postponed files and files dirtied no later than `dirtied_before` to `io`.
+    fn queue_io(&mut self, b: BackendId, dirtied_before: Instant) {
+        let f = &mut self.wbs[b.index()].flusher;
+        let mut moved = 0u64;
+        let postponed: Vec<InodeId> = f.more_io.drain(..).collect();
+        let mut expired = Vec::new();
+        while let Some((&(when, seq), &inode)) = f.dirty.iter().next() {
+            if when > dirtied_before {
+                break;
+            }
+            f.dirty.remove(&(when, seq));
+            expired.push(inode);
+        }
+        for inode in postponed.into_iter().chain(expired) {
+            self.inodes.get_mut(&inode).expect("known").list = InodeList::Io;
+            self.wbs[b.index()].flusher.io.push_back(inode);
+            moved += 1;
+        }
+        let reason = self.wbs[b.index()].flusher.current.as_ref().map_or(Reason::Background, |w| w.reason);
+        self.record(TraceEvent::QueueIo { bdi: b, moved, reason: reason.name() });
+    }
+
+    /// Whether background writeback should run (the kernel's `wb_over_bg_thresh`).
+    pub(crate) fn over_bg_thresh(&self, b: BackendId) -> bool {
+        let t = self.global_thresholds();
+        let legacy = self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
+        let global = self.global.dirty() + if legacy { self.global.unstable() } else { 0 };
+        if global > t.bg_thresh {
+            return true;
+        }
+        let wb = &self.wbs[b.index()].counters;
+        let wb_reclaimable = wb.dirty() + if legacy { wb.unstable() } else { 0 };
+        wb_reclaimable > self.wb_thresh(b, t.bg_thresh)
+    }
+
+    /// The size of the next chunk of a file (the kernel's `writeback_chunk_size`).
+    fn chunk_size(&self, b: BackendId, work: &Work) -> u64 {
+        if work.sync_all {
+            return u64::MAX;
+        }
+        let bw = self.wbs[b.index()].rates.avg_write_bandwidth;
+        let chunk = (bw / 2).min(self.dirty_limit / DIRTY_SCOPE).min(work.nr_pages);
+        (chunk + MIN_WRITEBACK_PAGES) / MIN_WRITEBACK_PAGES * MIN_WRITEBACK_PAGES
+    }
+
+    pub(crate) fn queue_sync_work(&mut self, b: BackendId, request: RequestId) {
+        let mut work = Work::new(Reason::Sync, u64::MAX, self.now);
+        work.sync_all = true;
+        work.sync_request = Some(request);
+        self.wbs[b.index()].flusher.works.push_back(work);
+    }
+
+    /// Wakes the flusher for background writeback (`wb_start_background_writeback`): it runs
+    /// a background work if the backend is over its background threshold once it is idle.
+    pub(crate) fn start_background(&mut self, _b: BackendId) {}
+
+    /// Whether the backend's flusher is running a work (`writeback_in_progress`).
+    pub(crate) fn writeback_in_progress(&self, b: BackendId) -> bool {
+        self.wbs[b.index()].flusher.current.is_some()
+    }
+
+    /// Asks the flusher to write everything dirty (reclaim's `wakeup_flusher_threads`).
+    pub(crate) fn start_all(&mut self, b: BackendId) {
+        self.wbs[b.index()].flusher.start_all = true;
+    }
+
+    /// Picks the flusher's next work and file, if it is not busy with a chunk.
+    fn flusher_step<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        let now = self.now;
+        // Bounded: each turn starts a chunk, finishes a work, or returns.
+        loop {
+            if self.wbs[b.index()].flusher.active.is_some() {
+                return;
+            }
+            if self.wbs[b.index()].flusher.current.is_none() && !self.pick_work(b) {
+                return;
+            }
+            let over_bg = self.over_bg_thresh(b);
+            let expire = self.expire_interval();
+            let f = &mut self.wbs[b.index()].flusher;
+            let yield_to_queued = !f.works.is_empty();
+            let work = f.current.as_mut().expect("current work");
+            if work.nr_pages == 0
+                || ((work.for_background || work.for_kupdate) && yield_to_queued)
+                || (work.for_background && !over_bg)
+            {
+                self.finish_work(b, maps);
+                continue;
+            }
+            if work.for_kupdate {
+                work.dirtied_before = Instant::from_nanos(now.as_nanos().saturating_sub(expire.as_nanos()));
+            } else if work.for_background {
+                work.dirtied_before = now;
+            }
+            let dirtied_before = work.dirtied_before;
+            if f.io.is_empty() {
+                if work.pass_written == 0 && work.written > 0 && f.more_io.is_empty() {
+                    // A whole pass wrote nothing (held pages, retry gates): stop.
+                    self.finish_work(b, maps);
+                    continue;
+                }
+                work.pass_written = 0;
+                self.queue_io(b, dirtied_before);
+            }
+            match self.pick_inode(b) {
+                Some(inode) => {
+                    self.start_chunk(b, inode, maps);
+                    return;
+                }
+                None => {
+                    let f = &self.wbs[b.index()].flusher;
+                    let all_busy = f.more_io.iter().all(|i| self.inodes[i].syncing.is_some());
+                    if f.more_io.is_empty() || all_busy {
+                        if f.more_io.is_empty() {
+                            self.finish_work(b, maps);
+                            continue;
+                        }
+                        // Wait for another submitter to finish with those files.
+                        return;
+                    }
+                    let work = self.wbs[b.index()].flusher.current.as_mut().expect("work");
+                    if work.pass_written == 0 {
+                        self.finish_work(b, maps);
+                        continue;
+                    }
+                }
+            }
+        }
+    }
+
+    fn pick_work(&mut self, b: BackendId) -> bool {
+        let now = self.now;
+        let interval = self.writeback_interval();
+        let nr_dirty = self.global.dirty() + self.inodes.len() as u64;
+        let over_bg = self.over_bg_thresh(b);
+        let f = &mut self.wbs[b.index()].flusher;
+        let work = if let Some(work) = f.works.pop_front() {
+            Some(work)
+        } else if f.start_all {
+            f.start_all = false;
+            Some(Work::new(Reason::Vmscan, nr_dirty, now))
+        } else if f.wake_periodic && interval > Duration::ZERO && now >= f.last_old_flush + interval {
+            f.wake_periodic = false;
+            f.last_old_flush = now;
+            (!f.dirty.is_empty() || !f.more_io.is_empty()).then(|| Work::new(Reason::Periodic, nr_dirty, now))
+        } else if over_bg {
+            Some(Work::new(Reason::Background, u64::MAX, now))
+        } else {
+            None
+        };
+        match work {
+            Some(work) => {
+                self.stats.flusher_works += 1;
+                self.record(TraceEvent::WritebackStart { bdi: b, nr_pages: work.nr_pages, reason: work.reason.name(), sync_all: work.sync_all });
+                self.wbs[b.index()].flusher.current = Some(work);
+                true
+            }
+            None => {
+                let f = &mut self.wbs[b.index()].flusher;
+                f.wake_periodic = false;
+                let has_dirty = !f.dirty.is_empty() || !f.more_io.is_empty() || !f.io.is_empty();
+                if has_dirty && f.timer.is_none() && interval > Duration::ZERO {
+                    f.timer = Some(now + interval);
+                }
+                false
+            }
+        }
+    }
+
+    fn pick_inode(&mut self, b: BackendId) -> Option<InodeId> {
+        let now = self.now;
+        while let Some(inode) = self.wbs[b.index()].flusher.io.pop_front() {
+            let meta = self.inodes.get_mut(&inode).expect("known");
+            if meta.list != InodeList::Io {
+                continue;
+            }
+            if meta.syncing.is_some() {
+                // Another submitter holds this file's chunk: try it in the next pass.
+                meta.list = InodeList::MoreIo;
+                self.wbs[b.index()].flusher.more_io.push_back(inode);
+                continue;
+            }
+            if meta.retry_at.is_some_and(|t| t > now) {
+                self.redirty_tail(b, inode);
+                continue;
+            }
+            return Some(inode);
+        }
+        None
+    }
+
+    fn start_chunk<M: PageMaps>(&mut self, b: BackendId, inode: InodeId, maps: &mut M) {
+        let work = self.wbs[b.index()].flusher.current.clone().expect("work");
+        let chunk = self.chunk_size(b, &work);
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        meta.syncing = Some(Issuer::Flusher);
+        let next_index = if work.sync_all { 0 } else { meta.writeback_index };
+        maps.with(inode, |m| {
+            m.set_inode_dirty(false);
+            if work.sync_all {
+                m.tag_dirty();
+            }
+        });
+        self.stats.writepages_calls += 1;
+        self.bandwidth_at_writepages(b);
+        self.wbs[b.index()].flusher.active = Some(inode);
+        let class = if work.sync_all { IoClass::Sync } else { IoClass::Background };
+        self.add_submitter(b, Issuer::Flusher, Submitter::new(inode, next_index, chunk, work.sync_all, !work.sync_all, class));
+    }
+
+    fn finish_work<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        let Some(work) = self.wbs[b.index()].flusher.current.take() else { return };
+        self.record(TraceEvent::WritebackWritten { bdi: b, written: work.written, reason: work.reason.name() });
+        if let Some(request) = work.sync_request {
+            let last = IoId(self.next_io - 1);
+            self.wbs[b.index()].flusher.sync_waits.insert(request, last);
+            self.sync_progress(b, maps);
+        }
+    }
+
+    /// Starts the legacy writer's own writeback of up to `pages` pages on `b`: the kernel's
+    /// `writeback_inodes_wb` from `balance_dirty_pages`, which takes files from the same lists
+    /// as the flusher and skips a file the flusher is writing. Returns false if there was
+    /// nothing it could write.
+    pub(crate) fn legacy_writeback_start(&mut self, w: WriterId, b: BackendId, pages: u64) -> bool {
+        if self.wbs[b.index()].flusher.io.is_empty() {
+            self.queue_io(b, self.now);
+        }
+        let Some(inode) = self.pick_inode(b) else { return false };
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        meta.syncing = Some(Issuer::Writer(w));
+        let next_index = meta.writeback_index;
+        self.stats.writepages_calls += 1;
+        self.add_submitter(b, Issuer::Writer(w), Submitter::new(inode, next_index, pages, false, true, IoClass::Background));
+        true
+    }
+}
+
+impl crate::pagemap::PageMap {
+    /// Sets or clears the file's dirty mark (the kernel's `I_DIRTY_PAGES`): the flusher clears
+    /// it when it takes the file and sets it again if pages stay dirty.
+    pub fn set_inode_dirty(&mut self, dirty: bool) {
+        self.inode_dirty_flag(dirty);
+    }
+}

@@ -1,0 +1,584 @@
+//! Writer throttling (`balance_dirty_pages`): the three policies (kernel-reference §4, §5).
+//!
+//! # Goal
+//! Slow each dirtying writer so the cache's dirty pages stay bounded and, for `ioless`, settle
+//! at the setpoint with the writers' combined rate equal to the devices' write bandwidth,
+//! without a writer ever issuing IO or stalling for long.
+//!
+//! # Signals
+//! One read of the global counters and at most one of the writer's backend per check
+//! (`Stats::global_counter_reads`, mechanism 8); the writer's own `nr_dirtied` and
+//! `dirty_paused_when`; the backend's bandwidth and ratelimit estimates.
+//!
+//! # Control law
+//! ```text
+//! ioless:          freerun: no pause, next check after sqrt(thresh - dirty) pages
+//!                  else task_rate = dirty_ratelimit * pos_ratio
+//!                       pause = pages_dirtied / task_rate - think_time,
+//!                       clamped to [min_pause, max_pause]; task_rate 0 = max pause, loop
+//! bandwidth-2010:  A = bdi_thresh - bdi_thresh/16 (heavy writer), L = A - A/16,
+//!                  throttle_bw = 100 MB/s * (A - R) / (A - L) for R in (L, A],
+//!                  pause = pages_dirtied / throttle_bw clamped to [1 jiffy, 200 ms];
+//!                  200 ms sleeps while a limit is exceeded
+//! legacy:          past freerun and over the (task-reduced) backend limit: the writer
+//!                  writes 1.5x its ratelimit itself, then sleeps 1, 2, 4 .. 100 ms while
+//!                  still over the limit
+//! ```
+//!
+//! # Constants
+//! | name | value | unit | provenance |
+//! |---|---|---|---|
+//! | MAX_PAUSE | HZ/5 | jiffies | kernel |
+//! | BANDWIDTH_INTERVAL | HZ/5 | jiffies | kernel |
+//! | dirty_exceeded ratelimit | 8 | pages | kernel (32 KiB) |
+//! | legacy pause cap | HZ/10 | jiffies | 2.6.3x |
+//! | legacy write_chunk | 1.5 x ratelimit | pages | 2.6.3x `sync_writeback_pages` |
+//! | 2010 soft ratio | 16 | - | posting's `DIRTY_SOFT_THROTTLE_RATIO` |
+//! | 2010 bandwidth | 100 MB/s | - | hard-coded in the posted draft |
+//!
+//! # Insufficient data
+//! Before any bandwidth sample the estimates are 100 MB/s. A writer with no previous pause
+//! gets no think-time credit. Far below the limit no counter is read more than once.
+//!
+//! # Stability
+//! See [`crate::position`] and [`crate::bandwidth`]; the pause is clamped and unpaid time is
+//! carried as debt through `dirty_paused_when` (at most one extra max pause), so a sudden drop
+//! of the rate does not produce one huge sleep.
+//!
+//! # Observability
+//! `balance_dirty_pages` and `bdi_dirty_ratelimit` trace lines; `Stats::throttle_checks`,
+//! `global_counter_reads`, `throttled_calls`, `writer_writeback_pages`.
+
+use crate::bandwidth::RATELIMIT_CALC_SHIFT;
+use crate::config::{PAGE_SIZE, ThrottlePolicy, UnstableAccounting};
+use crate::engine::{Engine, PageMaps, WaitReason};
+use crate::event::{Action, Issuer, Verdict};
+use crate::ids::{BackendId, WriterId};
+use crate::limits::{self, DirtyKnobs, Thresholds};
+use crate::position::{self, PositionInputs};
+use crate::time::{Duration, Instant};
+use crate::trace::TraceEvent;
+use crate::writer::{CallState, FRAME_BATCH, Writer};
+
+/// Ratelimit while the backend is over its limit (32 KiB).
+const DIRTY_EXCEEDED_RATELIMIT: u64 = 8;
+/// The 2010 draft's fixed bandwidth, bytes/s.
+const BW2010_BANDWIDTH: u64 = 100 << 20;
+
+/// The global domain as one throttle check reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Global {
+    /// Dirty + writeback + unstable: what throttling limits.
+    pub(crate) dirty: u64,
+    /// What writeback could reduce: dirty pages (plus unstable under legacy-2020).
+    pub(crate) reclaimable: u64,
+    pub(crate) thresh: u64,
+    pub(crate) bg_thresh: u64,
+    pub(crate) limit: u64,
+}
+
+/// One backend as a throttle check reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Backend {
+    pub(crate) dirty: u64,
+    pub(crate) reclaimable: u64,
+    pub(crate) thresh: u64,
+    pub(crate) bg_thresh: u64,
+}
+
+impl Engine {
+    pub(crate) fn knobs(&self) -> DirtyKnobs {
+        DirtyKnobs {
+            dirty_ratio: self.cfg.dirty_ratio,
+            dirty_bytes: self.cfg.dirty_bytes,
+            dirty_background_ratio: self.cfg.dirty_background_ratio,
+            dirty_background_bytes: self.cfg.dirty_background_bytes,
+        }
+    }
+
+    /// The global thresholds from the current dirtyable memory.
+    pub(crate) fn global_thresholds(&self) -> Thresholds {
+        let file = self.global.resident.max(0) as u64;
+        let avail = limits::dirtyable_memory(self.mem.free_pages(), self.mem.wmark.high, file);
+        limits::thresholds(avail, &self.knobs())
+    }
+
+    /// A backend's share of `thresh`.
+    pub(crate) fn wb_thresh(&self, b: BackendId, thresh: u64) -> u64 {
+        let (num, den) = self.completions.fraction(&self.wbs[b.index()].share);
+        let cfg = &self.cfg.backends[b.index()];
+        limits::wb_thresh(thresh, num, den, self.min_ratio_sum, cfg.min_ratio, cfg.max_ratio)
+    }
+
+    /// The worst-case error of per-CPU backend counters (`wb_stat_error`).
+    fn wb_stat_error(&self) -> u64 {
+        let n = u64::from(self.cfg.nr_cpus);
+        if n == 1 { 1 } else { n * 8 * (1 + u64::from(limits::ilog2(n))) }
+    }
+
+    /// One read of the global counters.
+    pub(crate) fn read_global(&mut self) -> Global {
+        self.stats.global_counter_reads += 1;
+        let t = self.global_thresholds();
+        let g = &self.global;
+        let legacy = self.cfg.unstable_accounting == UnstableAccounting::Legacy2020;
+        Global {
+            dirty: g.dirty() + g.writeback() + g.unstable(),
+            reclaimable: g.dirty() + if legacy { g.unstable() } else { 0 },
+            thresh: t.thresh,
+            bg_thresh: t.bg_thresh,
+            limit: limits::hard_limit(t.thresh, self.dirty_limit),
+        }
+    }
+
+    /// One read of a backend's counters.
+    pub(crate) fn read_backend(&mut self, b: BackendId, g: &Global) -> Backend {
+        self.stats.global_counter_reads += 1;
+        let c = &self.wbs[b.index()].counters;
+        let legacy = self.cfg.unstable_accounting == UnstableAccounting::Legacy2020;
+        let dirty = c.dirty() + c.writeback() + c.unstable();
+        let reclaimable = c.dirty() + if legacy { c.unstable() } else { 0 };
+        let thresh = self.wb_thresh(b, g.thresh);
+        Backend { dirty, reclaimable, thresh, bg_thresh: limits::wb_bg_thresh(thresh, g.bg_thresh, g.thresh) }
+    }
+
+    /// A writer owes a throttle check (`write_pages` returned `NextStep::Check`): fold its
+    /// batch in, refill its frames, and decide. Obey the verdict before writing on.
+    pub fn balance_dirty_pages<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) -> Verdict {
+        self.advance(now);
+        self.apply_pending(w);
+        if w.frames.len() < FRAME_BATCH / 4 {
+            let want = FRAME_BATCH - w.frames.len();
+            let mut frames = std::mem::take(&mut w.frames);
+            self.alloc_frames(want, &mut frames, maps);
+            w.frames = frames;
+        }
+        if w.frames.is_empty() {
+            w.call = CallState::Blocked;
+            w.call_start = now;
+            self.waiters.insert(w.id, WaitReason::Memory);
+            self.stats.memory_waits += 1;
+            self.drive_all(maps);
+            return Verdict::Wait;
+        }
+        if w.nr_dirtied < w.ratelimit {
+            self.drive_all(maps);
+            return Verdict::Proceed { stalled: Duration::ZERO };
+        }
+        let Some(inode) = w.last_inode else { return Verdict::Proceed { stalled: Duration::ZERO } };
+        let b = self.inodes[&inode].backend;
+        self.completions.advance(now);
+        self.stats.throttle_checks += 1;
+        w.call_start = now;
+        let verdict = match self.cfg.throttle {
+            ThrottlePolicy::Ioless => {
+                let pages = w.nr_dirtied;
+                self.ioless_step(w, b, pages)
+            }
+            ThrottlePolicy::Legacy => {
+                let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
+                let write_chunk = w.nr_dirtied.max(ratelimit) * 3 / 2;
+                w.nr_dirtied = 0;
+                self.legacy_loop(w, b, 0, write_chunk, 1)
+            }
+            ThrottlePolicy::Bandwidth2010 => {
+                let pages = w.nr_dirtied;
+                w.nr_dirtied = 0;
+                self.bw2010_loop(w, b, pages)
+            }
+        };
+        self.drive_all(maps);
+        self.finish_verdict(w, verdict)
+    }
+
+    /// A writer's sleep ended or it received [`Action::Resume`]: continue its throttle call.
+    pub fn throttle_continue<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) -> Verdict {
+        self.advance(now);
+        self.apply_pending(w);
+        self.completions.advance(now);
+        let Some(b) = w.last_inode.and_then(|i| self.inodes.get(&i)).map(|m| m.backend) else {
+            w.call = CallState::Idle;
+            return Verdict::Proceed { stalled: Duration::ZERO };
+        };
+        let verdict = match w.call {
+            CallState::Idle => Verdict::Proceed { stalled: Duration::ZERO },
+            CallState::IolessPaused | CallState::Blocked => self.end_call(w),
+            CallState::IolessOverLimit { pages_dirtied } => {
+                let g = self.read_global();
+                let wbd = self.read_backend(b, &g);
+                if wbd.dirty <= self.wb_stat_error() {
+                    // This backend is nearly empty: one stuck device must not block writers
+                    // of healthy ones.
+                    self.end_call(w)
+                } else {
+                    self.ioless_step(w, b, pages_dirtied)
+                }
+            }
+            CallState::LegacySleeping { pages_written, write_chunk, pause } => {
+                self.legacy_loop(w, b, pages_written, write_chunk, pause)
+            }
+            CallState::LegacyWriting { pages_written, write_chunk, pause } => {
+                let issued = self.writer_written.remove(&w.id).unwrap_or(0);
+                w.writeback_pages += issued;
+                let pages_written = pages_written + issued;
+                if pages_written >= write_chunk {
+                    // Done our duty.
+                    self.legacy_finish(w, b, pages_written, write_chunk)
+                } else {
+                    let next = (pause * 2).min((self.hz / 10).max(1));
+                    w.call = CallState::LegacySleeping { pages_written, write_chunk, pause: next };
+                    Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) }
+                }
+            }
+            CallState::Bw2010Paused { pages_dirtied } => self.bw2010_check_exceeded(w, b, pages_dirtied, true),
+        };
+        self.drive_all(maps);
+        self.finish_verdict(w, verdict)
+    }
+
+    fn finish_verdict(&mut self, w: &mut Writer, verdict: Verdict) -> Verdict {
+        if let Verdict::Proceed { stalled } = verdict {
+            w.total_stalled += stalled;
+            if stalled > Duration::ZERO {
+                self.stats.throttled_calls += 1;
+            }
+        }
+        verdict
+    }
+
+    fn end_call(&mut self, w: &mut Writer) -> Verdict {
+        w.call = CallState::Idle;
+        Verdict::Proceed { stalled: self.now.saturating_since(w.call_start) }
+    }
+
+    fn set_ratelimit(&self, w: &mut Writer, b: BackendId) {
+        w.ratelimit = if self.wbs[b.index()].dirty_exceeded {
+            w.nr_dirtied_pause.min(DIRTY_EXCEEDED_RATELIMIT)
+        } else {
+            w.nr_dirtied_pause
+        };
+    }
+
+    // ----- ioless -----
+
+    fn ioless_step(&mut self, w: &mut Writer, b: BackendId, pages_dirtied: u64) -> Verdict {
+        let hz = self.hz;
+        let now_j = self.now.jiffies(hz);
+        let strict = self.cfg.backends[b.index()].strict_limit;
+        let g = self.read_global();
+        if g.reclaimable > g.bg_thresh && !self.writeback_in_progress(b) {
+            self.start_background(b);
+        }
+        let wbd = if strict { Some(self.read_backend(b, &g)) } else { None };
+        let (dirty, thresh, bg) = match wbd {
+            Some(d) => (d.dirty, d.thresh, d.bg_thresh),
+            None => (g.dirty, g.thresh, g.bg_thresh),
+        };
+        if dirty <= limits::freerun(thresh, bg) {
+            w.dirty_paused_when = Some(now_j);
+            w.nr_dirtied = 0;
+            w.nr_dirtied_pause = limits::dirty_poll_interval(dirty, thresh);
+            self.set_ratelimit(w, b);
+            return self.end_call(w);
+        }
+        let wbd = match wbd {
+            Some(d) => d,
+            None => self.read_backend(b, &g),
+        };
+        let exceeded = wbd.dirty > wbd.thresh && (g.dirty > g.thresh || strict);
+        self.wbs[b.index()].dirty_exceeded = exceeded;
+        let inputs = PositionInputs {
+            thresh: g.thresh,
+            bg_thresh: g.bg_thresh,
+            limit: g.limit,
+            dirty: g.dirty,
+            wb_thresh: wbd.thresh,
+            wb_bg_thresh: wbd.bg_thresh,
+            wb_dirty: wbd.dirty,
+            avg_write_bw: self.wbs[b.index()].rates.avg_write_bandwidth,
+            strict_limit: strict,
+        };
+        let pos_ratio = position::wb_position_ratio(&inputs);
+        let setpoint = inputs.setpoint();
+        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp) >= (hz / 5).max(1) {
+            let (dirty_cmp, setpoint_cmp) = if strict {
+                let sp = if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
+                (wbd.dirty, sp)
+            } else {
+                (g.dirty, setpoint)
+            };
+            self.update_bandwidth(b, now_j, Some((pos_ratio, dirty_cmp, setpoint_cmp)), g.thresh, g.dirty);
+        }
+        let rates = &self.wbs[b.index()].rates;
+        let dirty_ratelimit = rates.dirty_ratelimit;
+        let avg_bw = rates.avg_write_bandwidth;
+        let task_ratelimit = (u128::from(dirty_ratelimit) * u128::from(pos_ratio) >> RATELIMIT_CALC_SHIFT) as u64;
+        let max_pause = position::wb_max_pause(wbd.dirty, avg_bw, hz);
+        let (min_pause, next_pause_pages) = position::wb_min_pause(max_pause, avg_bw, dirty_ratelimit, task_ratelimit, hz);
+        let think = w.dirty_paused_when.map_or(0, |p| now_j as i64 - p as i64);
+        let mut now_adj = now_j as i64;
+        let (period, mut pause): (i64, i64);
+        if task_ratelimit == 0 {
+            period = max_pause as i64;
+            pause = max_pause as i64;
+        } else {
+            period = (hz * pages_dirtied / task_ratelimit) as i64;
+            pause = period;
+            if w.dirty_paused_when.is_some() {
+                pause -= think;
+            }
+            if pause < min_pause as i64 {
+                self.trace_bdp(w, b, &inputs, dirty_ratelimit, task_ratelimit, pages_dirtied, pause.min(0), period, think, next_pause_pages);
+                if pause < -(hz as i64) {
+                    w.dirty_paused_when = Some(now_j);
+                    w.nr_dirtied = 0;
+                } else if period > 0 {
+                    w.dirty_paused_when = Some((w.dirty_paused_when.unwrap_or(now_j) as i64 + period).max(0) as u64);
+                    w.nr_dirtied = 0;
+                } else if w.nr_dirtied_pause <= pages_dirtied {
+                    w.nr_dirtied_pause += pages_dirtied;
+                }
+                self.set_ratelimit(w, b);
+                return self.end_call(w);
+            }
+            if pause > max_pause as i64 {
+                now_adj += (pause - max_pause as i64).min(max_pause as i64);
+                pause = max_pause as i64;
+            }
+        }
+        self.trace_bdp(w, b, &inputs, dirty_ratelimit, task_ratelimit, pages_dirtied, pause, period, think, next_pause_pages);
+        w.dirty_paused_when = Some((now_adj + pause) as u64);
+        w.nr_dirtied = 0;
+        w.nr_dirtied_pause = next_pause_pages.max(1);
+        self.set_ratelimit(w, b);
+        w.call = if task_ratelimit == 0 { CallState::IolessOverLimit { pages_dirtied } } else { CallState::IolessPaused };
+        Verdict::Sleep { until: self.now + Duration::from_jiffies(pause as u64, hz) }
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one trace line carries every input of the decision")]
+    fn trace_bdp(
+        &mut self,
+        w: &Writer,
+        b: BackendId,
+        p: &PositionInputs,
+        dirty_ratelimit: u64,
+        task_ratelimit: u64,
+        dirtied: u64,
+        pause: i64,
+        period: i64,
+        think: i64,
+        dirtied_pause: u64,
+    ) {
+        if !self.cfg.trace {
+            return;
+        }
+        let hz = self.hz as i64;
+        let ms = |j: i64| j * 1000 / hz;
+        self.record(TraceEvent::BalanceDirtyPages {
+            writer: w.id,
+            bdi: b,
+            limit: p.limit,
+            setpoint: p.setpoint(),
+            dirty: p.dirty,
+            bdi_setpoint: (u128::from(p.setpoint()) * u128::from(p.wb_thresh) / u128::from(p.thresh + 1)) as u64,
+            bdi_dirty: p.wb_dirty,
+            dirty_ratelimit_kbps: dirty_ratelimit * 4,
+            task_ratelimit_kbps: task_ratelimit * 4,
+            dirtied,
+            dirtied_pause,
+            paused_ms: self.now.saturating_since(w.call_start).as_millis() as i64,
+            pause_ms: ms(pause),
+            period_ms: ms(period),
+            think_ms: ms(think),
+        });
+    }
+
+    /// One update of the backend's bandwidth (and, from a throttle check, its ratelimit and
+    /// the global smoothed limit).
+    pub(crate) fn update_bandwidth(&mut self, b: BackendId, now_j: u64, ratelimit: Option<(u64, u64, u64)>, thresh: u64, gdirty: u64) {
+        let hz = self.hz;
+        let interval = (hz / 5).max(1);
+        if ratelimit.is_some() && now_j.saturating_sub(self.dirty_limit_stamp) >= interval {
+            self.dirty_limit = limits::follow_dirty_limit(self.dirty_limit, thresh, gdirty);
+            self.dirty_limit_stamp = now_j;
+        }
+        let wb = &mut self.wbs[b.index()];
+        let elapsed = now_j.saturating_sub(wb.rates.bw_time_stamp);
+        let (written, dirtied) = (wb.counters.written, wb.counters.dirtied);
+        if let Some((pos_ratio, dirty_cmp, setpoint_cmp)) = ratelimit {
+            wb.rates.update_dirty_ratelimit(elapsed, dirtied, pos_ratio, dirty_cmp, setpoint_cmp, hz);
+        }
+        wb.rates.update_write_bandwidth(elapsed, written, hz);
+        wb.rates.restart(now_j, written, dirtied);
+        if ratelimit.is_some() && self.cfg.trace {
+            let r = self.wbs[b.index()].rates.clone();
+            let task = ratelimit.map_or(0, |(pos, _, _)| r.dirty_ratelimit * pos >> RATELIMIT_CALC_SHIFT);
+            self.record(TraceEvent::BdiDirtyRatelimit {
+                bdi: b,
+                write_bw_kbps: r.write_bandwidth * 4,
+                avg_write_bw_kbps: r.avg_write_bandwidth * 4,
+                dirty_rate_kbps: r.dirty_rate * 4,
+                dirty_ratelimit_kbps: r.dirty_ratelimit * 4,
+                task_ratelimit_kbps: task * 4,
+                balanced_dirty_ratelimit_kbps: r.balanced_dirty_ratelimit * 4,
+            });
+        }
+    }
+
+    /// Bandwidth upkeep at the start of a `do_writepages`: restart after long idleness, and a
+    /// bandwidth-only update every 200 ms of continuous writeback.
+    pub(crate) fn bandwidth_at_writepages(&mut self, b: BackendId) {
+        let now_j = self.now.jiffies(self.hz);
+        let wb = &self.wbs[b.index()];
+        let idle = self.now.saturating_since(wb.last_completion) > Duration::from_secs(1) && wb.counters.writeback() == 0;
+        if idle {
+            let (written, dirtied) = (wb.counters.written, wb.counters.dirtied);
+            self.wbs[b.index()].rates.restart(now_j, written, dirtied);
+        } else {
+            self.bandwidth_tick(b);
+        }
+    }
+
+    /// A bandwidth-only update if 200 ms have passed (completion path).
+    pub(crate) fn bandwidth_tick(&mut self, b: BackendId) {
+        let now_j = self.now.jiffies(self.hz);
+        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp) >= (self.hz / 5).max(1) {
+            self.update_bandwidth(b, now_j, None, 0, 0);
+        }
+    }
+
+    // ----- legacy -----
+
+    fn legacy_loop(&mut self, w: &mut Writer, b: BackendId, pages_written: u64, write_chunk: u64, pause: u64) -> Verdict {
+        let g = self.read_global();
+        let nr_reclaimable = self.global.dirty() + self.global.unstable();
+        let nr_writeback = self.global.writeback();
+        if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
+            return self.legacy_finish(w, b, pages_written, write_chunk);
+        }
+        let wbd = self.read_backend(b, &g);
+        let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
+        let bdi_thresh = limits::task_dirty_limit(wbd.thresh, num, den, 8);
+        let c = &self.wbs[b.index()].counters;
+        let bdi_reclaimable = c.dirty() + c.unstable();
+        let bdi_writeback = c.writeback();
+        let exceeded = bdi_reclaimable + bdi_writeback > bdi_thresh || nr_reclaimable + nr_writeback > g.thresh;
+        if !exceeded {
+            return self.legacy_finish(w, b, pages_written, write_chunk);
+        }
+        self.wbs[b.index()].dirty_exceeded = true;
+        if bdi_reclaimable > bdi_thresh && self.legacy_writeback_start(w.id, b, write_chunk - pages_written.min(write_chunk)) {
+            w.call = CallState::LegacyWriting { pages_written, write_chunk, pause };
+            self.waiters.insert(w.id, WaitReason::OwnWriteback);
+            return Verdict::Wait;
+        }
+        let next = (pause * 2).min((self.hz / 10).max(1));
+        w.call = CallState::LegacySleeping { pages_written, write_chunk, pause: next };
+        Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) }
+    }
+
+    fn legacy_finish(&mut self, w: &mut Writer, b: BackendId, pages_written: u64, write_chunk: u64) -> Verdict {
+        let t = self.global_thresholds();
+        let c = &self.wbs[b.index()].counters;
+        let wb_thresh = self.wb_thresh(b, t.thresh);
+        let still = c.dirty() + c.unstable() + c.writeback() > wb_thresh;
+        if !still {
+            self.wbs[b.index()].dirty_exceeded = false;
+        }
+        let reclaimable = self.global.dirty() + self.global.unstable();
+        if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
+            self.start_background(b);
+        }
+        let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
+        w.nr_dirtied_pause = ratelimit;
+        w.ratelimit = if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
+        let paused = self.now.saturating_since(w.call_start);
+        self.record(TraceEvent::LegacyBalanceDirtyPages { writer: w.id, bdi: b, write_chunk, pages_written, pause_ms: paused.as_millis() });
+        self.end_call(w)
+    }
+
+    /// The legacy writer's submitter finished taking pages from a file. (The kernel's
+    /// `writeback_inodes_wb` may go on to further files; one file per round is modelled, the
+    /// loop takes the next file on its next round.)
+    pub(crate) fn legacy_writeback_submitted(&mut self, w: WriterId, written: u64) {
+        *self.writer_written.entry(w).or_insert(0) += written;
+        if self.writer_ios.get(&w).copied().unwrap_or(0) == 0 {
+            self.resume_writer(w);
+        }
+    }
+
+    /// One of a legacy writer's own writes completed.
+    pub(crate) fn writer_io_done(&mut self, w: WriterId) {
+        let left = self.writer_ios.get_mut(&w).expect("writer io");
+        *left -= 1;
+        let submitting = self.wbs.iter().any(|wb| wb.submitters.contains_key(&Issuer::Writer(w)));
+        if *left == 0 && !submitting {
+            self.writer_ios.remove(&w);
+            self.resume_writer(w);
+        }
+    }
+
+    fn resume_writer(&mut self, w: WriterId) {
+        if self.waiters.get(&w) == Some(&WaitReason::OwnWriteback) {
+            self.waiters.remove(&w);
+            self.emit(Action::Resume { writer: w });
+        }
+    }
+
+    // ----- bandwidth-2010 -----
+
+    fn bw2010_loop(&mut self, w: &mut Writer, b: BackendId, pages_dirtied: u64) -> Verdict {
+        let g = self.read_global();
+        let nr_reclaimable = self.global.dirty() + self.global.unstable();
+        let nr_writeback = self.global.writeback();
+        if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
+            return self.bw2010_finish(w, b, false);
+        }
+        let wbd = self.read_backend(b, &g);
+        let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
+        let a = limits::task_dirty_limit(wbd.thresh, num, den, 16);
+        let r = wbd.dirty;
+        if r > a - a / 16 {
+            let gap = a.saturating_sub(r);
+            let bw = (u128::from(BW2010_BANDWIDTH) * u128::from(gap) / u128::from(a / 16 + 1)) as u64;
+            let pause = (u128::from(self.hz) * u128::from(pages_dirtied * PAGE_SIZE) / u128::from(bw + 1)) as u64;
+            let pause = pause.clamp(1, (self.hz / 5).max(1));
+            w.call = CallState::Bw2010Paused { pages_dirtied };
+            return Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) };
+        }
+        self.bw2010_check_exceeded(w, b, pages_dirtied, false)
+    }
+
+    fn bw2010_check_exceeded(&mut self, w: &mut Writer, b: BackendId, pages_dirtied: u64, paused: bool) -> Verdict {
+        let g = self.read_global();
+        let wbd = self.read_backend(b, &g);
+        let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
+        let a = limits::task_dirty_limit(wbd.thresh, num, den, 16);
+        let nr = self.global.dirty() + self.global.unstable() + self.global.writeback();
+        let exceeded = wbd.dirty > a || nr > g.thresh;
+        if !exceeded {
+            return self.bw2010_finish(w, b, false);
+        }
+        self.wbs[b.index()].dirty_exceeded = true;
+        if paused {
+            return self.bw2010_loop(w, b, pages_dirtied);
+        }
+        // Over a limit without a soft pause this round: the posting sleeps 200 ms.
+        w.call = CallState::Bw2010Paused { pages_dirtied };
+        Verdict::Sleep { until: self.now + Duration::from_jiffies((self.hz / 5).max(1), self.hz) }
+    }
+
+    fn bw2010_finish(&mut self, w: &mut Writer, b: BackendId, exceeded: bool) -> Verdict {
+        if !exceeded {
+            self.wbs[b.index()].dirty_exceeded = false;
+        }
+        let t = self.global_thresholds();
+        if !self.writeback_in_progress(b) && self.global.dirty() + self.global.unstable() > t.bg_thresh {
+            self.start_background(b);
+        }
+        let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
+        w.nr_dirtied_pause = ratelimit;
+        w.ratelimit = if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
+        self.end_call(w)
+    }
+}

@@ -1,0 +1,172 @@
+//! Trace events in the kernel's tracepoint formats (kernel-reference §11), so traces can be
+//! read with the tools and habits kernel developers already have.
+//!
+//! The engine records events only when `Config::trace` is set; drivers drain them with
+//! [`crate::Engine::drain_trace`] and render them with [`TraceEvent::render`], which takes the
+//! backend names (the kernel prints `bdi=<name>`). Rates are KB/s and times ms, as the kernel
+//! prints them.
+
+use crate::ids::{BackendId, WriterId};
+
+/// One decision of the engine, with the inputs that caused it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceEvent {
+    /// `writeback:balance_dirty_pages` (IO-less policy).
+    BalanceDirtyPages {
+        /// The writer (the kernel's task).
+        writer: WriterId,
+        /// Its backend.
+        bdi: BackendId,
+        /// Global hard limit, pages.
+        limit: u64,
+        /// Global setpoint, pages.
+        setpoint: u64,
+        /// Global dirty + writeback, pages.
+        dirty: u64,
+        /// The backend's setpoint, pages.
+        bdi_setpoint: u64,
+        /// The backend's dirty + writeback, pages.
+        bdi_dirty: u64,
+        /// Base ratelimit, KB/s.
+        dirty_ratelimit_kbps: u64,
+        /// This writer's rate, KB/s.
+        task_ratelimit_kbps: u64,
+        /// Pages dirtied since the last check.
+        dirtied: u64,
+        /// Pages until the next check.
+        dirtied_pause: u64,
+        /// Time already spent in this call, ms.
+        paused_ms: i64,
+        /// Pause, ms (<= 0: no sleep).
+        pause_ms: i64,
+        /// Pause before think-time credit, ms.
+        period_ms: i64,
+        /// Time since the writer's last paid-up point, ms.
+        think_ms: i64,
+    },
+    /// The 2.6.3x `balance_dirty_pages` line of the posting's "before" trace.
+    LegacyBalanceDirtyPages {
+        /// The writer.
+        writer: WriterId,
+        /// Its backend.
+        bdi: BackendId,
+        /// Pages the writer had to write.
+        write_chunk: u64,
+        /// Pages it wrote.
+        pages_written: u64,
+        /// Total time in the call, ms.
+        pause_ms: u64,
+    },
+    /// `writeback:bdi_dirty_ratelimit`, KB/s.
+    BdiDirtyRatelimit {
+        /// The backend.
+        bdi: BackendId,
+        /// Write bandwidth.
+        write_bw_kbps: u64,
+        /// Smoothed write bandwidth.
+        avg_write_bw_kbps: u64,
+        /// Measured dirty rate.
+        dirty_rate_kbps: u64,
+        /// Base ratelimit.
+        dirty_ratelimit_kbps: u64,
+        /// Rate at the current position.
+        task_ratelimit_kbps: u64,
+        /// Balanced ratelimit estimate.
+        balanced_dirty_ratelimit_kbps: u64,
+    },
+    /// `writeback:writeback_start`.
+    WritebackStart {
+        /// The backend.
+        bdi: BackendId,
+        /// Pages asked for.
+        nr_pages: u64,
+        /// Reason name.
+        reason: &'static str,
+        /// Integrity (sync) work.
+        sync_all: bool,
+    },
+    /// `writeback:writeback_written`.
+    WritebackWritten {
+        /// The backend.
+        bdi: BackendId,
+        /// Pages written by the work.
+        written: u64,
+        /// Reason name.
+        reason: &'static str,
+    },
+    /// `writeback:writeback_queue_io`.
+    QueueIo {
+        /// The backend.
+        bdi: BackendId,
+        /// Files moved to the io list.
+        moved: u64,
+        /// Reason name.
+        reason: &'static str,
+    },
+}
+
+impl TraceEvent {
+    /// The tracepoint's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TraceEvent::BalanceDirtyPages { .. } | TraceEvent::LegacyBalanceDirtyPages { .. } => "balance_dirty_pages",
+            TraceEvent::BdiDirtyRatelimit { .. } => "bdi_dirty_ratelimit",
+            TraceEvent::WritebackStart { .. } => "writeback_start",
+            TraceEvent::WritebackWritten { .. } => "writeback_written",
+            TraceEvent::QueueIo { .. } => "writeback_queue_io",
+        }
+    }
+
+    /// The writer this event belongs to, if any (the kernel prints the task).
+    pub fn writer(&self) -> Option<WriterId> {
+        match self {
+            TraceEvent::BalanceDirtyPages { writer, .. } | TraceEvent::LegacyBalanceDirtyPages { writer, .. } => Some(*writer),
+            _ => None,
+        }
+    }
+
+    /// `name: fields` in the kernel's text format; `bdis` are the backend names.
+    pub fn render(&self, bdis: &[String]) -> String {
+        let bdi = |b: &BackendId| bdis.get(b.index()).map_or("?", |s| s.as_str()).to_string();
+        match self {
+            TraceEvent::BalanceDirtyPages {
+                bdi: b, limit, setpoint, dirty, bdi_setpoint, bdi_dirty, dirty_ratelimit_kbps, task_ratelimit_kbps,
+                dirtied, dirtied_pause, paused_ms, pause_ms, period_ms, think_ms, ..
+            } => format!(
+                "balance_dirty_pages: bdi={} limit={limit} setpoint={setpoint} dirty={dirty} bdi_setpoint={bdi_setpoint} \
+                 bdi_dirty={bdi_dirty} dirty_ratelimit={dirty_ratelimit_kbps} task_ratelimit={task_ratelimit_kbps} \
+                 dirtied={dirtied} dirtied_pause={dirtied_pause} paused={paused_ms} pause={pause_ms} period={period_ms} \
+                 think={think_ms} cgroup_ino=1",
+                bdi(b)
+            ),
+            TraceEvent::LegacyBalanceDirtyPages { bdi: b, write_chunk, pages_written, pause_ms, .. } => format!(
+                "balance_dirty_pages: bdi={} write_chunk={write_chunk} pages_written={pages_written} pause={pause_ms}",
+                bdi(b)
+            ),
+            TraceEvent::BdiDirtyRatelimit {
+                bdi: b, write_bw_kbps, avg_write_bw_kbps, dirty_rate_kbps, dirty_ratelimit_kbps, task_ratelimit_kbps,
+                balanced_dirty_ratelimit_kbps,
+            } => format!(
+                "bdi_dirty_ratelimit: bdi={} write_bw={write_bw_kbps} awrite_bw={avg_write_bw_kbps} dirty_rate={dirty_rate_kbps} \
+                 dirty_ratelimit={dirty_ratelimit_kbps} task_ratelimit={task_ratelimit_kbps} \
+                 balanced_dirty_ratelimit={balanced_dirty_ratelimit_kbps} cgroup_ino=1",
+                bdi(b)
+            ),
+            TraceEvent::WritebackStart { bdi: b, nr_pages, reason, sync_all } => format!(
+                "writeback_start: bdi {}: sb_dev 0:0 nr_pages={} sync_mode={} kupdate={} range_cyclic={} background={} reason={reason} cgroup_ino=1",
+                bdi(b),
+                if *nr_pages == u64::MAX { i64::MAX } else { *nr_pages as i64 },
+                u8::from(*sync_all),
+                u8::from(*reason == "periodic"),
+                u8::from(!*sync_all),
+                u8::from(*reason == "background"),
+            ),
+            TraceEvent::WritebackWritten { bdi: b, written, reason } => {
+                format!("writeback_written: bdi {}: written={written} reason={reason} cgroup_ino=1", bdi(b))
+            }
+            TraceEvent::QueueIo { bdi: b, moved, reason } => {
+                format!("writeback_queue_io: bdi {}: moved={moved} reason={reason} cgroup_ino=1", bdi(b))
+            }
+        }
+    }
+}
