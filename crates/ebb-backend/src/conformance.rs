@@ -4,7 +4,7 @@
 //! It is ordinary library code (not `cfg(test)`) so that other crates, such as the
 //! simulator's backends, run the very same checks. Each check gets a fresh backend from the
 //! caller's `make` function, works on files named `conformance-<check>`, and either passes,
-//! is skipped (it does not apply to this backend's [`Capabilities`]) or fails with a message.
+//! is skipped (it does not apply to this backend's [`Capabilities`](crate::Capabilities)) or fails with a message.
 //! A check that panics is reported as failed, so one broken check does not hide the others.
 //!
 //! ```no_run
