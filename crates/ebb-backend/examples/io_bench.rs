@@ -7,7 +7,8 @@
 //! on 1, 2 and 4 threads sharing one sequential stream (each thread takes the next block from
 //! an atomic counter, as a flusher feeding a thread pool would); io_uring runs use one thread
 //! and a queue depth of 8 or 32. Also measured: the bounce-buffer cost of unaligned user
-//! buffers, and the cost of `FaultyBackend` with nothing armed.
+//! buffers, overwrites of the existing file (no extending writes), and the cost of
+//! `FaultyBackend` with nothing armed.
 //!
 //! Run: `cargo run --release -p ebb-backend --example io_bench -- [DIR] [FILE_MIB]
 //! [READ_SECONDS] [WRITE_ROUNDS]` (defaults `/tmp`, 2048, 5, 1). The file is removed at the end.
@@ -51,11 +52,11 @@ fn main() -> io::Result<()> {
             for run in write_runs() {
                 let cpu = cpu_seconds();
                 let elapsed = match run {
-                    WriteRun::Blocking { threads, alignment } => {
-                        blocking_write(&backend, total, block, threads, alignment)?
+                    WriteRun::Blocking { threads, alignment, overwrite } => {
+                        blocking_write(&backend, total, block, threads, alignment, overwrite)?
                     }
-                    WriteRun::Uring { depth } => {
-                        uring_write(&dir.join(FILE_NAME), total, block, depth)?
+                    WriteRun::Uring { depth, overwrite } => {
+                        uring_write(&dir.join(FILE_NAME), total, block, depth, overwrite)?
                     }
                 };
                 let what = format!("{:>2} MiB  {}", block / MIB, run.label());
@@ -72,7 +73,7 @@ fn main() -> io::Result<()> {
         samples.sort_by(f64::total_cmp);
         let (low, high) = (samples[0], samples[samples.len() - 1]);
         let median = samples[samples.len() / 2];
-        println!("{what:<54} {median:>7.0} MB/s  (min {low:.0}, max {high:.0})");
+        println!("{what:<58} {median:>7.0} MB/s  (min {low:.0}, max {high:.0})");
     }
 
     println!("\n# random 4 KiB reads over the file, {read_seconds} s each");
@@ -101,33 +102,53 @@ fn main() -> io::Result<()> {
 /// One sequential-write configuration.
 #[derive(Clone, Copy)]
 enum WriteRun {
-    Blocking { threads: u64, alignment: Alignment },
-    Uring { depth: usize },
+    /// `overwrite`: write over the existing full-size file instead of a truncated one, so no
+    /// write extends the file or allocates blocks.
+    Blocking {
+        threads: u64,
+        alignment: Alignment,
+        overwrite: bool,
+    },
+    Uring {
+        depth: usize,
+        overwrite: bool,
+    },
 }
 
 impl WriteRun {
     fn label(self) -> String {
         match self {
-            WriteRun::Blocking { threads, alignment: Alignment::Aligned } => {
-                format!("blocking pwrite {threads} thread(s)")
+            WriteRun::Blocking { threads, alignment: Alignment::Aligned, overwrite } => {
+                format!("blocking pwrite {threads} thread(s){}", suffix(overwrite))
             }
-            WriteRun::Blocking { threads, alignment: Alignment::Unaligned } => {
-                format!("blocking {threads} thread(s), unaligned buffer (bounce)")
+            WriteRun::Blocking { threads, alignment: Alignment::Unaligned, overwrite } => {
+                format!("blocking {threads} thread(s), unaligned (bounce){}", suffix(overwrite))
             }
-            WriteRun::Uring { depth } => format!("io_uring qd {depth}"),
+            WriteRun::Uring { depth, overwrite } => {
+                format!("io_uring qd {depth}{}", suffix(overwrite))
+            }
         }
     }
 }
 
-fn write_runs() -> [WriteRun; 6] {
+fn suffix(overwrite: bool) -> &'static str {
+    if overwrite { ", overwrite" } else { "" }
+}
+
+/// The configurations of one round; the overwrite runs come last, after the file exists.
+fn write_runs() -> [WriteRun; 9] {
     let aligned = Alignment::Aligned;
+    let fresh = false;
     [
-        WriteRun::Blocking { threads: 1, alignment: aligned },
-        WriteRun::Blocking { threads: 2, alignment: aligned },
-        WriteRun::Blocking { threads: 4, alignment: aligned },
-        WriteRun::Uring { depth: 8 },
-        WriteRun::Uring { depth: 32 },
-        WriteRun::Blocking { threads: 1, alignment: Alignment::Unaligned },
+        WriteRun::Blocking { threads: 1, alignment: aligned, overwrite: fresh },
+        WriteRun::Blocking { threads: 2, alignment: aligned, overwrite: fresh },
+        WriteRun::Blocking { threads: 4, alignment: aligned, overwrite: fresh },
+        WriteRun::Uring { depth: 8, overwrite: fresh },
+        WriteRun::Uring { depth: 32, overwrite: fresh },
+        WriteRun::Blocking { threads: 1, alignment: Alignment::Unaligned, overwrite: fresh },
+        WriteRun::Blocking { threads: 1, alignment: aligned, overwrite: true },
+        WriteRun::Uring { depth: 8, overwrite: true },
+        WriteRun::Uring { depth: 32, overwrite: true },
     ]
 }
 
@@ -140,14 +161,14 @@ enum Alignment {
 fn report_write(what: &str, total: u64, elapsed: Duration, cpu: f64) -> f64 {
     let seconds = elapsed.as_secs_f64();
     let mb_s = total as f64 / seconds / 1e6;
-    println!("{what:<54} {mb_s:>7.0} MB/s  {seconds:>5.2} s  cpu {cpu:>5.2} s");
+    println!("{what:<58} {mb_s:>7.0} MB/s  {seconds:>5.2} s  cpu {cpu:>5.2} s");
     mb_s
 }
 
 fn report_reads(what: &str, count: u64, elapsed: Duration, cpu: f64) {
     let iops = count as f64 / elapsed.as_secs_f64();
     let cpu_us_per_read = cpu * 1e6 / count as f64;
-    println!("4 KiB   {what:<54} {iops:>7.0} IOPS  cpu {cpu_us_per_read:>5.1} us/read");
+    println!("4 KiB   {what:<58} {iops:>7.0} IOPS  cpu {cpu_us_per_read:>5.1} us/read");
 }
 
 /// CPU time (user + system) of this process so far, all threads, from /proc/self/stat.
@@ -177,8 +198,9 @@ fn blocking_write(
     block: u64,
     threads: u64,
     alignment: Alignment,
+    overwrite: bool,
 ) -> io::Result<Duration> {
-    let file = backend.open(FILE_NAME, OpenOptions { create: true, truncate: true })?;
+    let file = backend.open(FILE_NAME, OpenOptions { create: true, truncate: !overwrite })?;
     let next = AtomicU64::new(0);
     let start = Instant::now();
     std::thread::scope(|scope| {
@@ -208,19 +230,25 @@ fn blocking_write(
     Ok(start.elapsed())
 }
 
-fn open_direct(path: &Path, create: bool) -> io::Result<File> {
+fn open_direct(path: &Path, truncate: bool) -> io::Result<File> {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(create)
-        .truncate(create)
+        .create(true)
+        .truncate(truncate)
         .custom_flags(libc::O_DIRECT)
         .open(path)
 }
 
 /// One thread writes the file sequentially through io_uring with up to `depth` writes in flight.
-fn uring_write(path: &Path, total: u64, block: u64, depth: usize) -> io::Result<Duration> {
-    let file = open_direct(path, true)?;
+fn uring_write(
+    path: &Path,
+    total: u64,
+    block: u64,
+    depth: usize,
+    overwrite: bool,
+) -> io::Result<Duration> {
+    let file = open_direct(path, !overwrite)?;
     let mut ring = IoUring::new(depth as u32)?;
     let buffers: Vec<AlignedBuf> = (0..depth).map(|_| data(block)).collect();
     let mut free: Vec<usize> = (0..depth).collect();
