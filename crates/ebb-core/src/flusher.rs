@@ -98,7 +98,14 @@ pub(crate) struct Flusher {
     /// The file whose chunk the flusher is submitting.
     pub(crate) active: Option<InodeId>,
     pub(crate) start_all: bool,
+    /// Legacy policy only: the last chunk ended on a congested queue, so, as pdflush did, back
+    /// off and pick the next file only when a slot frees; a throttled writer may take the file
+    /// in between.
+    pub(crate) wait_slot: bool,
     pub(crate) wake_periodic: bool,
+    /// A background work ended without writing a page: like the kernel's flusher, sleep until
+    /// the next wakeup (the next entry into the engine) instead of starting another at once.
+    pub(crate) bg_starved: bool,
     pub(crate) last_old_flush: Instant,
     pub(crate) timer: Option<Instant>,
     /// Syncs waiting for every write up to this IO to finish.
@@ -115,7 +122,9 @@ impl Flusher {
             current: None,
             active: None,
             start_all: false,
+            wait_slot: false,
             wake_periodic: false,
+            bg_starved: false,
             last_old_flush: now,
             timer: None,
             sync_waits: BTreeMap::new(),
@@ -157,8 +166,10 @@ impl Engine {
     }
 
     fn drive<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        self.wbs[b.index()].flusher.bg_starved = false;
         // Bounded: each turn either issues IO, finishes a submitter or stops.
-        loop {
+        for turn in 0.. {
+            assert!(turn < 1_000_000, "backend {b}: submission loop does not settle");
             self.flusher_step(b, maps);
             let finished = self.pump(b, maps);
             if finished.is_empty() {
@@ -225,8 +236,13 @@ impl Engine {
             Issuer::Flusher => {
                 let sync_all = self.wbs[b.index()].flusher.current.as_ref().is_some_and(|w| w.sync_all);
                 self.requeue_inode(b, &sub, sync_all, maps);
+                let depth = self.cfg.backends[b.index()].queue_depth;
+                let full = self.wbs[b.index()].inflight >= depth;
                 let f = &mut self.wbs[b.index()].flusher;
                 f.active = None;
+                // The legacy era's flusher (pdflush) wrote nonblocking and backed off while
+                // the queue was congested, releasing the file; later flushers block holding it.
+                f.wait_slot = sub.chunk_left == 0 && full && self.cfg.throttle == crate::config::ThrottlePolicy::Legacy;
                 if let Some(work) = f.current.as_mut() {
                     work.nr_pages = work.nr_pages.saturating_sub(sub.written);
                     work.pass_written += sub.written;
@@ -354,6 +370,10 @@ impl Engine {
         if work.sync_all {
             return u64::MAX;
         }
+        if self.cfg.throttle != crate::config::ThrottlePolicy::Ioless {
+            // Before v3.2 every chunk was MAX_WRITEBACK_PAGES.
+            return MIN_WRITEBACK_PAGES.min(work.nr_pages.max(1));
+        }
         let bw = self.wbs[b.index()].rates.avg_write_bandwidth;
         let chunk = (bw / 2).min(self.dirty_limit / DIRTY_SCOPE).min(work.nr_pages);
         (chunk + MIN_WRITEBACK_PAGES) / MIN_WRITEBACK_PAGES * MIN_WRITEBACK_PAGES
@@ -384,9 +404,16 @@ impl Engine {
     fn flusher_step<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
         let now = self.now;
         // Bounded: each turn starts a chunk, finishes a work, or returns.
-        loop {
+        for turn in 0.. {
+            assert!(turn < 1_000_000, "backend {b}: flusher loop does not settle: {:?}", self.wbs[b.index()].flusher.current);
             if self.wbs[b.index()].flusher.active.is_some() {
                 return;
+            }
+            if self.wbs[b.index()].flusher.wait_slot {
+                if self.wbs[b.index()].inflight >= self.cfg.backends[b.index()].queue_depth {
+                    return;
+                }
+                self.wbs[b.index()].flusher.wait_slot = false;
             }
             if self.wbs[b.index()].flusher.current.is_none() && !self.pick_work(b) {
                 return;
@@ -459,7 +486,7 @@ impl Engine {
             f.wake_periodic = false;
             f.last_old_flush = now;
             (!f.dirty.is_empty() || !f.more_io.is_empty()).then(|| Work::new(Reason::Periodic, nr_dirty, now))
-        } else if over_bg {
+        } else if over_bg && !f.bg_starved {
             Some(Work::new(Reason::Background, u64::MAX, now))
         } else {
             None
@@ -526,6 +553,9 @@ impl Engine {
 
     fn finish_work<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
         let Some(work) = self.wbs[b.index()].flusher.current.take() else { return };
+        if work.written == 0 && (work.for_background || work.for_kupdate) {
+            self.wbs[b.index()].flusher.bg_starved = true;
+        }
         self.record(TraceEvent::WritebackWritten { bdi: b, written: work.written, reason: work.reason.name() });
         if let Some(request) = work.sync_request {
             let last = IoId(self.next_io - 1);

@@ -21,8 +21,10 @@
 //!                  pause = pages_dirtied / throttle_bw clamped to [1 jiffy, 200 ms];
 //!                  200 ms sleeps while a limit is exceeded
 //! legacy:          past freerun and over the (task-reduced) backend limit: the writer
-//!                  writes 1.5x its ratelimit itself, then sleeps 1, 2, 4 .. 100 ms while
-//!                  still over the limit
+//!                  writes 1.5x its ratelimit itself (2.6.24-2.6.31: whenever the backend has
+//!                  reclaimable pages), then sleeps 1, 2, 4 .. 100 ms while still over the
+//!                  limit; its era's flusher writes fixed 4 MiB chunks and backs off while
+//!                  the queue is congested, so writers find files free between chunks
 //! ```
 //!
 //! # Constants
@@ -467,7 +469,11 @@ impl Engine {
             return self.legacy_finish(w, b, pages_written, write_chunk);
         }
         self.wbs[b.index()].dirty_exceeded = true;
-        if bdi_reclaimable > bdi_thresh && self.legacy_writeback_start(w.id, b, write_chunk - pages_written.min(write_chunk)) {
+        // 2.6.24-2.6.31 wrote whenever the backend had reclaimable pages; 2.6.32-2.6.36 only
+        // when they alone exceeded bdi_thresh, which made writer IO rare (the 2010 posting's
+        // "before" trace shows pages_written=0 in 14 of 15 calls). The product's legacy policy
+        // is the writer that writes back 1.5x its ratelimit: the original form.
+        if bdi_reclaimable > 0 && self.legacy_writeback_start(w.id, b, write_chunk - pages_written.min(write_chunk)) {
             w.call = CallState::LegacyWriting { pages_written, write_chunk, pause };
             self.waiters.insert(w.id, WaitReason::OwnWriteback);
             return Verdict::Wait;

@@ -1,0 +1,96 @@
+//! Control dynamics: the published before/after directions on a fixed-rate device.
+
+use ebb_core::*;
+
+use crate::harness::*;
+
+const PAGES_PER_SEC: u64 = 15_000; // ~60 MB/s, the 2010 SATA disk
+
+/// IO-less throttling: one dd settles into steady pauses (stddev at most 25% of the mean),
+/// never does writeback itself, and keeps the device busy.
+#[test]
+fn ioless_single_dd_pauses_are_steady() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.add_dd(0, 2 << 18, 256, Instant::ZERO); // 2 GiB
+    h.run();
+    let stalls = h.stalls_ms(0, 20.0, 1e9);
+    assert!(stalls.len() > 100, "{} throttled calls", stalls.len());
+    let (mean, sd) = mean_stddev(&stalls);
+    assert!(sd <= 0.25 * mean, "pause mean {mean:.2} ms stddev {sd:.2} ms");
+    assert_eq!(h.engine.stats().writer_writeback_pages, 0);
+    let done = h.dds[0].done_at.unwrap().as_secs_f64();
+    let ideal = (2u64 << 18) as f64 / PAGES_PER_SEC as f64;
+    assert!(done < ideal * 1.05, "dd took {done:.1}s, device needs {ideal:.1}s");
+}
+
+/// Dirty pages never exceed the hard limit by more than the writers' batches.
+#[test]
+fn ioless_dirty_stays_under_the_limit() {
+    let mut h = Harness::new(config(512, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    for i in 0..4 {
+        h.add_dd(0, 1 << 17, 256, secs(i));
+    }
+    h.check_every = 97;
+    h.run();
+    let slack = 4 * 256 + 8 * 32;
+    assert!(h.max_dirty <= h.max_limit + slack, "dirty {} limit {}", h.max_dirty, h.max_limit);
+}
+
+/// Two equal writers converge to equal rates (the 2010 posting's figures 4-5).
+#[test]
+fn ioless_two_writers_converge_to_equal_rates() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.add_dd(0, 1 << 20, 256, Instant::ZERO);
+    h.add_dd(0, 1 << 20, 256, secs(10));
+    h.run_until(secs(60));
+    let (a, b) = (h.rate(0, 30.0, 60.0), h.rate(1, 30.0, 60.0));
+    let ratio = a.max(b) / a.min(b);
+    assert!(ratio <= 1.1, "rates {a:.0} and {b:.0} pages/s");
+    let bdi = h.engine.bdi_stats(BackendId(0));
+    assert!(
+        bdi.dirty_ratelimit.abs_diff(PAGES_PER_SEC / 2) < PAGES_PER_SEC / 5,
+        "dirty_ratelimit {} pages/s",
+        bdi.dirty_ratelimit
+    );
+}
+
+/// Legacy throttling makes the writer do writeback itself, and its stalls spread widely.
+#[test]
+fn legacy_writer_does_writeback_and_stalls_vary() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Legacy), &[PAGES_PER_SEC]);
+    h.add_dd(0, 1 << 19, 256, Instant::ZERO);
+    h.run();
+    assert!(h.engine.stats().writer_writeback_pages > 0);
+    let stalls = h.stalls_ms(0, 15.0, 1e9);
+    let max = stalls.iter().cloned().fold(0.0, f64::max);
+    let min = stalls.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(min < 1.0 && max > 50.0, "legacy stalls from {min} to {max} ms");
+}
+
+/// The 2010 bandwidth policy pauses without writer writeback.
+#[test]
+fn bandwidth_2010_pauses_without_writer_io() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Bandwidth2010), &[PAGES_PER_SEC]);
+    h.add_dd(0, 1 << 19, 256, Instant::ZERO);
+    h.run();
+    assert_eq!(h.engine.stats().writer_writeback_pages, 0);
+    assert!(h.dds[0].stalls.iter().any(|(_, d)| *d > Duration::ZERO));
+}
+
+/// Same inputs, same actions: a hash of the action sequence is identical across runs.
+#[test]
+fn same_inputs_same_actions() {
+    let run = || {
+        let mut c = config(512, ThrottlePolicy::Ioless);
+        c.backends.push(BackendConfig::new("usb"));
+        let mut h = Harness::new(c, &[PAGES_PER_SEC, 4_000]);
+        h.add_dd(0, 1 << 18, 256, Instant::ZERO);
+        h.add_dd(1, 1 << 15, 64, secs(1));
+        h.run();
+        (h.hash(), h.actions)
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a, b);
+    assert!(a.1 > 1000);
+}
+

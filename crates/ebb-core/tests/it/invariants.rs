@@ -1,0 +1,1 @@
+//! Property tests: random event sequences keep the accounting exact and lose no page.

@@ -1,0 +1,1 @@
+//! fsync, sync, reads and truncate.
