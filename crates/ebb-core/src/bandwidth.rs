@@ -111,7 +111,8 @@ impl Rates {
             bw = (inst / u128::from(elapsed)) as u64;
             avg = bw;
         } else {
-            bw = ((inst + u128::from(old) * u128::from(period - elapsed)) / u128::from(period)) as u64;
+            bw = ((inst + u128::from(old) * u128::from(period - elapsed)) / u128::from(period))
+                as u64;
             if avg > old && old >= bw {
                 avg -= (avg - old) >> 3;
             }
@@ -142,8 +143,11 @@ impl Rates {
             / u128::from(elapsed)) as u64;
         self.dirty_rate = dirty_rate;
         let dirty_ratelimit = self.dirty_ratelimit;
-        let task_ratelimit = ((u128::from(dirty_ratelimit) * u128::from(pos_ratio)) >> RATELIMIT_CALC_SHIFT) as u64 + 1;
-        let mut balanced = (u128::from(task_ratelimit) * u128::from(write_bw) / u128::from(dirty_rate | 1)) as u64;
+        let task_ratelimit = ((u128::from(dirty_ratelimit) * u128::from(pos_ratio))
+            >> RATELIMIT_CALC_SHIFT) as u64
+            + 1;
+        let mut balanced =
+            (u128::from(task_ratelimit) * u128::from(write_bw) / u128::from(dirty_rate | 1)) as u64;
         balanced = balanced.min(write_bw);
 
         let prev_balanced = self.balanced_dirty_ratelimit;
@@ -161,7 +165,11 @@ impl Rates {
         }
         let shift = dirty_ratelimit / (2 * step + 1);
         step = if shift < 64 { (step >> shift).div_ceil(8) } else { 0 };
-        let mut rate = if dirty_ratelimit < balanced { dirty_ratelimit + step } else { dirty_ratelimit.saturating_sub(step) };
+        let mut rate = if dirty_ratelimit < balanced {
+            dirty_ratelimit + step
+        } else {
+            dirty_ratelimit.saturating_sub(step)
+        };
         rate = rate.max(1);
         self.dirty_ratelimit = rate;
         self.balanced_dirty_ratelimit = balanced;

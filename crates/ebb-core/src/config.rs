@@ -312,13 +312,19 @@ impl Config {
             return err("backends", "at least one backend is needed".into());
         }
         if self.backends.len() > 4096 {
-            return err("backends", format!("{} backends exceed the limit of 4096", self.backends.len()));
+            return err(
+                "backends",
+                format!("{} backends exceed the limit of 4096", self.backends.len()),
+            );
         }
         let mut min_sum = 0u32;
         for (i, b) in self.backends.iter().enumerate() {
             let knob = |k: &str| format!("backends[{i}].{k}");
             if b.max_ratio > 100 {
-                return Err(ConfigError::new(knob("max_ratio"), format!("{}% is above 100%", b.max_ratio)));
+                return Err(ConfigError::new(
+                    knob("max_ratio"),
+                    format!("{}% is above 100%", b.max_ratio),
+                ));
             }
             if b.min_ratio > b.max_ratio {
                 return Err(ConfigError::new(
@@ -357,7 +363,9 @@ impl Config {
         if min_sum >= 100 {
             return err(
                 "min_ratio",
-                format!("the backends' min_ratio values add up to {min_sum}%, which must stay below 100%"),
+                format!(
+                    "the backends' min_ratio values add up to {min_sum}%, which must stay below 100%"
+                ),
             );
         }
         Ok(())

@@ -71,6 +71,9 @@ impl PageMaps for MapStore {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Counters {
     pub(crate) dirty: i64,
+    /// Dirty pages held by a write error that will not pass; writeback will not reduce them,
+    /// so throttling does not count them (they still occupy memory).
+    pub(crate) held: i64,
     pub(crate) writeback: i64,
     pub(crate) unstable: i64,
     pub(crate) resident: i64,
@@ -81,6 +84,10 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn dirty(&self) -> u64 {
         self.dirty.max(0) as u64
+    }
+    /// Dirty pages writeback can clean (dirty minus held).
+    pub(crate) fn writable(&self) -> u64 {
+        (self.dirty - self.held).max(0) as u64
     }
     pub(crate) fn writeback(&self) -> u64 {
         self.writeback.max(0) as u64
@@ -258,7 +265,9 @@ impl Engine {
             mem,
             completions: Proportions::new(now),
             // 2.6.3x: a period of about twice the dirty limit, in events.
-            dirty_shares: EventProportions::new(2 + crate::limits::ilog2((memory_pages / 5).max(2) - 1)),
+            dirty_shares: EventProportions::new(
+                2 + crate::limits::ilog2((memory_pages / 5).max(2) - 1),
+            ),
             dirty_limit: 0,
             dirty_limit_stamp: now_j,
             waiters: BTreeMap::new(),
@@ -351,7 +360,9 @@ impl Engine {
             }
             Event::Fsync { handle, request } => self.fsync_start(handle, request, maps),
             Event::Sync { request } => self.sync_start(request, maps),
-            Event::Read { inode, first_page, pages, request } => self.read_start(inode, first_page, pages, request, maps),
+            Event::Read { inode, first_page, pages, request } => {
+                self.read_start(inode, first_page, pages, request, maps)
+            }
             Event::Truncate { inode, first_page } => self.truncate(inode, first_page, maps),
             Event::WriteDone { io, result } => self.write_done(io, result, maps),
             Event::CommitDone { io, result } => self.commit_done(io, result, maps),
@@ -466,16 +477,22 @@ impl Engine {
         Duration::from_millis(u64::from(self.cfg.dirty_expire_centisecs) * 10)
     }
 
-    /// Folds a writer's batched dirtying into the shared counters and LRU.
-    pub(crate) fn apply_pending(&mut self, w: &mut Writer) {
+    /// Folds a writer's batched dirtying into the shared counters and LRU. A frame whose page
+    /// was truncated meanwhile is not put on the LRU (truncate already freed it).
+    pub(crate) fn apply_pending<M: PageMaps>(&mut self, w: &mut Writer, maps: &mut M) {
         for p in w.pending.drain(..) {
             let meta = self.inodes.get_mut(&p.inode).expect("writes go to opened inodes");
             if meta.group != w.group && meta.list == InodeList::None {
                 meta.group = w.group;
             }
             let (b, g) = (meta.backend, meta.group);
-            for c in [&mut self.global, &mut self.wbs[b.index()].counters, self.groups.entry(g).or_default()] {
+            for c in [
+                &mut self.global,
+                &mut self.wbs[b.index()].counters,
+                self.groups.entry(g).or_default(),
+            ] {
                 c.dirty += p.dirtied as i64;
+                c.held -= p.unheld as i64;
                 c.unstable -= p.from_unstable as i64;
                 c.resident += p.new_pages as i64;
                 c.dirtied += p.dirtied;
@@ -485,7 +502,10 @@ impl Engine {
             }
         }
         for (frame, inode, index) in w.added.drain(..) {
-            self.mem.add_to_lru(frame, inode, index);
+            let owned = maps.with(inode, |m| m.page(index).is_some_and(|p| p.frame == frame));
+            if owned && self.mem.list_of(frame) == List::None {
+                self.mem.add_to_lru(frame, inode, index);
+            }
         }
     }
 
@@ -493,8 +513,11 @@ impl Engine {
     pub(crate) fn account(&mut self, inode: InodeId, delta: Counters) {
         let meta = &self.inodes[&inode];
         let (b, g) = (meta.backend, meta.group);
-        for c in [&mut self.global, &mut self.wbs[b.index()].counters, self.groups.entry(g).or_default()] {
+        for c in
+            [&mut self.global, &mut self.wbs[b.index()].counters, self.groups.entry(g).or_default()]
+        {
             c.dirty += delta.dirty;
+            c.held += delta.held;
             c.writeback += delta.writeback;
             c.unstable += delta.unstable;
             c.resident += delta.resident;
@@ -504,9 +527,9 @@ impl Engine {
     }
 
     /// Writer exits: its pending dirtying and reserved frames go back to the engine.
-    pub fn writer_exit(&mut self, now: Instant, w: &mut Writer) {
+    pub fn writer_exit<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) {
         self.advance(now);
-        self.apply_pending(w);
+        self.apply_pending(w, maps);
         for frame in w.frames.drain(..) {
             self.mem.release(frame);
         }
@@ -515,22 +538,32 @@ impl Engine {
 
     /// Folds a writer's batch into the shared counters without a throttle check (the kernel's
     /// periodic fold of per-CPU deltas); drivers call it for idle writers and before fsync.
-    pub fn flush_writer(&mut self, now: Instant, w: &mut Writer) {
+    pub fn flush_writer<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) {
         self.advance(now);
-        self.apply_pending(w);
+        self.apply_pending(w, maps);
     }
 
     // ----- completions -----
 
-    fn write_done<M: PageMaps>(&mut self, io: IoId, result: Result<Stability, IoError>, maps: &mut M) {
-        let record = self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Write { run, class: _, issuer } = record.kind else { panic!("io {io} is not a write") };
+    fn write_done<M: PageMaps>(
+        &mut self,
+        io: IoId,
+        result: Result<Stability, IoError>,
+        maps: &mut M,
+    ) {
+        let record =
+            self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let IoKind::Write { run, class: _, issuer } = record.kind else {
+            panic!("io {io} is not a write")
+        };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
         self.wbs[b.index()].last_completion = self.now;
         let end = match result {
             Ok(Stability::Stable) => WriteEnd::Stable,
-            Ok(Stability::Unstable { verifier }) => WriteEnd::Unstable(self.verifier_slot(b, verifier)),
+            Ok(Stability::Unstable { verifier }) => {
+                WriteEnd::Unstable(self.verifier_slot(b, verifier))
+            }
             Err(e) => {
                 self.stats.write_errors += 1;
                 self.record_error(inode, e);
@@ -541,6 +574,7 @@ impl Engine {
         let mut delta = Counters {
             writeback: -(run.count as i64),
             dirty: out.redirtied as i64,
+            held: if end == WriteEnd::Hold { out.redirtied as i64 } else { 0 },
             unstable: out.unstable as i64,
             resident: -(out.freed as i64),
             ..Counters::default()
@@ -549,12 +583,14 @@ impl Engine {
         delta.written = completed;
         self.account(inode, delta);
         if completed > 0 {
-            let max_frac = crate::fprop::FRAC_BASE * u64::from(self.cfg.backends[b.index()].max_ratio) / 100;
+            let max_frac =
+                crate::fprop::FRAC_BASE * u64::from(self.cfg.backends[b.index()].max_ratio) / 100;
             let now = self.now;
             let wb = &mut self.wbs[b.index()];
             self.completions.add(now, &mut wb.share, completed, max_frac);
         }
         for frame in out.freed_frames {
+            self.mem.unlink(frame);
             self.mem.release(frame);
         }
         for frame in out.rotate {
@@ -627,9 +663,17 @@ impl Engine {
     }
 
     /// A writer found a page under writeback: it waits for that file's next completion.
-    pub fn wait_for_page<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, inode: InodeId, page: u64, maps: &mut M) -> crate::Verdict {
+    pub fn wait_for_page<M: PageMaps>(
+        &mut self,
+        now: Instant,
+        w: &mut Writer,
+        inode: InodeId,
+        page: u64,
+        maps: &mut M,
+    ) -> crate::Verdict {
         self.advance(now);
-        let busy = maps.with(inode, |m| m.page(page).is_some_and(|p| p.state == crate::PageState::Writeback));
+        let busy = maps
+            .with(inode, |m| m.page(page).is_some_and(|p| p.state == crate::PageState::Writeback));
         if !busy {
             return crate::Verdict::Proceed { stalled: Duration::ZERO };
         }
@@ -645,12 +689,19 @@ impl Engine {
     /// Sends a COMMIT for `inode` when it wants one, has unstable pages and no write in flight.
     pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
         let Some(meta) = self.inodes.get(&inode) else { return };
-        let fsync_wants = self.fsyncs.values().any(|f| f.inode == inode && matches!(f.phase, FsyncPhase::Committing));
-        if !(meta.commit_wanted || fsync_wants) || meta.commit_inflight.is_some() || !meta.inflight.is_empty() {
+        let fsync_wants = self
+            .fsyncs
+            .values()
+            .any(|f| f.inode == inode && matches!(f.phase, FsyncPhase::Committing));
+        if !(meta.commit_wanted || fsync_wants)
+            || meta.commit_inflight.is_some()
+            || !meta.inflight.is_empty()
+        {
             return;
         }
         let b = meta.backend;
-        let pages = maps.with(inode, |m| if m.counts().unstable > 0 { m.begin_commit() } else { 0 });
+        let pages =
+            maps.with(inode, |m| if m.counts().unstable > 0 { m.begin_commit() } else { 0 });
         let meta = self.inodes.get_mut(&inode).expect("known");
         meta.commit_wanted = false;
         if pages == 0 {
@@ -665,13 +716,16 @@ impl Engine {
     }
 
     fn commit_done<M: PageMaps>(&mut self, io: IoId, result: Result<u64, IoError>, maps: &mut M) {
-        let record = self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let record =
+            self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
         let (b, inode) = (record.backend, record.inode);
         self.inodes.get_mut(&inode).expect("known").commit_inflight = None;
         let out = match result {
             Ok(verifier) => {
                 let verifiers = self.wbs[b.index()].verifiers.clone();
-                maps.with(inode, |m| m.resolve_commit(|slot| verifiers.get(usize::from(slot)) == Some(&verifier)))
+                maps.with(inode, |m| {
+                    m.resolve_commit(|slot| verifiers.get(usize::from(slot)) == Some(&verifier))
+                })
             }
             Err(e) => {
                 self.record_error(inode, e);
@@ -711,7 +765,11 @@ impl Engine {
         if tagged > 0 {
             let b = self.inodes[&inode].backend;
             self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Writing;
-            self.add_submitter(b, Issuer::Fsync(request), Submitter::new(inode, 0, u64::MAX, true, false, IoClass::Sync));
+            self.add_submitter(
+                b,
+                Issuer::Fsync(request),
+                Submitter::new(inode, 0, u64::MAX, true, false, IoClass::Sync),
+            );
         } else {
             self.fsync_wait_phase(request, maps);
         }
@@ -720,7 +778,9 @@ impl Engine {
     pub(crate) fn fsync_wait_phase<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
         let inode = self.fsyncs[&request].inode;
         match self.inodes[&inode].inflight.last().copied() {
-            Some(last) => self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Waiting(last),
+            Some(last) => {
+                self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Waiting(last)
+            }
             None => self.fsync_commit_phase(request, maps),
         }
     }
@@ -756,7 +816,9 @@ impl Engine {
             .filter(|(_, f)| f.inode == inode)
             .filter(|(_, f)| match f.phase {
                 FsyncPhase::Writing => false,
-                FsyncPhase::Waiting(last) => self.inodes[&inode].inflight.range(..=last).next().is_none(),
+                FsyncPhase::Waiting(last) => {
+                    self.inodes[&inode].inflight.range(..=last).next().is_none()
+                }
                 FsyncPhase::Committing => self.inodes[&inode].commit_inflight.is_none(),
             })
             .map(|(&r, _)| r)
@@ -768,7 +830,10 @@ impl Engine {
 
     fn sync_start<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
         let err_seq_start = self.inodes.iter().map(|(&i, m)| (i, m.err_seq)).collect();
-        self.syncs.insert(request, SyncState { backends_left: self.wbs.len() as u32, error: None, err_seq_start });
+        self.syncs.insert(
+            request,
+            SyncState { backends_left: self.wbs.len() as u32, error: None, err_seq_start },
+        );
         for b in 0..self.wbs.len() {
             self.queue_sync_work(BackendId(b as u32), request);
         }
@@ -782,7 +847,11 @@ impl Engine {
             wb.flusher
                 .sync_waits
                 .iter()
-                .filter(|&(_, &last)| self.ios.range(..=last).all(|(_, r)| r.backend != b || matches!(r.kind, IoKind::Read { .. })))
+                .filter(|&(_, &last)| {
+                    self.ios
+                        .range(..=last)
+                        .all(|(_, r)| r.backend != b || matches!(r.kind, IoKind::Read { .. }))
+                })
                 .map(|(&r, _)| r)
                 .collect()
         };
@@ -805,7 +874,11 @@ impl Engine {
                 // newest IO issued.
                 let last = IoId(self.next_io - 1);
                 self.wbs[b.index()].flusher.sync_waits.insert(request, last);
-                if self.ios.range(..=last).any(|(_, r)| r.backend == b && matches!(r.kind, IoKind::Commit)) {
+                if self
+                    .ios
+                    .range(..=last)
+                    .any(|(_, r)| r.backend == b && matches!(r.kind, IoKind::Commit))
+                {
                     continue;
                 }
             }
@@ -827,7 +900,14 @@ impl Engine {
 
     // ----- reads -----
 
-    fn read_start<M: PageMaps>(&mut self, inode: InodeId, first: u64, pages: u64, request: RequestId, maps: &mut M) {
+    fn read_start<M: PageMaps>(
+        &mut self,
+        inode: InodeId,
+        first: u64,
+        pages: u64,
+        request: RequestId,
+        maps: &mut M,
+    ) {
         let Some(meta) = self.inodes.get_mut(&inode) else {
             self.emit(Action::ReadDone { request, result: Err(IoError { errno: 9 }) });
             return;
@@ -850,11 +930,25 @@ impl Engine {
             }
             let run = Run { first: run.first, count: frames.len() as u64 };
             let io = self.new_io();
-            self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Read { run, frames }, issued: self.now });
+            self.ios.insert(
+                io,
+                IoRecord {
+                    backend: b,
+                    inode,
+                    kind: IoKind::Read { run, frames },
+                    issued: self.now,
+                },
+            );
             self.wbs[b.index()].inflight += 1;
             self.stats.reads += 1;
             self.stats.read_pages += run.count;
-            self.emit(Action::Read { io, backend: b, inode, first_page: run.first, pages: run.count });
+            self.emit(Action::Read {
+                io,
+                backend: b,
+                inode,
+                first_page: run.first,
+                pages: run.count,
+            });
             if run.first < first + pages {
                 ios_left += 1;
             }
@@ -867,7 +961,8 @@ impl Engine {
     }
 
     fn read_done<M: PageMaps>(&mut self, io: IoId, result: Result<(), IoError>, maps: &mut M) {
-        let record = self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let record =
+            self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
         let IoKind::Read { run, mut frames } = record.kind else { panic!("io {io} is not a read") };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
@@ -917,7 +1012,13 @@ impl Engine {
         let freed = out.freed_frames.len() as i64;
         self.account(
             inode,
-            Counters { dirty: -(out.dirty as i64), unstable: -(out.unstable as i64), resident: -freed, ..Counters::default() },
+            Counters {
+                dirty: -(out.dirty as i64),
+                held: -(out.held as i64),
+                unstable: -(out.unstable as i64),
+                resident: -freed,
+                ..Counters::default()
+            },
         );
         let meta = self.inodes.get_mut(&inode).expect("known");
         // Truncating away held pages is how a user gives up on data a permanent error keeps.
@@ -939,7 +1040,12 @@ impl Engine {
                 self.wbs[b].flusher.wake_periodic = true;
             }
         }
-        let due: Vec<InodeId> = self.inodes.iter().filter(|(_, m)| m.retry_at.is_some_and(|t| t <= now)).map(|(&i, _)| i).collect();
+        let due: Vec<InodeId> = self
+            .inodes
+            .iter()
+            .filter(|(_, m)| m.retry_at.is_some_and(|t| t <= now))
+            .map(|(&i, _)| i)
+            .collect();
         for inode in due {
             let meta = self.inodes.get_mut(&inode).expect("known");
             meta.retry_at = None;
@@ -998,7 +1104,9 @@ impl Engine {
 
     /// Counts per writer group: (dirty, writeback, unstable, resident).
     pub fn group_counts(&self, g: GroupId) -> (u64, u64, u64, u64) {
-        self.groups.get(&g).map_or((0, 0, 0, 0), |c| (c.dirty(), c.writeback(), c.unstable(), c.resident.max(0) as u64))
+        self.groups.get(&g).map_or((0, 0, 0, 0), |c| {
+            (c.dirty(), c.writeback(), c.unstable(), c.resident.max(0) as u64)
+        })
     }
 
     /// Requests in flight on `b`.
@@ -1011,12 +1119,16 @@ impl Engine {
     /// recount, nothing is negative, and `clean + dirty + writeback + unstable = resident`.
     /// Also checks the frame budget. For tests and the simulator's checkers (O(pages)).
     pub fn check_accounting(&self, maps: &MapStore, writers: &[&Writer]) -> Result<(), String> {
-        let mut per_backend = vec![[0i64; 4]; self.wbs.len()];
-        let mut total = [0i64; 4];
+        let mut per_backend = vec![[0i64; 5]; self.wbs.len()];
+        let mut total = [0i64; 5];
         for (inode, map) in maps.iter() {
             let c = map.recount();
             if c != map.counts() {
-                return Err(format!("inode {inode}: counts {:?} but recount {:?}", map.counts(), c));
+                return Err(format!(
+                    "inode {inode}: counts {:?} but recount {:?}",
+                    map.counts(),
+                    c
+                ));
             }
             if c.clean + c.dirty + c.writeback + c.unstable != c.resident {
                 return Err(format!("inode {inode}: states do not add up: {c:?}"));
@@ -1027,44 +1139,65 @@ impl Engine {
                 }
                 continue;
             };
-            let v = [c.dirty as i64, c.writeback as i64, c.unstable as i64, c.resident as i64];
-            for k in 0..4 {
+            let v = [
+                c.dirty as i64,
+                c.writeback as i64,
+                c.unstable as i64,
+                c.resident as i64,
+                c.held as i64,
+            ];
+            for k in 0..5 {
                 per_backend[meta.backend.index()][k] += v[k];
                 total[k] += v[k];
             }
         }
         // Pending batches are dirtying not yet folded into the counters.
-        let mut pending = vec![[0i64; 4]; self.wbs.len()];
+        let mut pending = vec![[0i64; 5]; self.wbs.len()];
         for w in writers {
             for p in &w.pending {
                 let b = self.inodes[&p.inode].backend.index();
                 pending[b][0] += p.dirtied as i64;
                 pending[b][2] -= p.from_unstable as i64;
                 pending[b][3] += p.new_pages as i64;
+                pending[b][4] -= p.unheld as i64;
             }
         }
-        let names = ["dirty", "writeback", "unstable", "resident"];
+        let names = ["dirty", "writeback", "unstable", "resident", "held"];
         for (b, wb) in self.wbs.iter().enumerate() {
-            let have = [wb.counters.dirty, wb.counters.writeback, wb.counters.unstable, wb.counters.resident];
-            for k in 0..4 {
+            let c = &wb.counters;
+            let have = [c.dirty, c.writeback, c.unstable, c.resident, c.held];
+            for k in 0..5 {
                 let exact = have[k] + pending[b][k];
                 if exact != per_backend[b][k] {
-                    return Err(format!("backend {b}: {} counter {} + pending {} != pages {}", names[k], have[k], pending[b][k], per_backend[b][k]));
+                    return Err(format!(
+                        "backend {b}: {} counter {} + pending {} != pages {}",
+                        names[k], have[k], pending[b][k], per_backend[b][k]
+                    ));
                 }
                 if exact < 0 {
                     return Err(format!("backend {b}: {} is negative", names[k]));
                 }
             }
         }
-        let g = [self.global.dirty, self.global.writeback, self.global.unstable, self.global.resident];
-        let pending_total: Vec<i64> = (0..4).map(|k| pending.iter().map(|p| p[k]).sum()).collect();
-        for k in 0..4 {
+        let c = &self.global;
+        let g = [c.dirty, c.writeback, c.unstable, c.resident, c.held];
+        let pending_total: Vec<i64> = (0..5).map(|k| pending.iter().map(|p| p[k]).sum()).collect();
+        for k in 0..5 {
             if g[k] + pending_total[k] != total[k] {
-                return Err(format!("global {} counter {} + pending {} != pages {}", names[k], g[k], pending_total[k], total[k]));
+                return Err(format!(
+                    "global {} counter {} + pending {} != pages {}",
+                    names[k], g[k], pending_total[k], total[k]
+                ));
             }
         }
         let reserved: u64 = writers.iter().map(|w| w.frames.len() as u64).sum();
-        let read_frames: u64 = self.ios.values().map(|r| if let IoKind::Read { frames, .. } = &r.kind { frames.len() as u64 } else { 0 }).sum();
+        let read_frames: u64 = self
+            .ios
+            .values()
+            .map(
+                |r| if let IoKind::Read { frames, .. } = &r.kind { frames.len() as u64 } else { 0 },
+            )
+            .sum();
         let resident = total[3] as u64;
         if self.mem.allocated() != resident + reserved + read_frames {
             return Err(format!(
@@ -1073,7 +1206,12 @@ impl Engine {
             ));
         }
         if self.mem.allocated() + self.mem.anon() > self.mem.total() {
-            return Err(format!("memory budget exceeded: {} + {} > {}", self.mem.allocated(), self.mem.anon(), self.mem.total()));
+            return Err(format!(
+                "memory budget exceeded: {} + {} > {}",
+                self.mem.allocated(),
+                self.mem.anon(),
+                self.mem.total()
+            ));
         }
         Ok(())
     }

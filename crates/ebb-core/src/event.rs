@@ -44,7 +44,10 @@ impl IoError {
     /// themselves: pages that failed with them are held until the user acts. Everything else
     /// (EIO from a flaky device, timeouts, EAGAIN) is retried with backoff.
     pub fn may_pass(self) -> bool {
-        !matches!(self.errno, errno::ENOSPC | errno::EROFS | errno::EDQUOT | errno::EFBIG | errno::ESTALE)
+        !matches!(
+            self.errno,
+            errno::ENOSPC | errno::EROFS | errno::EDQUOT | errno::EFBIG | errno::ESTALE
+        )
     }
 }
 

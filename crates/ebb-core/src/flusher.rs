@@ -68,6 +68,7 @@ pub(crate) struct Work {
     pub(crate) dirtied_before: Instant,
     pub(crate) sync_request: Option<RequestId>,
     pub(crate) pass_written: u64,
+    pub(crate) passes: u64,
     pub(crate) written: u64,
 }
 
@@ -82,6 +83,7 @@ impl Work {
             dirtied_before: now,
             sync_request: None,
             pass_written: 0,
+            passes: 0,
             written: 0,
         }
     }
@@ -145,8 +147,23 @@ pub(crate) struct Submitter {
 }
 
 impl Submitter {
-    pub(crate) fn new(inode: InodeId, next_index: u64, chunk: u64, tagged_only: bool, skip_held: bool, class: IoClass) -> Submitter {
-        Submitter { inode, next_index, chunk_left: chunk, tagged_only, skip_held, class, written: 0 }
+    pub(crate) fn new(
+        inode: InodeId,
+        next_index: u64,
+        chunk: u64,
+        tagged_only: bool,
+        skip_held: bool,
+        class: IoClass,
+    ) -> Submitter {
+        Submitter {
+            inode,
+            next_index,
+            chunk_left: chunk,
+            tagged_only,
+            skip_held,
+            class,
+            written: 0,
+        }
     }
 }
 
@@ -190,7 +207,10 @@ impl Engine {
             let Some(issuer) = self.wbs[b.index()].ready.pop_front() else { break };
             let sub = self.wbs[b.index()].submitters.get(&issuer).expect("ready submitter").clone();
             let max = max_write.min(sub.chunk_left);
-            let run = maps.with(sub.inode, |m| m.start_writeback(sub.next_index, max, sub.tagged_only, sub.skip_held));
+            let (run, unheld) = maps.with(sub.inode, |m| {
+                let run = m.start_writeback(sub.next_index, max, sub.tagged_only, sub.skip_held);
+                (run, m.take_unheld())
+            });
             let Some(run) = run else {
                 // Nothing more past this point: the next pass over this file starts at 0.
                 if let Some(meta) = self.inodes.get_mut(&sub.inode) {
@@ -201,12 +221,28 @@ impl Engine {
                 continue;
             };
             let io = self.new_io();
-            self.ios.insert(io, IoRecord { backend: b, inode: sub.inode, kind: IoKind::Write { run, class: sub.class, issuer }, issued: self.now });
+            self.ios.insert(
+                io,
+                IoRecord {
+                    backend: b,
+                    inode: sub.inode,
+                    kind: IoKind::Write { run, class: sub.class, issuer },
+                    issued: self.now,
+                },
+            );
             let meta = self.inodes.get_mut(&sub.inode).expect("known inode");
             meta.inflight.insert(io);
             meta.writeback_index = run.end();
             self.wbs[b.index()].inflight += 1;
-            self.account(sub.inode, Counters { dirty: -(run.count as i64), writeback: run.count as i64, ..Counters::default() });
+            self.account(
+                sub.inode,
+                Counters {
+                    dirty: -(run.count as i64),
+                    held: -(unheld as i64),
+                    writeback: run.count as i64,
+                    ..Counters::default()
+                },
+            );
             self.stats.writes += 1;
             self.stats.write_pages += run.count;
             if let Issuer::Writer(w) = issuer {
@@ -214,7 +250,15 @@ impl Engine {
                 self.stats.writer_writeback_ios += 1;
                 self.stats.writer_writeback_pages += run.count;
             }
-            self.emit(Action::Write { io, backend: b, inode: sub.inode, first_page: run.first, pages: run.count, class: sub.class, issuer });
+            self.emit(Action::Write {
+                io,
+                backend: b,
+                inode: sub.inode,
+                first_page: run.first,
+                pages: run.count,
+                class: sub.class,
+                issuer,
+            });
             let wb = &mut self.wbs[b.index()];
             let s = wb.submitters.get_mut(&issuer).expect("submitter");
             s.next_index = run.end();
@@ -230,11 +274,18 @@ impl Engine {
         finished
     }
 
-    fn submitter_done<M: PageMaps>(&mut self, b: BackendId, issuer: Issuer, sub: Submitter, maps: &mut M) {
+    fn submitter_done<M: PageMaps>(
+        &mut self,
+        b: BackendId,
+        issuer: Issuer,
+        sub: Submitter,
+        maps: &mut M,
+    ) {
         self.stats.writepages_pages += sub.written;
         match issuer {
             Issuer::Flusher => {
-                let sync_all = self.wbs[b.index()].flusher.current.as_ref().is_some_and(|w| w.sync_all);
+                let sync_all =
+                    self.wbs[b.index()].flusher.current.as_ref().is_some_and(|w| w.sync_all);
                 self.requeue_inode(b, &sub, sync_all, maps);
                 let depth = self.cfg.backends[b.index()].queue_depth;
                 let full = self.wbs[b.index()].inflight >= depth;
@@ -242,7 +293,9 @@ impl Engine {
                 f.active = None;
                 // The legacy era's flusher (pdflush) wrote nonblocking and backed off while
                 // the queue was congested, releasing the file; later flushers block holding it.
-                f.wait_slot = sub.chunk_left == 0 && full && self.cfg.throttle == crate::config::ThrottlePolicy::Legacy;
+                f.wait_slot = sub.chunk_left == 0
+                    && full
+                    && self.cfg.throttle == crate::config::ThrottlePolicy::Legacy;
                 if let Some(work) = f.current.as_mut() {
                     work.nr_pages = work.nr_pages.saturating_sub(sub.written);
                     work.pass_written += sub.written;
@@ -263,7 +316,13 @@ impl Engine {
     }
 
     /// Puts a file back on the right list after a chunk (the kernel's `requeue_inode`).
-    fn requeue_inode<M: PageMaps>(&mut self, b: BackendId, sub: &Submitter, integrity: bool, maps: &mut M) {
+    fn requeue_inode<M: PageMaps>(
+        &mut self,
+        b: BackendId,
+        sub: &Submitter,
+        integrity: bool,
+        maps: &mut M,
+    ) {
         let inode = sub.inode;
         let now = self.now;
         let counts = maps.with(inode, |m| {
@@ -271,7 +330,11 @@ impl Engine {
             m.set_inode_dirty(c.dirty > 0);
             c
         });
-        if self.inodes.get(&inode).is_some_and(|m| m.inflight.len() > 0 || m.commit_inflight.is_some()) {
+        if self
+            .inodes
+            .get(&inode)
+            .is_some_and(|m| m.inflight.len() > 0 || m.commit_inflight.is_some())
+        {
             // Two-phase backends: commit once the writes of this call complete.
             self.inodes.get_mut(&inode).expect("known").commit_wanted = true;
         } else {
@@ -348,7 +411,8 @@ impl Engine {
             self.wbs[b.index()].flusher.io.push_back(inode);
             moved += 1;
         }
-        let reason = self.wbs[b.index()].flusher.current.as_ref().map_or(Reason::Background, |w| w.reason);
+        let reason =
+            self.wbs[b.index()].flusher.current.as_ref().map_or(Reason::Background, |w| w.reason);
         self.record(TraceEvent::QueueIo { bdi: b, moved, reason: reason.name() });
     }
 
@@ -356,12 +420,12 @@ impl Engine {
     pub(crate) fn over_bg_thresh(&self, b: BackendId) -> bool {
         let t = self.global_thresholds();
         let legacy = self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
-        let global = self.global.dirty() + if legacy { self.global.unstable() } else { 0 };
+        let global = self.global.writable() + if legacy { self.global.unstable() } else { 0 };
         if global > t.bg_thresh {
             return true;
         }
         let wb = &self.wbs[b.index()].counters;
-        let wb_reclaimable = wb.dirty() + if legacy { wb.unstable() } else { 0 };
+        let wb_reclaimable = wb.writable() + if legacy { wb.unstable() } else { 0 };
         wb_reclaimable > self.wb_thresh(b, t.bg_thresh)
     }
 
@@ -405,7 +469,11 @@ impl Engine {
         let now = self.now;
         // Bounded: each turn starts a chunk, finishes a work, or returns.
         for turn in 0.. {
-            assert!(turn < 1_000_000, "backend {b}: flusher loop does not settle: {:?}", self.wbs[b.index()].flusher.current);
+            assert!(
+                turn < 1_000_000,
+                "backend {b}: flusher loop does not settle: {:?}",
+                self.wbs[b.index()].flusher.current
+            );
             if self.wbs[b.index()].flusher.active.is_some() {
                 return;
             }
@@ -431,17 +499,19 @@ impl Engine {
                 continue;
             }
             if work.for_kupdate {
-                work.dirtied_before = Instant::from_nanos(now.as_nanos().saturating_sub(expire.as_nanos()));
+                work.dirtied_before =
+                    Instant::from_nanos(now.as_nanos().saturating_sub(expire.as_nanos()));
             } else if work.for_background {
                 work.dirtied_before = now;
             }
             let dirtied_before = work.dirtied_before;
             if f.io.is_empty() {
-                if work.pass_written == 0 && work.written > 0 && f.more_io.is_empty() {
+                if work.passes > 0 && work.pass_written == 0 && f.more_io.is_empty() {
                     // A whole pass wrote nothing (held pages, retry gates): stop.
                     self.finish_work(b, maps);
                     continue;
                 }
+                work.passes += 1;
                 work.pass_written = 0;
                 self.queue_io(b, dirtied_before);
             }
@@ -482,10 +552,12 @@ impl Engine {
         } else if f.start_all {
             f.start_all = false;
             Some(Work::new(Reason::Vmscan, nr_dirty, now))
-        } else if f.wake_periodic && interval > Duration::ZERO && now >= f.last_old_flush + interval {
+        } else if f.wake_periodic && interval > Duration::ZERO && now >= f.last_old_flush + interval
+        {
             f.wake_periodic = false;
             f.last_old_flush = now;
-            (!f.dirty.is_empty() || !f.more_io.is_empty()).then(|| Work::new(Reason::Periodic, nr_dirty, now))
+            (!f.dirty.is_empty() || !f.more_io.is_empty())
+                .then(|| Work::new(Reason::Periodic, nr_dirty, now))
         } else if over_bg && !f.bg_starved {
             Some(Work::new(Reason::Background, u64::MAX, now))
         } else {
@@ -494,7 +566,12 @@ impl Engine {
         match work {
             Some(work) => {
                 self.stats.flusher_works += 1;
-                self.record(TraceEvent::WritebackStart { bdi: b, nr_pages: work.nr_pages, reason: work.reason.name(), sync_all: work.sync_all });
+                self.record(TraceEvent::WritebackStart {
+                    bdi: b,
+                    nr_pages: work.nr_pages,
+                    reason: work.reason.name(),
+                    sync_all: work.sync_all,
+                });
                 self.wbs[b.index()].flusher.current = Some(work);
                 true
             }
@@ -548,7 +625,11 @@ impl Engine {
         self.bandwidth_at_writepages(b);
         self.wbs[b.index()].flusher.active = Some(inode);
         let class = if work.sync_all { IoClass::Sync } else { IoClass::Background };
-        self.add_submitter(b, Issuer::Flusher, Submitter::new(inode, next_index, chunk, work.sync_all, !work.sync_all, class));
+        self.add_submitter(
+            b,
+            Issuer::Flusher,
+            Submitter::new(inode, next_index, chunk, work.sync_all, !work.sync_all, class),
+        );
     }
 
     fn finish_work<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
@@ -556,7 +637,11 @@ impl Engine {
         if work.written == 0 && (work.for_background || work.for_kupdate) {
             self.wbs[b.index()].flusher.bg_starved = true;
         }
-        self.record(TraceEvent::WritebackWritten { bdi: b, written: work.written, reason: work.reason.name() });
+        self.record(TraceEvent::WritebackWritten {
+            bdi: b,
+            written: work.written,
+            reason: work.reason.name(),
+        });
         if let Some(request) = work.sync_request {
             let last = IoId(self.next_io - 1);
             self.wbs[b.index()].flusher.sync_waits.insert(request, last);
@@ -577,7 +662,11 @@ impl Engine {
         meta.syncing = Some(Issuer::Writer(w));
         let next_index = meta.writeback_index;
         self.stats.writepages_calls += 1;
-        self.add_submitter(b, Issuer::Writer(w), Submitter::new(inode, next_index, pages, false, true, IoClass::Background));
+        self.add_submitter(
+            b,
+            Issuer::Writer(w),
+            Submitter::new(inode, next_index, pages, false, true, IoClass::Background),
+        );
         true
     }
 }

@@ -93,7 +93,8 @@ impl Proportions {
         local.period = self.period;
         if max_frac < FRAC_BASE {
             // Keep local / global <= max_frac / FRAC_BASE after the add.
-            let allowed = (u128::from(self.events) * u128::from(max_frac) / u128::from(FRAC_BASE)) as u64;
+            let allowed =
+                (u128::from(self.events) * u128::from(max_frac) / u128::from(FRAC_BASE)) as u64;
             if local.events >= allowed {
                 return;
             }
@@ -126,7 +127,12 @@ impl EventProportions {
     /// Periods of `2^shift` events; the kernel chose `shift = 2 + ilog2(dirty_total - 1)`, so
     /// half a period is about the dirty limit. Counts halve every `2^(shift-1)` events.
     pub fn new(shift: u32) -> EventProportions {
-        EventProportions { half: 1 << shift.max(1).saturating_sub(1), in_period: 0, events: 0, period: 0 }
+        EventProportions {
+            half: 1 << shift.max(1).saturating_sub(1),
+            in_period: 0,
+            events: 0,
+            period: 0,
+        }
     }
 
     fn reflect(&self, local: &Local) -> u64 {

@@ -6,7 +6,6 @@
 //! sequence of inputs always yields the same sequence of outputs.
 #![forbid(unsafe_code)]
 
-pub mod time;
 pub mod bandwidth;
 pub mod config;
 mod engine;
@@ -21,11 +20,13 @@ pub mod position;
 pub mod reclaim;
 pub mod stats;
 mod throttle;
+pub mod time;
 pub mod trace;
 pub mod writer;
 
 pub use config::{
-    BackendConfig, Config, ConfigError, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy, UnstableAccounting, WbtMode,
+    BackendConfig, Config, ConfigError, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy,
+    UnstableAccounting, WbtMode,
 };
 pub use engine::{Engine, MapStore, PageMaps};
 pub use event::{Action, Event, IoClass, IoError, Issuer, Stability, Verdict};

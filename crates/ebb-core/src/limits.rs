@@ -119,16 +119,19 @@ pub fn follow_dirty_limit(dirty_limit: u64, thresh: u64, dirty: u64) -> u64 {
         return thresh;
     }
     let target = thresh.max(dirty);
-    if dirty_limit > target {
-        dirty_limit - (dirty_limit - target) / 32
-    } else {
-        dirty_limit
-    }
+    if dirty_limit > target { dirty_limit - (dirty_limit - target) / 32 } else { dirty_limit }
 }
 
 /// A backend's share of `thresh` (kernel `__wb_calc_thresh`), from its completion fraction
 /// `num/den`, its min/max ratios and the sum of every backend's min ratio (all percent).
-pub fn wb_thresh(thresh: u64, num: u64, den: u64, min_ratio_sum: u32, min_ratio: u32, max_ratio: u32) -> u64 {
+pub fn wb_thresh(
+    thresh: u64,
+    num: u64,
+    den: u64,
+    min_ratio_sum: u32,
+    min_ratio: u32,
+    max_ratio: u32,
+) -> u64 {
     let den = den.max(1);
     let num = num.min(den);
     let pool = u128::from(thresh) * u128::from(100 - min_ratio_sum.min(100)) / 100;
@@ -139,7 +142,11 @@ pub fn wb_thresh(thresh: u64, num: u64, den: u64, min_ratio_sum: u32, min_ratio:
 
 /// A backend's background threshold: its share of `bg_thresh`.
 pub fn wb_bg_thresh(wb_thresh: u64, bg_thresh: u64, thresh: u64) -> u64 {
-    if thresh == 0 { 0 } else { (u128::from(wb_thresh) * u128::from(bg_thresh) / u128::from(thresh)) as u64 }
+    if thresh == 0 {
+        0
+    } else {
+        (u128::from(wb_thresh) * u128::from(bg_thresh) / u128::from(thresh)) as u64
+    }
 }
 
 /// Pages a writer may dirty before its next check while in freerun (kernel
@@ -164,7 +171,8 @@ pub fn legacy_ratelimit_pages(memory_pages: u64, nr_cpus: u32) -> u64 {
 /// below half of it. `num/den` is the task's share of recent dirtying.
 pub fn task_dirty_limit(bdi_thresh: u64, num: u64, den: u64, divisor: u64) -> u64 {
     let den = den.max(1);
-    let reduction = (u128::from(bdi_thresh / divisor) * u128::from(num.min(den)) / u128::from(den)) as u64;
+    let reduction =
+        (u128::from(bdi_thresh / divisor) * u128::from(num.min(den)) / u128::from(den)) as u64;
     (bdi_thresh - reduction).max(bdi_thresh / 2)
 }
 
@@ -185,7 +193,12 @@ mod tests {
     /// The kernel defaults 20/10 on 1,000,000 dirtyable pages give the thresholds by hand.
     #[test]
     fn thresholds_by_hand() {
-        let knobs = DirtyKnobs { dirty_ratio: 20, dirty_bytes: 0, dirty_background_ratio: 10, dirty_background_bytes: 0 };
+        let knobs = DirtyKnobs {
+            dirty_ratio: 20,
+            dirty_bytes: 0,
+            dirty_background_ratio: 10,
+            dirty_background_bytes: 0,
+        };
         // ratio_pp = 20 * 4096 / 100 = 819 (truncated), thresh = 819 * 1e6 / 4096 = 199951;
         // bg: 10 * 4096 / 100 = 409, 409 * 1e6 / 4096 = 99853.
         let t = thresholds(1_000_000, &knobs);
@@ -198,7 +211,12 @@ mod tests {
     /// the hard one is halved.
     #[test]
     fn bytes_knobs_and_background_clamp() {
-        let knobs = DirtyKnobs { dirty_ratio: 20, dirty_bytes: 10_000, dirty_background_ratio: 0, dirty_background_bytes: 40_960 };
+        let knobs = DirtyKnobs {
+            dirty_ratio: 20,
+            dirty_bytes: 10_000,
+            dirty_background_ratio: 0,
+            dirty_background_bytes: 40_960,
+        };
         let t = thresholds(1_000_000, &knobs);
         assert_eq!(t.thresh, 3);
         assert_eq!(t.bg_thresh, 1);

@@ -60,7 +60,8 @@ impl Watermarks {
     pub fn for_config(config: &Config) -> Watermarks {
         let pages = config.memory_pages();
         let kbytes = pages * 4;
-        let min_kbytes = config.min_free_kbytes.unwrap_or_else(|| isqrt(kbytes * 16).clamp(128, 262_144));
+        let min_kbytes =
+            config.min_free_kbytes.unwrap_or_else(|| isqrt(kbytes * 16).clamp(128, 262_144));
         let min = (min_kbytes / 4).min(pages / 4);
         let gap = (min / 4).max(pages * u64::from(config.watermark_scale_factor) / 10_000);
         Watermarks { min, low: min + gap, high: min + 2 * gap }
@@ -134,7 +135,13 @@ impl Memory {
                 Some(id) => id,
                 None => {
                     let id = self.frames.len() as u32;
-                    self.frames.push(FrameMeta { inode: 0, index: 0, prev: NIL, next: NIL, list: List::None });
+                    self.frames.push(FrameMeta {
+                        inode: 0,
+                        index: 0,
+                        prev: NIL,
+                        next: NIL,
+                        list: List::None,
+                    });
                     id
                 }
             };
@@ -185,8 +192,16 @@ impl Memory {
             return;
         }
         let slot = list_slot(list);
-        if prev == NIL { self.lists[slot].head = next } else { self.frames[prev as usize].next = next }
-        if next == NIL { self.lists[slot].tail = prev } else { self.frames[next as usize].prev = prev }
+        if prev == NIL {
+            self.lists[slot].head = next
+        } else {
+            self.frames[prev as usize].next = next
+        }
+        if next == NIL {
+            self.lists[slot].tail = prev
+        } else {
+            self.frames[next as usize].prev = prev
+        }
         self.lists[slot].len -= 1;
         let meta = &mut self.frames[id as usize];
         meta.prev = NIL;
@@ -209,7 +224,11 @@ impl Memory {
         meta.prev = tail;
         meta.next = NIL;
         meta.list = List::Inactive;
-        if tail == NIL { self.lists[slot].head = frame.0 } else { self.frames[tail as usize].next = frame.0 }
+        if tail == NIL {
+            self.lists[slot].head = frame.0
+        } else {
+            self.frames[tail as usize].next = frame.0
+        }
         self.lists[slot].tail = frame.0;
         self.lists[slot].len += 1;
     }
@@ -222,7 +241,11 @@ impl Memory {
         meta.prev = NIL;
         meta.next = head;
         meta.list = list;
-        if head == NIL { self.lists[slot].tail = id } else { self.frames[head as usize].prev = id }
+        if head == NIL {
+            self.lists[slot].tail = id
+        } else {
+            self.frames[head as usize].prev = id
+        }
         self.lists[slot].head = id;
         self.lists[slot].len += 1;
     }

@@ -85,11 +85,18 @@ struct Chunk {
     /// Resident pages per state, indexed by `PageState as usize`; index 0 is the resident total.
     count: [u16; 5],
     tagged: u16,
+    /// Dirty pages with `HELD`.
+    held: u16,
 }
 
 impl Chunk {
     fn new() -> Chunk {
-        Chunk { slots: vec![EMPTY; CHUNK_PAGES as usize].into_boxed_slice(), count: [0; 5], tagged: 0 }
+        Chunk {
+            slots: vec![EMPTY; CHUNK_PAGES as usize].into_boxed_slice(),
+            count: [0; 5],
+            tagged: 0,
+            held: 0,
+        }
     }
 }
 
@@ -108,6 +115,8 @@ pub struct StateCounts {
     pub unstable: u64,
     /// Dirty pages tagged for an integrity sync.
     pub tagged: u64,
+    /// Dirty pages held by a write error that will not pass.
+    pub held: u64,
 }
 
 /// A contiguous run of pages.
@@ -150,6 +159,8 @@ pub struct DirtyOutcome {
     pub from_unstable: u64,
     /// Of those, pages that were not resident and took a frame.
     pub new_pages: u64,
+    /// Dirty pages held by an error that the rewrite released (new data supersedes it).
+    pub unheld: u64,
     /// The file went from no dirty pages to some (the kernel's `__mark_inode_dirty`).
     pub inode_became_dirty: bool,
     /// Why processing stopped.
@@ -196,6 +207,8 @@ pub struct TruncateOutcome {
     pub clean: u64,
     /// Dirty pages dropped (the kernel's `folio_account_cleaned`).
     pub dirty: u64,
+    /// Of those, pages held by an error.
+    pub held: u64,
     /// Unstable pages dropped.
     pub unstable: u64,
     /// Pages under writeback marked to be freed when their write completes.
@@ -235,6 +248,7 @@ pub struct PageMap {
     hint_slot: u32,
     counts: StateCounts,
     inode_dirty: bool,
+    last_unheld: u64,
 }
 
 impl Default for PageMap {
@@ -254,6 +268,7 @@ impl PageMap {
             hint_slot: 0,
             counts: StateCounts::default(),
             inode_dirty: false,
+            last_unheld: 0,
         }
     }
 
@@ -281,7 +296,11 @@ impl PageMap {
 
     /// Sets `flags` on the resident page at `index`; false if it is not resident.
     pub fn set_flags(&mut self, index: u64, flags: u8) -> bool {
-        assert_eq!(flags & flag::TOWRITE, 0, "TOWRITE is managed by tag_dirty");
+        assert_eq!(
+            flags & (flag::TOWRITE | flag::HELD),
+            0,
+            "TOWRITE and HELD are managed by the page map"
+        );
         match self.slot_mut(index) {
             Some(slot) if slot.state != 0 => {
                 slot.flags |= flags;
@@ -293,7 +312,11 @@ impl PageMap {
 
     /// Clears `flags` on the page at `index`, returning which of them were set.
     pub fn clear_flags(&mut self, index: u64, flags: u8) -> u8 {
-        assert_eq!(flags & flag::TOWRITE, 0, "TOWRITE is managed by tag_dirty");
+        assert_eq!(
+            flags & (flag::TOWRITE | flag::HELD),
+            0,
+            "TOWRITE and HELD are managed by the page map"
+        );
         match self.slot_mut(index) {
             Some(slot) if slot.state != 0 => {
                 let was = slot.flags & flags;
@@ -371,7 +394,25 @@ impl PageMap {
             c.tagged -= 1;
             self.counts.tagged -= 1;
         }
+        if slot.flags & flag::HELD != 0 && to != PageState::Dirty as u8 {
+            slot.flags &= !flag::HELD;
+            c.held -= 1;
+            self.counts.held -= 1;
+        }
         slot.state = to;
+    }
+
+    /// Clears `HELD` on a dirty page, returning whether it was set.
+    fn unhold(&mut self, chunk: u32, offset: usize) -> bool {
+        let c = &mut self.chunks[chunk as usize];
+        let slot = &mut c.slots[offset];
+        if slot.flags & flag::HELD == 0 {
+            return false;
+        }
+        slot.flags &= !flag::HELD;
+        c.held -= 1;
+        self.counts.held -= 1;
+        true
     }
 
     /// A writer writes pages `[first, first + count)`.
@@ -395,6 +436,7 @@ impl PageMap {
             dirtied: 0,
             from_unstable: 0,
             new_pages: 0,
+            unheld: 0,
             inode_became_dirty: false,
             stop: DirtyStop::Done,
         };
@@ -442,7 +484,9 @@ impl PageMap {
                     }
                 }
                 // A rewrite clears a permanent error: the user supplied new data.
-                self.chunks[chunk as usize].slots[offset].flags &= !flag::HELD;
+                if self.unhold(chunk, offset) {
+                    out.unheld += 1;
+                }
                 index += 1;
                 out.consumed += 1;
             }
@@ -473,6 +517,12 @@ impl PageMap {
         self.counts.tagged
     }
 
+    /// Held pages that the last [`PageMap::start_writeback`] calls took for writing again,
+    /// since the previous call of this method (the engine moves them out of its held count).
+    pub fn take_unheld(&mut self) -> u64 {
+        std::mem::take(&mut self.last_unheld)
+    }
+
     /// Takes the next run of dirty pages at or after `from` for writing: at most `max_run`
     /// contiguous pages, only tagged ones if `tagged_only`, skipping held pages if
     /// `skip_held`. The pages move to writeback. `None` when no such page remains past `from`.
@@ -494,7 +544,11 @@ impl PageMap {
         let start_no = from >> CHUNK_SHIFT;
         for (&no, &chunk) in self.index.range(start_no..) {
             let c = &self.chunks[chunk as usize];
-            let candidates = if tagged_only { c.tagged } else { c.count[PageState::Dirty as usize] };
+            let mut candidates =
+                if tagged_only { c.tagged } else { c.count[PageState::Dirty as usize] };
+            if skip_held && !tagged_only {
+                candidates -= c.held;
+            }
             if candidates == 0 {
                 continue;
             }
@@ -514,8 +568,10 @@ impl PageMap {
             if !eligible(&self.chunks[chunk as usize].slots[offset]) {
                 break;
             }
+            if self.chunks[chunk as usize].slots[offset].flags & flag::HELD != 0 {
+                self.last_unheld += 1;
+            }
             self.transition(chunk, offset, PageState::Writeback as u8);
-            self.chunks[chunk as usize].slots[offset].flags &= !flag::HELD;
             index += 1;
         }
         Some(Run { first, count: index - first })
@@ -536,7 +592,11 @@ impl PageMap {
             let chunk = self.chunk_for(no, false).expect("a page under writeback is resident");
             let offset = (index & (CHUNK_PAGES - 1)) as usize;
             let slot = self.chunks[chunk as usize].slots[offset];
-            assert_eq!(slot.state, PageState::Writeback as u8, "page {index} is not under writeback");
+            assert_eq!(
+                slot.state,
+                PageState::Writeback as u8,
+                "page {index} is not under writeback"
+            );
             if slot.flags & flag::DOOMED != 0 {
                 self.transition(chunk, offset, 0);
                 self.chunks[chunk as usize].slots[offset] = EMPTY;
@@ -546,9 +606,15 @@ impl PageMap {
                 continue;
             }
             self.transition(chunk, offset, to);
-            let s = &mut self.chunks[chunk as usize].slots[offset];
+            let c = &mut self.chunks[chunk as usize];
+            let s = &mut c.slots[offset];
             s.verifier = verifier;
-            s.flags |= extra_flag;
+            if extra_flag == flag::HELD {
+                s.flags |= flag::HELD;
+                c.held += 1;
+                self.counts.held += 1;
+            }
+            let s = &mut self.chunks[chunk as usize].slots[offset];
             match end {
                 WriteEnd::Stable => {
                     out.cleaned += 1;
@@ -680,7 +746,12 @@ impl PageMap {
     /// Inserts clean pages read from the backend at `first..`, one frame each from `frames`.
     /// Pages that became resident meanwhile keep their contents; their frames are pushed back
     /// onto `frames` unused. Returns the `(frame, index)` pairs inserted.
-    pub fn insert_clean(&mut self, first: u64, frames: &mut Vec<FrameId>, count: u64) -> Vec<(FrameId, u64)> {
+    pub fn insert_clean(
+        &mut self,
+        first: u64,
+        frames: &mut Vec<FrameId>,
+        count: u64,
+    ) -> Vec<(FrameId, u64)> {
         let mut inserted = Vec::new();
         for index in first..first + count {
             let no = index >> CHUNK_SHIFT;
@@ -735,7 +806,12 @@ impl PageMap {
                         continue;
                     }
                     Some(PageState::Clean) => out.clean += 1,
-                    Some(PageState::Dirty) => out.dirty += 1,
+                    Some(PageState::Dirty) => {
+                        out.dirty += 1;
+                        if slot.flags & flag::HELD != 0 {
+                            out.held += 1;
+                        }
+                    }
                     Some(PageState::Unstable) => out.unstable += 1,
                 }
                 self.transition(chunk, offset, 0);
@@ -763,6 +839,9 @@ impl PageMap {
                 if slot.flags & flag::TOWRITE != 0 {
                     counts.tagged += 1;
                 }
+                if slot.flags & flag::HELD != 0 {
+                    counts.held += 1;
+                }
             }
         }
         counts
@@ -773,7 +852,10 @@ impl PageMap {
         self.index.iter().flat_map(move |(&no, &chunk)| {
             self.chunks[chunk as usize].slots.iter().enumerate().filter_map(move |(i, slot)| {
                 let state = PageState::from_u8(slot.state)?;
-                Some(((no << CHUNK_SHIFT) + i as u64, PageInfo { state, frame: FrameId(slot.frame), flags: slot.flags }))
+                Some((
+                    (no << CHUNK_SHIFT) + i as u64,
+                    PageInfo { state, frame: FrameId(slot.frame), flags: slot.flags },
+                ))
             })
         })
     }

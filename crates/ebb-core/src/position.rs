@@ -139,7 +139,8 @@ pub fn wb_position_ratio(p: &PositionInputs) -> u64 {
     wb_thresh = wb_thresh.max((limit - p.dirty) / 8);
     let ratio_16 = ((u128::from(wb_thresh) << 16) / u128::from(p.thresh | 1)) as u64;
     let wb_setpoint = ((u128::from(setpoint) * u128::from(ratio_16)) >> 16) as u64;
-    let span = ((u128::from(p.thresh - wb_thresh + 8 * p.avg_write_bw) * u128::from(ratio_16)) >> 16) as u64;
+    let span = ((u128::from(p.thresh - wb_thresh + 8 * p.avg_write_bw) * u128::from(ratio_16))
+        >> 16) as u64;
     let x_intercept = wb_setpoint + span;
     if p.wb_dirty < x_intercept - span / 4 {
         pos_ratio = ((u128::from(pos_ratio) * u128::from(x_intercept - p.wb_dirty))
@@ -152,7 +153,8 @@ pub fn wb_position_ratio(p: &PositionInputs) -> u64 {
     let reserve = wb_thresh / 2;
     if p.wb_dirty < reserve {
         if p.wb_dirty > reserve / 8 {
-            pos_ratio = (u128::from(pos_ratio) * u128::from(reserve) / u128::from(p.wb_dirty)) as u64;
+            pos_ratio =
+                (u128::from(pos_ratio) * u128::from(reserve) / u128::from(p.wb_dirty)) as u64;
         } else {
             pos_ratio *= 8;
         }
@@ -170,7 +172,13 @@ pub fn wb_max_pause(wb_dirty: u64, avg_write_bw: u64, hz: u64) -> u64 {
 
 /// The shortest pause worth sleeping, jiffies, and the pages to dirty before the next check
 /// (kernel `wb_min_pause`).
-pub fn wb_min_pause(max_pause: u64, avg_write_bw: u64, dirty_ratelimit: u64, task_ratelimit: u64, hz: u64) -> (u64, u64) {
+pub fn wb_min_pause(
+    max_pause: u64,
+    avg_write_bw: u64,
+    dirty_ratelimit: u64,
+    task_ratelimit: u64,
+    hz: u64,
+) -> (u64, u64) {
     let hi = ilog2(avg_write_bw);
     let lo = ilog2(dirty_ratelimit);
     let mut t = (hz / 100).max(1);
@@ -260,7 +268,14 @@ mod tests {
     /// A strictlimit backend is throttled by its own line even far below the global freerun.
     #[test]
     fn strictlimit_uses_the_backends_own_line() {
-        let p = PositionInputs { wb_thresh: 8_000, wb_bg_thresh: 4_000, wb_dirty: 6_000, dirty: 10_000, strict_limit: true, ..single_device(0) };
+        let p = PositionInputs {
+            wb_thresh: 8_000,
+            wb_bg_thresh: 4_000,
+            wb_dirty: 6_000,
+            dirty: 10_000,
+            strict_limit: true,
+            ..single_device(0)
+        };
         assert_eq!(wb_position_ratio(&p), ONE);
         let over = PositionInputs { wb_dirty: 8_000, ..p };
         assert_eq!(wb_position_ratio(&over), 0);

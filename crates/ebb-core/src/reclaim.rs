@@ -29,7 +29,12 @@ pub(crate) struct Shrink {
 
 impl Engine {
     /// Takes up to `want` frames for the cache, reclaiming if memory is low.
-    pub(crate) fn alloc_frames<M: PageMaps>(&mut self, want: usize, out: &mut Vec<FrameId>, maps: &mut M) -> usize {
+    pub(crate) fn alloc_frames<M: PageMaps>(
+        &mut self,
+        want: usize,
+        out: &mut Vec<FrameId>,
+        maps: &mut M,
+    ) -> usize {
         let wmark = self.mem.wmark;
         if self.mem.free_pages() < wmark.low + want as u64 {
             self.kswapd(maps);
@@ -143,7 +148,12 @@ impl Engine {
                 return;
             }
         }
-        let ready: Vec<_> = self.waiters.iter().filter(|(_, r)| **r == WaitReason::Memory).map(|(&w, _)| w).collect();
+        let ready: Vec<_> = self
+            .waiters
+            .iter()
+            .filter(|(_, r)| **r == WaitReason::Memory)
+            .map(|(&w, _)| w)
+            .collect();
         for w in ready {
             self.waiters.remove(&w);
             self.emit(Action::Resume { writer: w });

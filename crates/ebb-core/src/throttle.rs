@@ -83,7 +83,6 @@ pub(crate) struct Global {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Backend {
     pub(crate) dirty: u64,
-    pub(crate) reclaimable: u64,
     pub(crate) thresh: u64,
     pub(crate) bg_thresh: u64,
 }
@@ -125,8 +124,8 @@ impl Engine {
         let g = &self.global;
         let legacy = self.cfg.unstable_accounting == UnstableAccounting::Legacy2020;
         Global {
-            dirty: g.dirty() + g.writeback() + g.unstable(),
-            reclaimable: g.dirty() + if legacy { g.unstable() } else { 0 },
+            dirty: g.writable() + g.writeback() + g.unstable(),
+            reclaimable: g.writable() + if legacy { g.unstable() } else { 0 },
             thresh: t.thresh,
             bg_thresh: t.bg_thresh,
             limit: limits::hard_limit(t.thresh, self.dirty_limit),
@@ -137,18 +136,21 @@ impl Engine {
     pub(crate) fn read_backend(&mut self, b: BackendId, g: &Global) -> Backend {
         self.stats.global_counter_reads += 1;
         let c = &self.wbs[b.index()].counters;
-        let legacy = self.cfg.unstable_accounting == UnstableAccounting::Legacy2020;
-        let dirty = c.dirty() + c.writeback() + c.unstable();
-        let reclaimable = c.dirty() + if legacy { c.unstable() } else { 0 };
+        let dirty = c.writable() + c.writeback() + c.unstable();
         let thresh = self.wb_thresh(b, g.thresh);
-        Backend { dirty, reclaimable, thresh, bg_thresh: limits::wb_bg_thresh(thresh, g.bg_thresh, g.thresh) }
+        Backend { dirty, thresh, bg_thresh: limits::wb_bg_thresh(thresh, g.bg_thresh, g.thresh) }
     }
 
     /// A writer owes a throttle check (`write_pages` returned `NextStep::Check`): fold its
     /// batch in, refill its frames, and decide. Obey the verdict before writing on.
-    pub fn balance_dirty_pages<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) -> Verdict {
+    pub fn balance_dirty_pages<M: PageMaps>(
+        &mut self,
+        now: Instant,
+        w: &mut Writer,
+        maps: &mut M,
+    ) -> Verdict {
         self.advance(now);
-        self.apply_pending(w);
+        self.apply_pending(w, maps);
         if w.frames.len() < FRAME_BATCH / 4 {
             let want = FRAME_BATCH - w.frames.len();
             let mut frames = std::mem::take(&mut w.frames);
@@ -194,9 +196,14 @@ impl Engine {
     }
 
     /// A writer's sleep ended or it received [`Action::Resume`]: continue its throttle call.
-    pub fn throttle_continue<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) -> Verdict {
+    pub fn throttle_continue<M: PageMaps>(
+        &mut self,
+        now: Instant,
+        w: &mut Writer,
+        maps: &mut M,
+    ) -> Verdict {
         self.advance(now);
-        self.apply_pending(w);
+        self.apply_pending(w, maps);
         self.completions.advance(now);
         let Some(b) = w.last_inode.and_then(|i| self.inodes.get(&i)).map(|m| m.backend) else {
             w.call = CallState::Idle;
@@ -232,7 +239,9 @@ impl Engine {
                     Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) }
                 }
             }
-            CallState::Bw2010Paused { pages_dirtied } => self.bw2010_check_exceeded(w, b, pages_dirtied, true),
+            CallState::Bw2010Paused { pages_dirtied } => {
+                self.bw2010_check_exceeded(w, b, pages_dirtied, true)
+            }
         };
         self.drive_all(maps);
         self.finish_verdict(w, verdict)
@@ -304,19 +313,28 @@ impl Engine {
         let setpoint = inputs.setpoint();
         if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp) >= (hz / 5).max(1) {
             let (dirty_cmp, setpoint_cmp) = if strict {
-                let sp = if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
+                let sp =
+                    if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
                 (wbd.dirty, sp)
             } else {
                 (g.dirty, setpoint)
             };
-            self.update_bandwidth(b, now_j, Some((pos_ratio, dirty_cmp, setpoint_cmp)), g.thresh, g.dirty);
+            self.update_bandwidth(
+                b,
+                now_j,
+                Some((pos_ratio, dirty_cmp, setpoint_cmp)),
+                g.thresh,
+                g.dirty,
+            );
         }
         let rates = &self.wbs[b.index()].rates;
         let dirty_ratelimit = rates.dirty_ratelimit;
         let avg_bw = rates.avg_write_bandwidth;
-        let task_ratelimit = (u128::from(dirty_ratelimit) * u128::from(pos_ratio) >> RATELIMIT_CALC_SHIFT) as u64;
+        let task_ratelimit =
+            ((u128::from(dirty_ratelimit) * u128::from(pos_ratio)) >> RATELIMIT_CALC_SHIFT) as u64;
         let max_pause = position::wb_max_pause(wbd.dirty, avg_bw, hz);
-        let (min_pause, next_pause_pages) = position::wb_min_pause(max_pause, avg_bw, dirty_ratelimit, task_ratelimit, hz);
+        let (min_pause, next_pause_pages) =
+            position::wb_min_pause(max_pause, avg_bw, dirty_ratelimit, task_ratelimit, hz);
         let think = w.dirty_paused_when.map_or(0, |p| now_j as i64 - p as i64);
         let mut now_adj = now_j as i64;
         let (period, mut pause): (i64, i64);
@@ -330,12 +348,24 @@ impl Engine {
                 pause -= think;
             }
             if pause < min_pause as i64 {
-                self.trace_bdp(w, b, &inputs, dirty_ratelimit, task_ratelimit, pages_dirtied, pause.min(0), period, think, next_pause_pages);
+                self.trace_bdp(
+                    w,
+                    b,
+                    &inputs,
+                    dirty_ratelimit,
+                    task_ratelimit,
+                    pages_dirtied,
+                    pause.min(0),
+                    period,
+                    think,
+                    next_pause_pages,
+                );
                 if pause < -(hz as i64) {
                     w.dirty_paused_when = Some(now_j);
                     w.nr_dirtied = 0;
                 } else if period > 0 {
-                    w.dirty_paused_when = Some((w.dirty_paused_when.unwrap_or(now_j) as i64 + period).max(0) as u64);
+                    w.dirty_paused_when =
+                        Some((w.dirty_paused_when.unwrap_or(now_j) as i64 + period).max(0) as u64);
                     w.nr_dirtied = 0;
                 } else if w.nr_dirtied_pause <= pages_dirtied {
                     w.nr_dirtied_pause += pages_dirtied;
@@ -348,16 +378,34 @@ impl Engine {
                 pause = max_pause as i64;
             }
         }
-        self.trace_bdp(w, b, &inputs, dirty_ratelimit, task_ratelimit, pages_dirtied, pause, period, think, next_pause_pages);
+        self.trace_bdp(
+            w,
+            b,
+            &inputs,
+            dirty_ratelimit,
+            task_ratelimit,
+            pages_dirtied,
+            pause,
+            period,
+            think,
+            next_pause_pages,
+        );
         w.dirty_paused_when = Some((now_adj + pause) as u64);
         w.nr_dirtied = 0;
         w.nr_dirtied_pause = next_pause_pages.max(1);
         self.set_ratelimit(w, b);
-        w.call = if task_ratelimit == 0 { CallState::IolessOverLimit { pages_dirtied } } else { CallState::IolessPaused };
+        w.call = if task_ratelimit == 0 {
+            CallState::IolessOverLimit { pages_dirtied }
+        } else {
+            CallState::IolessPaused
+        };
         Verdict::Sleep { until: self.now + Duration::from_jiffies(pause as u64, hz) }
     }
 
-    #[expect(clippy::too_many_arguments, reason = "one trace line carries every input of the decision")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one trace line carries every input of the decision"
+    )]
     fn trace_bdp(
         &mut self,
         w: &Writer,
@@ -382,7 +430,8 @@ impl Engine {
             limit: p.limit,
             setpoint: p.setpoint(),
             dirty: p.dirty,
-            bdi_setpoint: (u128::from(p.setpoint()) * u128::from(p.wb_thresh) / u128::from(p.thresh + 1)) as u64,
+            bdi_setpoint: (u128::from(p.setpoint()) * u128::from(p.wb_thresh)
+                / u128::from(p.thresh + 1)) as u64,
             bdi_dirty: p.wb_dirty,
             dirty_ratelimit_kbps: dirty_ratelimit * 4,
             task_ratelimit_kbps: task_ratelimit * 4,
@@ -397,7 +446,14 @@ impl Engine {
 
     /// One update of the backend's bandwidth (and, from a throttle check, its ratelimit and
     /// the global smoothed limit).
-    pub(crate) fn update_bandwidth(&mut self, b: BackendId, now_j: u64, ratelimit: Option<(u64, u64, u64)>, thresh: u64, gdirty: u64) {
+    pub(crate) fn update_bandwidth(
+        &mut self,
+        b: BackendId,
+        now_j: u64,
+        ratelimit: Option<(u64, u64, u64)>,
+        thresh: u64,
+        gdirty: u64,
+    ) {
         let hz = self.hz;
         let interval = (hz / 5).max(1);
         if ratelimit.is_some() && now_j.saturating_sub(self.dirty_limit_stamp) >= interval {
@@ -408,13 +464,21 @@ impl Engine {
         let elapsed = now_j.saturating_sub(wb.rates.bw_time_stamp);
         let (written, dirtied) = (wb.counters.written, wb.counters.dirtied);
         if let Some((pos_ratio, dirty_cmp, setpoint_cmp)) = ratelimit {
-            wb.rates.update_dirty_ratelimit(elapsed, dirtied, pos_ratio, dirty_cmp, setpoint_cmp, hz);
+            wb.rates.update_dirty_ratelimit(
+                elapsed,
+                dirtied,
+                pos_ratio,
+                dirty_cmp,
+                setpoint_cmp,
+                hz,
+            );
         }
         wb.rates.update_write_bandwidth(elapsed, written, hz);
         wb.rates.restart(now_j, written, dirtied);
         if ratelimit.is_some() && self.cfg.trace {
             let r = self.wbs[b.index()].rates.clone();
-            let task = ratelimit.map_or(0, |(pos, _, _)| r.dirty_ratelimit * pos >> RATELIMIT_CALC_SHIFT);
+            let task = ratelimit
+                .map_or(0, |(pos, _, _)| (r.dirty_ratelimit * pos) >> RATELIMIT_CALC_SHIFT);
             self.record(TraceEvent::BdiDirtyRatelimit {
                 bdi: b,
                 write_bw_kbps: r.write_bandwidth * 4,
@@ -432,7 +496,8 @@ impl Engine {
     pub(crate) fn bandwidth_at_writepages(&mut self, b: BackendId) {
         let now_j = self.now.jiffies(self.hz);
         let wb = &self.wbs[b.index()];
-        let idle = self.now.saturating_since(wb.last_completion) > Duration::from_secs(1) && wb.counters.writeback() == 0;
+        let idle = self.now.saturating_since(wb.last_completion) > Duration::from_secs(1)
+            && wb.counters.writeback() == 0;
         if idle {
             let (written, dirtied) = (wb.counters.written, wb.counters.dirtied);
             self.wbs[b.index()].rates.restart(now_j, written, dirtied);
@@ -451,9 +516,16 @@ impl Engine {
 
     // ----- legacy -----
 
-    fn legacy_loop(&mut self, w: &mut Writer, b: BackendId, pages_written: u64, write_chunk: u64, pause: u64) -> Verdict {
+    fn legacy_loop(
+        &mut self,
+        w: &mut Writer,
+        b: BackendId,
+        pages_written: u64,
+        write_chunk: u64,
+        pause: u64,
+    ) -> Verdict {
         let g = self.read_global();
-        let nr_reclaimable = self.global.dirty() + self.global.unstable();
+        let nr_reclaimable = self.global.writable() + self.global.unstable();
         let nr_writeback = self.global.writeback();
         if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
             return self.legacy_finish(w, b, pages_written, write_chunk);
@@ -462,9 +534,10 @@ impl Engine {
         let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
         let bdi_thresh = limits::task_dirty_limit(wbd.thresh, num, den, 8);
         let c = &self.wbs[b.index()].counters;
-        let bdi_reclaimable = c.dirty() + c.unstable();
+        let bdi_reclaimable = c.writable() + c.unstable();
         let bdi_writeback = c.writeback();
-        let exceeded = bdi_reclaimable + bdi_writeback > bdi_thresh || nr_reclaimable + nr_writeback > g.thresh;
+        let exceeded = bdi_reclaimable + bdi_writeback > bdi_thresh
+            || nr_reclaimable + nr_writeback > g.thresh;
         if !exceeded {
             return self.legacy_finish(w, b, pages_written, write_chunk);
         }
@@ -473,7 +546,9 @@ impl Engine {
         // when they alone exceeded bdi_thresh, which made writer IO rare (the 2010 posting's
         // "before" trace shows pages_written=0 in 14 of 15 calls). The product's legacy policy
         // is the writer that writes back 1.5x its ratelimit: the original form.
-        if bdi_reclaimable > 0 && self.legacy_writeback_start(w.id, b, write_chunk - pages_written.min(write_chunk)) {
+        if bdi_reclaimable > 0
+            && self.legacy_writeback_start(w.id, b, write_chunk - pages_written.min(write_chunk))
+        {
             w.call = CallState::LegacyWriting { pages_written, write_chunk, pause };
             self.waiters.insert(w.id, WaitReason::OwnWriteback);
             return Verdict::Wait;
@@ -483,23 +558,36 @@ impl Engine {
         Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) }
     }
 
-    fn legacy_finish(&mut self, w: &mut Writer, b: BackendId, pages_written: u64, write_chunk: u64) -> Verdict {
+    fn legacy_finish(
+        &mut self,
+        w: &mut Writer,
+        b: BackendId,
+        pages_written: u64,
+        write_chunk: u64,
+    ) -> Verdict {
         let t = self.global_thresholds();
         let c = &self.wbs[b.index()].counters;
         let wb_thresh = self.wb_thresh(b, t.thresh);
-        let still = c.dirty() + c.unstable() + c.writeback() > wb_thresh;
+        let still = c.writable() + c.unstable() + c.writeback() > wb_thresh;
         if !still {
             self.wbs[b.index()].dirty_exceeded = false;
         }
-        let reclaimable = self.global.dirty() + self.global.unstable();
+        let reclaimable = self.global.writable() + self.global.unstable();
         if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
             self.start_background(b);
         }
         let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
         w.nr_dirtied_pause = ratelimit;
-        w.ratelimit = if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
+        w.ratelimit =
+            if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
         let paused = self.now.saturating_since(w.call_start);
-        self.record(TraceEvent::LegacyBalanceDirtyPages { writer: w.id, bdi: b, write_chunk, pages_written, pause_ms: paused.as_millis() });
+        self.record(TraceEvent::LegacyBalanceDirtyPages {
+            writer: w.id,
+            bdi: b,
+            write_chunk,
+            pages_written,
+            pause_ms: paused.as_millis(),
+        });
         self.end_call(w)
     }
 
@@ -535,7 +623,7 @@ impl Engine {
 
     fn bw2010_loop(&mut self, w: &mut Writer, b: BackendId, pages_dirtied: u64) -> Verdict {
         let g = self.read_global();
-        let nr_reclaimable = self.global.dirty() + self.global.unstable();
+        let nr_reclaimable = self.global.writable() + self.global.unstable();
         let nr_writeback = self.global.writeback();
         if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
             return self.bw2010_finish(w, b, false);
@@ -546,8 +634,10 @@ impl Engine {
         let r = wbd.dirty;
         if r > a - a / 16 {
             let gap = a.saturating_sub(r);
-            let bw = (u128::from(BW2010_BANDWIDTH) * u128::from(gap) / u128::from(a / 16 + 1)) as u64;
-            let pause = (u128::from(self.hz) * u128::from(pages_dirtied * PAGE_SIZE) / u128::from(bw + 1)) as u64;
+            let bw =
+                (u128::from(BW2010_BANDWIDTH) * u128::from(gap) / u128::from(a / 16 + 1)) as u64;
+            let pause = (u128::from(self.hz) * u128::from(pages_dirtied * PAGE_SIZE)
+                / u128::from(bw + 1)) as u64;
             let pause = pause.clamp(1, (self.hz / 5).max(1));
             w.call = CallState::Bw2010Paused { pages_dirtied };
             return Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) };
@@ -555,12 +645,18 @@ impl Engine {
         self.bw2010_check_exceeded(w, b, pages_dirtied, false)
     }
 
-    fn bw2010_check_exceeded(&mut self, w: &mut Writer, b: BackendId, pages_dirtied: u64, paused: bool) -> Verdict {
+    fn bw2010_check_exceeded(
+        &mut self,
+        w: &mut Writer,
+        b: BackendId,
+        pages_dirtied: u64,
+        paused: bool,
+    ) -> Verdict {
         let g = self.read_global();
         let wbd = self.read_backend(b, &g);
         let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
         let a = limits::task_dirty_limit(wbd.thresh, num, den, 16);
-        let nr = self.global.dirty() + self.global.unstable() + self.global.writeback();
+        let nr = self.global.writable() + self.global.unstable() + self.global.writeback();
         let exceeded = wbd.dirty > a || nr > g.thresh;
         if !exceeded {
             return self.bw2010_finish(w, b, false);
@@ -579,12 +675,15 @@ impl Engine {
             self.wbs[b.index()].dirty_exceeded = false;
         }
         let t = self.global_thresholds();
-        if !self.writeback_in_progress(b) && self.global.dirty() + self.global.unstable() > t.bg_thresh {
+        if !self.writeback_in_progress(b)
+            && self.global.writable() + self.global.unstable() > t.bg_thresh
+        {
             self.start_background(b);
         }
         let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
         w.nr_dirtied_pause = ratelimit;
-        w.ratelimit = if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
+        w.ratelimit =
+            if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
         self.end_call(w)
     }
 }

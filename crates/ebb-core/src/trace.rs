@@ -109,7 +109,9 @@ impl TraceEvent {
     /// The tracepoint's name.
     pub fn name(&self) -> &'static str {
         match self {
-            TraceEvent::BalanceDirtyPages { .. } | TraceEvent::LegacyBalanceDirtyPages { .. } => "balance_dirty_pages",
+            TraceEvent::BalanceDirtyPages { .. } | TraceEvent::LegacyBalanceDirtyPages { .. } => {
+                "balance_dirty_pages"
+            }
             TraceEvent::BdiDirtyRatelimit { .. } => "bdi_dirty_ratelimit",
             TraceEvent::WritebackStart { .. } => "writeback_start",
             TraceEvent::WritebackWritten { .. } => "writeback_written",
@@ -120,7 +122,8 @@ impl TraceEvent {
     /// The writer this event belongs to, if any (the kernel prints the task).
     pub fn writer(&self) -> Option<WriterId> {
         match self {
-            TraceEvent::BalanceDirtyPages { writer, .. } | TraceEvent::LegacyBalanceDirtyPages { writer, .. } => Some(*writer),
+            TraceEvent::BalanceDirtyPages { writer, .. }
+            | TraceEvent::LegacyBalanceDirtyPages { writer, .. } => Some(*writer),
             _ => None,
         }
     }
@@ -130,8 +133,21 @@ impl TraceEvent {
         let bdi = |b: &BackendId| bdis.get(b.index()).map_or("?", |s| s.as_str()).to_string();
         match self {
             TraceEvent::BalanceDirtyPages {
-                bdi: b, limit, setpoint, dirty, bdi_setpoint, bdi_dirty, dirty_ratelimit_kbps, task_ratelimit_kbps,
-                dirtied, dirtied_pause, paused_ms, pause_ms, period_ms, think_ms, ..
+                bdi: b,
+                limit,
+                setpoint,
+                dirty,
+                bdi_setpoint,
+                bdi_dirty,
+                dirty_ratelimit_kbps,
+                task_ratelimit_kbps,
+                dirtied,
+                dirtied_pause,
+                paused_ms,
+                pause_ms,
+                period_ms,
+                think_ms,
+                ..
             } => format!(
                 "balance_dirty_pages: bdi={} limit={limit} setpoint={setpoint} dirty={dirty} bdi_setpoint={bdi_setpoint} \
                  bdi_dirty={bdi_dirty} dirty_ratelimit={dirty_ratelimit_kbps} task_ratelimit={task_ratelimit_kbps} \
@@ -139,12 +155,23 @@ impl TraceEvent {
                  think={think_ms} cgroup_ino=1",
                 bdi(b)
             ),
-            TraceEvent::LegacyBalanceDirtyPages { bdi: b, write_chunk, pages_written, pause_ms, .. } => format!(
+            TraceEvent::LegacyBalanceDirtyPages {
+                bdi: b,
+                write_chunk,
+                pages_written,
+                pause_ms,
+                ..
+            } => format!(
                 "balance_dirty_pages: bdi={} write_chunk={write_chunk} pages_written={pages_written} pause={pause_ms}",
                 bdi(b)
             ),
             TraceEvent::BdiDirtyRatelimit {
-                bdi: b, write_bw_kbps, avg_write_bw_kbps, dirty_rate_kbps, dirty_ratelimit_kbps, task_ratelimit_kbps,
+                bdi: b,
+                write_bw_kbps,
+                avg_write_bw_kbps,
+                dirty_rate_kbps,
+                dirty_ratelimit_kbps,
+                task_ratelimit_kbps,
                 balanced_dirty_ratelimit_kbps,
             } => format!(
                 "bdi_dirty_ratelimit: bdi={} write_bw={write_bw_kbps} awrite_bw={avg_write_bw_kbps} dirty_rate={dirty_rate_kbps} \
@@ -162,10 +189,16 @@ impl TraceEvent {
                 u8::from(*reason == "background"),
             ),
             TraceEvent::WritebackWritten { bdi: b, written, reason } => {
-                format!("writeback_written: bdi {}: written={written} reason={reason} cgroup_ino=1", bdi(b))
+                format!(
+                    "writeback_written: bdi {}: written={written} reason={reason} cgroup_ino=1",
+                    bdi(b)
+                )
             }
             TraceEvent::QueueIo { bdi: b, moved, reason } => {
-                format!("writeback_queue_io: bdi {}: moved={moved} reason={reason} cgroup_ino=1", bdi(b))
+                format!(
+                    "writeback_queue_io: bdi {}: moved={moved} reason={reason} cgroup_ino=1",
+                    bdi(b)
+                )
             }
         }
     }

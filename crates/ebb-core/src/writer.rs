@@ -30,6 +30,8 @@ pub(crate) struct Pending {
     pub(crate) from_unstable: u64,
     /// Of those, pages that were not resident.
     pub(crate) new_pages: u64,
+    /// Held pages the writes released.
+    pub(crate) unheld: u64,
 }
 
 /// Where a writer is in a throttle call that has not returned `Proceed` yet.
@@ -170,11 +172,17 @@ pub enum NextStep {
 /// `writer`. Stops when the writer owes a throttle check (the kernel's
 /// `balance_dirty_pages_ratelimited`, called after each page), when its frame reserve is empty,
 /// or at a page under writeback.
-pub fn write_pages(writer: &mut Writer, inode: InodeId, map: &mut PageMap, first: u64, count: u64) -> WriteStep {
+pub fn write_pages(
+    writer: &mut Writer,
+    inode: InodeId,
+    map: &mut PageMap,
+    first: u64,
+    count: u64,
+) -> WriteStep {
     let budget = writer.ratelimit.saturating_sub(writer.nr_dirtied).max(1);
     writer.scratch.clear();
     let out = map.dirty_range(first, count, budget, &mut writer.frames, &mut writer.scratch);
-    if out.dirtied > 0 {
+    if out.dirtied > 0 || out.unheld > 0 {
         writer.nr_dirtied += out.dirtied;
         writer.total_dirtied += out.dirtied;
         match writer.pending.iter_mut().find(|p| p.inode == inode) {
@@ -182,12 +190,14 @@ pub fn write_pages(writer: &mut Writer, inode: InodeId, map: &mut PageMap, first
                 p.dirtied += out.dirtied;
                 p.from_unstable += out.from_unstable;
                 p.new_pages += out.new_pages;
+                p.unheld += out.unheld;
             }
             None => writer.pending.push(Pending {
                 inode,
                 dirtied: out.dirtied,
                 from_unstable: out.from_unstable,
                 new_pages: out.new_pages,
+                unheld: out.unheld,
             }),
         }
         writer.added.extend(writer.scratch.iter().map(|&(frame, index)| (frame, inode, index)));

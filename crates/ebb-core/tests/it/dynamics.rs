@@ -93,4 +93,3 @@ fn same_inputs_same_actions() {
     assert_eq!(a, b);
     assert!(a.1 > 1000);
 }
-

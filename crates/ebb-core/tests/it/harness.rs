@@ -82,7 +82,12 @@ impl Harness {
             maps: MapStore::new(),
             dev: pages_per_sec
                 .iter()
-                .map(|&p| FifoDevice { pages_per_sec: p, latency: Duration::from_micros(100), busy_until: Instant::ZERO, pages_done: 0 })
+                .map(|&p| FifoDevice {
+                    pages_per_sec: p,
+                    latency: Duration::from_micros(100),
+                    busy_until: Instant::ZERO,
+                    pages_done: 0,
+                })
                 .collect(),
             dds: Vec::new(),
             now: Instant::ZERO,
@@ -106,11 +111,21 @@ impl Harness {
     }
 
     /// Adds a dd of `total_pages` on `backend`, starting at `start_at`.
-    pub fn add_dd(&mut self, backend: u32, total_pages: u64, request_pages: u64, start_at: Instant) -> usize {
+    pub fn add_dd(
+        &mut self,
+        backend: u32,
+        total_pages: u64,
+        request_pages: u64,
+        start_at: Instant,
+    ) -> usize {
         let i = self.dds.len();
         let inode = InodeId(1000 + i as u64);
         let handle = HandleId(i as u64 + 1);
-        self.engine.handle(self.now, Event::Open { handle, inode, backend: BackendId(backend) }, &mut self.maps);
+        self.engine.handle(
+            self.now,
+            Event::Open { handle, inode, backend: BackendId(backend) },
+            &mut self.maps,
+        );
         self.dds.push(Dd {
             w: Writer::new(WriterId(i as u32 + 1), GroupId(i as u32 % 2)),
             inode,
@@ -188,7 +203,8 @@ impl Harness {
             match ev {
                 Ev::Step(i) => self.step(i),
                 Ev::Resume(i) => {
-                    let v = self.engine.throttle_continue(self.now, &mut self.dds[i].w, &mut self.maps);
+                    let v =
+                        self.engine.throttle_continue(self.now, &mut self.dds[i].w, &mut self.maps);
                     self.obey(i, v);
                 }
                 Ev::WriteDone(io) => {
@@ -198,10 +214,18 @@ impl Harness {
                     };
                     self.engine.handle(self.now, Event::WriteDone { io, result }, &mut self.maps);
                 }
-                Ev::ReadDone(io) => self.engine.handle(self.now, Event::ReadDone { io, result: Ok(()) }, &mut self.maps),
+                Ev::ReadDone(io) => self.engine.handle(
+                    self.now,
+                    Event::ReadDone { io, result: Ok(()) },
+                    &mut self.maps,
+                ),
                 Ev::CommitDone(io) => {
                     let v = self.unstable_backend.unwrap_or(0);
-                    self.engine.handle(self.now, Event::CommitDone { io, result: Ok(v) }, &mut self.maps)
+                    self.engine.handle(
+                        self.now,
+                        Event::CommitDone { io, result: Ok(v) },
+                        &mut self.maps,
+                    )
                 }
                 Ev::Timer => {
                     if self.timer_at == Some(at) {
@@ -235,7 +259,7 @@ impl Harness {
             if dd.pos >= dd.end {
                 dd.done_at = Some(self.now);
                 let mut w = std::mem::replace(&mut dd.w, Writer::new(WriterId(0), GroupId(0)));
-                self.engine.writer_exit(self.now, &mut w);
+                self.engine.writer_exit(self.now, &mut w, &mut self.maps);
                 self.dds[i].w = w;
                 return;
             }
@@ -259,11 +283,18 @@ impl Harness {
             }
             NextStep::Check => {
                 self.dds[i].checks += 1;
-                let v = self.engine.balance_dirty_pages(self.now, &mut self.dds[i].w, &mut self.maps);
+                let v =
+                    self.engine.balance_dirty_pages(self.now, &mut self.dds[i].w, &mut self.maps);
                 self.obey(i, v);
             }
             NextStep::Busy(page) => {
-                let v = self.engine.wait_for_page(self.now, &mut self.dds[i].w, inode, page, &mut self.maps);
+                let v = self.engine.wait_for_page(
+                    self.now,
+                    &mut self.dds[i].w,
+                    inode,
+                    page,
+                    &mut self.maps,
+                );
                 self.obey(i, v);
             }
         }
@@ -274,7 +305,9 @@ impl Harness {
         match v {
             Verdict::Proceed { stalled } => {
                 dd.waiting = false;
-                if stalled > Duration::ZERO || !matches!(self.engine.config().throttle, ThrottlePolicy::Ioless) {
+                if stalled > Duration::ZERO
+                    || !matches!(self.engine.config().throttle, ThrottlePolicy::Ioless)
+                {
                     dd.stalls.push((self.now, stalled));
                 }
                 self.push(self.now, Ev::Step(i));
