@@ -10,3 +10,4 @@ pub mod device;
 pub mod prng;
 pub mod queue;
 pub mod report;
+pub mod run;
