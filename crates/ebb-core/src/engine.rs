@@ -675,7 +675,7 @@ impl Engine {
         let busy = maps
             .with(inode, |m| m.page(page).is_some_and(|p| p.state == crate::PageState::Writeback));
         if !busy {
-            return crate::Verdict::Proceed { stalled: Duration::ZERO };
+            return crate::Verdict::Proceed { stalled: Duration::ZERO, throttled: false };
         }
         w.call = crate::writer::CallState::Blocked;
         w.call_start = now;

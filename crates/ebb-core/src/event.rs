@@ -280,6 +280,9 @@ pub enum Verdict {
     Proceed {
         /// Time spent throttled in this call.
         stalled: Duration,
+        /// The call went past the freerun point (it was a throttling decision, even if it
+        /// ended without a pause); false for checks that found the writer in freerun.
+        throttled: bool,
     },
     /// Sleep until `until`, then call [`crate::Engine::throttle_continue`].
     Sleep {

@@ -167,13 +167,16 @@ impl Engine {
         }
         if w.nr_dirtied < w.ratelimit {
             self.drive_all(maps);
-            return Verdict::Proceed { stalled: Duration::ZERO };
+            return Verdict::Proceed { stalled: Duration::ZERO, throttled: false };
         }
-        let Some(inode) = w.last_inode else { return Verdict::Proceed { stalled: Duration::ZERO } };
+        let Some(inode) = w.last_inode else {
+            return Verdict::Proceed { stalled: Duration::ZERO, throttled: false };
+        };
         let b = self.inodes[&inode].backend;
         self.completions.advance(now);
         self.stats.throttle_checks += 1;
         w.call_start = now;
+        w.call_throttled = false;
         let verdict = match self.cfg.throttle {
             ThrottlePolicy::Ioless => {
                 let pages = w.nr_dirtied;
@@ -207,10 +210,10 @@ impl Engine {
         self.completions.advance(now);
         let Some(b) = w.last_inode.and_then(|i| self.inodes.get(&i)).map(|m| m.backend) else {
             w.call = CallState::Idle;
-            return Verdict::Proceed { stalled: Duration::ZERO };
+            return Verdict::Proceed { stalled: Duration::ZERO, throttled: false };
         };
         let verdict = match w.call {
-            CallState::Idle => Verdict::Proceed { stalled: Duration::ZERO },
+            CallState::Idle => Verdict::Proceed { stalled: Duration::ZERO, throttled: false },
             CallState::IolessPaused | CallState::Blocked => self.end_call(w),
             CallState::IolessOverLimit { pages_dirtied } => {
                 let g = self.read_global();
@@ -248,7 +251,7 @@ impl Engine {
     }
 
     fn finish_verdict(&mut self, w: &mut Writer, verdict: Verdict) -> Verdict {
-        if let Verdict::Proceed { stalled } = verdict {
+        if let Verdict::Proceed { stalled, .. } = verdict {
             w.total_stalled += stalled;
             if stalled > Duration::ZERO {
                 self.stats.throttled_calls += 1;
@@ -259,7 +262,10 @@ impl Engine {
 
     fn end_call(&mut self, w: &mut Writer) -> Verdict {
         w.call = CallState::Idle;
-        Verdict::Proceed { stalled: self.now.saturating_since(w.call_start) }
+        Verdict::Proceed {
+            stalled: self.now.saturating_since(w.call_start),
+            throttled: w.call_throttled,
+        }
     }
 
     fn set_ratelimit(&self, w: &mut Writer, b: BackendId) {
@@ -292,6 +298,7 @@ impl Engine {
             self.set_ratelimit(w, b);
             return self.end_call(w);
         }
+        w.call_throttled = true;
         let wbd = match wbd {
             Some(d) => d,
             None => self.read_backend(b, &g),
@@ -530,6 +537,7 @@ impl Engine {
         if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
             return self.legacy_finish(w, b, pages_written, write_chunk);
         }
+        w.call_throttled = true;
         let wbd = self.read_backend(b, &g);
         let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
         let bdi_thresh = limits::task_dirty_limit(wbd.thresh, num, den, 8);
@@ -628,6 +636,7 @@ impl Engine {
         if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
             return self.bw2010_finish(w, b, false);
         }
+        w.call_throttled = true;
         let wbd = self.read_backend(b, &g);
         let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
         let a = limits::task_dirty_limit(wbd.thresh, num, den, 16);

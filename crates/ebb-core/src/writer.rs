@@ -76,6 +76,8 @@ pub struct Writer {
     pub(crate) last_inode: Option<InodeId>,
     pub(crate) call: CallState,
     pub(crate) call_start: Instant,
+    /// The current call went past the freerun point.
+    pub(crate) call_throttled: bool,
     /// Dirtying share for the legacy per-task threshold.
     pub(crate) dirty_share: crate::fprop::Local,
     /// Lifetime totals, for stats.
@@ -101,6 +103,7 @@ impl Writer {
             last_inode: None,
             call: CallState::Idle,
             call_start: Instant::ZERO,
+            call_throttled: false,
             dirty_share: Default::default(),
             total_dirtied: 0,
             total_stalled: Duration::ZERO,

@@ -9,9 +9,21 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use ebb_core::{Config, Duration};
+use ebb_core::{
+    Action, BackendId, Config, Duration, Engine, Event, GroupId, HandleId, InodeId, Instant,
+    IoClass, IoId, MapStore, NextStep, PageMaps, RequestId, Stability, TraceEvent, Verdict, Writer,
+    WriterId, write_pages,
+};
+
+use crate::device::{Device, DeviceRequest, IoOp};
+use crate::prng::Prng;
+use crate::queue::EventQueue;
+use crate::report::chrome_trace::ChromeTrace;
+use crate::report::hist::SampleStats;
 
 /// A device model for one backend: a name known to [`crate::device::by_name`] and field
 /// overrides from the experiment file.
@@ -137,8 +149,692 @@ impl fmt::Display for SimError {
 
 impl std::error::Error for SimError {}
 
+/// CPU time to copy one page into the cache: an unthrottled writer dirties ~16 GB/s.
+const NS_PER_PAGE: u64 = 250;
+const PAGE: u64 = ebb_core::PAGE_SIZE;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ev {
+    Step(usize),
+    Resume(usize),
+    Device(usize),
+    Timer,
+    Sample,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriterState {
+    NotStarted,
+    Running,
+    Blocked,
+    Reading(RequestId),
+    Fsyncing(RequestId),
+    Done,
+}
+
+struct SimWriter {
+    w: Writer,
+    inode: InodeId,
+    handle: HandleId,
+    src: Option<InodeId>,
+    pos: u64,
+    end: u64,
+    bs: u64,
+    left: u64,
+    think: Duration,
+    fsync: bool,
+    state: WriterState,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+}
+
+enum IoPending {
+    Write(IoId),
+    Read(IoId),
+    Commit(IoId),
+}
+
+struct Sim<'a> {
+    spec: &'a RunSpec,
+    engine: Engine,
+    maps: MapStore,
+    devices: Vec<Box<dyn Device>>,
+    scheduled: Vec<Option<Instant>>,
+    queue: EventQueue<Ev>,
+    writers: Vec<SimWriter>,
+    base: BTreeMap<InodeId, u64>,
+    ios: BTreeMap<u64, IoPending>,
+    next_request: u64,
+    timer_at: Option<Instant>,
+    now: Instant,
+    pauses: Vec<(f64, f64, u32)>,
+    series: BTreeMap<&'static str, Vec<(f64, f64)>>,
+    writer_series: Vec<Vec<(f64, f64)>>,
+    pages_done: u64,
+    pages_total: u64,
+    device_pages: u64,
+    read_pages: u64,
+    max_dirty: u64,
+    max_limit: u64,
+    trace: Option<Tracer>,
+}
+
+/// Writes trace.txt and trace.json as the run goes.
+struct Tracer {
+    txt: BufWriter<File>,
+    json: ChromeTrace<File>,
+    names: Vec<String>,
+}
+
 /// Runs one simulation. `progress` receives the fraction of the workload done, now and then.
 pub fn run(spec: &RunSpec, progress: &mut dyn FnMut(f64)) -> Result<RunResult, SimError> {
-    let _ = progress;
-    Err(SimError::Spec(format!("{}: the run loop is not written yet", spec.name)))
+    let mut sim = Sim::new(spec)?;
+    sim.run(progress)?;
+    Ok(sim.finish())
+}
+
+impl<'a> Sim<'a> {
+    fn new(spec: &'a RunSpec) -> Result<Sim<'a>, SimError> {
+        if spec.devices.len() != spec.config.backends.len() {
+            return Err(SimError::Spec(format!(
+                "{}: {} devices for {} backends",
+                spec.name,
+                spec.devices.len(),
+                spec.config.backends.len()
+            )));
+        }
+        let mut config = spec.config.clone();
+        config.trace = spec.trace_dir.is_some();
+        let mut engine = Engine::new(config, Instant::ZERO).map_err(SimError::Config)?;
+        let mut rng = Prng::new(spec.seed);
+        let devices = spec
+            .devices
+            .iter()
+            .map(|d| crate::device::by_name_with_overrides(&d.model, rng.next_u64(), &d.overrides))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(SimError::Device)?;
+        let mut maps = MapStore::new();
+        let mut writers = Vec::new();
+        let mut base = BTreeMap::new();
+        let mut next_base = 1u64 << 30;
+        let mut queue = EventQueue::new();
+        let mut pages_total = 0;
+        for (i, wl) in spec.workloads.iter().enumerate() {
+            let (backend, size, bs, start, fsync, think, cp) = match *wl {
+                Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think } => {
+                    (backend, size_bytes, bs_bytes, start, fsync, think, false)
+                }
+                Workload::Cp { backend, size_bytes, bs_bytes, start } => {
+                    (backend, size_bytes, bs_bytes, start, false, Duration::ZERO, true)
+                }
+            };
+            if backend >= spec.config.backends.len() {
+                return Err(SimError::Spec(format!(
+                    "workload {i} names backend {backend}, which does not exist"
+                )));
+            }
+            if bs < PAGE || size == 0 {
+                return Err(SimError::Spec(format!(
+                    "workload {i}: block size {bs} or size {size} too small"
+                )));
+            }
+            let pages = size.div_ceil(PAGE);
+            pages_total += pages;
+            let mut place = |inode: InodeId| {
+                base.insert(inode, next_base);
+                next_base += (pages * PAGE).next_multiple_of(1 << 30);
+            };
+            let inode = InodeId(2 * i as u64 + 1);
+            let handle = HandleId(i as u64 + 1);
+            place(inode);
+            let src = cp.then(|| InodeId(2 * i as u64 + 2));
+            if let Some(src) = src {
+                place(src);
+                engine.handle(
+                    Instant::ZERO,
+                    Event::Open {
+                        handle: HandleId(1000 + i as u64),
+                        inode: src,
+                        backend: BackendId(backend as u32),
+                    },
+                    &mut maps,
+                );
+            }
+            engine.handle(
+                Instant::ZERO,
+                Event::Open { handle, inode, backend: BackendId(backend as u32) },
+                &mut maps,
+            );
+            writers.push(SimWriter {
+                w: Writer::new(WriterId(i as u32), GroupId(i as u32)),
+                inode,
+                handle,
+                src,
+                pos: 0,
+                end: pages,
+                bs: bs / PAGE,
+                left: 0,
+                think,
+                fsync,
+                state: WriterState::NotStarted,
+                started: None,
+                finished: None,
+            });
+            queue.push(Instant::ZERO + start, Ev::Step(i));
+        }
+        queue.push(Instant::ZERO, Ev::Sample);
+        let trace = match &spec.trace_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(SimError::Io)?;
+                let txt =
+                    BufWriter::new(File::create(dir.join("trace.txt")).map_err(SimError::Io)?);
+                let mut json = ChromeTrace::create(&dir.join("trace.json"))
+                    .map_err(|e| SimError::Spec(e.to_string()))?;
+                let _ = json.process_name(1, &spec.name);
+                let names = spec.config.backends.iter().map(|b| b.name.clone()).collect();
+                Some(Tracer { txt, json, names })
+            }
+            None => None,
+        };
+        let n = writers.len();
+        Ok(Sim {
+            spec,
+            engine,
+            maps,
+            scheduled: vec![None; devices.len()],
+            devices,
+            queue,
+            writers,
+            base,
+            ios: BTreeMap::new(),
+            next_request: 1,
+            timer_at: None,
+            now: Instant::ZERO,
+            pauses: Vec::new(),
+            series: BTreeMap::new(),
+            writer_series: vec![Vec::new(); n],
+            pages_done: 0,
+            pages_total,
+            device_pages: 0,
+            read_pages: 0,
+            max_dirty: 0,
+            max_limit: 0,
+            trace,
+        })
+    }
+
+    fn run(&mut self, progress: &mut dyn FnMut(f64)) -> Result<(), SimError> {
+        let limit = Instant::ZERO + self.spec.time_limit;
+        let mut last_progress = 0.0;
+        // The only unbounded loop of the simulator: it ends when the event queue drains (every
+        // writer done and every IO complete) or at the time limit.
+        while let Some((at, ev)) = self.queue.pop() {
+            if at > limit {
+                break;
+            }
+            self.now = at;
+            match ev {
+                Ev::Step(i) => self.step(i),
+                Ev::Resume(i) => {
+                    let v = self.engine.throttle_continue(
+                        self.now,
+                        &mut self.writers[i].w,
+                        &mut self.maps,
+                    );
+                    self.obey(i, v);
+                }
+                Ev::Device(b) => {
+                    if self.scheduled[b] != Some(at) {
+                        continue;
+                    }
+                    self.scheduled[b] = None;
+                    self.device_events(b);
+                }
+                Ev::Timer => {
+                    if self.timer_at != Some(at) {
+                        continue;
+                    }
+                    self.timer_at = None;
+                    self.engine.handle(self.now, Event::Timer, &mut self.maps);
+                }
+                Ev::Sample => {
+                    self.sample();
+                    if self.writers.iter().any(|w| w.state != WriterState::Done) {
+                        self.queue.push(self.now + self.spec.sample_interval, Ev::Sample);
+                    }
+                    let done = self.pages_done as f64 / self.pages_total.max(1) as f64;
+                    if done - last_progress >= 0.01 {
+                        last_progress = done;
+                        progress(done);
+                    }
+                }
+            }
+            self.drain()?;
+        }
+        progress(1.0);
+        if let Some(t) = &mut self.trace {
+            t.txt.flush().map_err(SimError::Io)?;
+        }
+        Ok(())
+    }
+
+    /// Carries out the engine's actions and keeps the timers scheduled.
+    fn drain(&mut self) -> Result<(), SimError> {
+        while let Some(action) = self.engine.poll_action() {
+            match action {
+                Action::Write { io, backend, inode, first_page, pages, class, .. } => {
+                    self.submit(
+                        backend,
+                        io.0,
+                        IoOp::Write,
+                        inode,
+                        first_page,
+                        pages,
+                        class == IoClass::Sync,
+                    );
+                    self.ios.insert(io.0, IoPending::Write(io));
+                    self.device_pages += pages;
+                }
+                Action::Read { io, backend, inode, first_page, pages } => {
+                    self.submit(backend, io.0, IoOp::Read, inode, first_page, pages, true);
+                    self.ios.insert(io.0, IoPending::Read(io));
+                    self.read_pages += pages;
+                }
+                Action::Commit { io, backend, inode, .. } => {
+                    // A local disk makes written data durable with a cache flush.
+                    self.submit(backend, io.0, IoOp::Flush, inode, 0, 0, true);
+                    self.ios.insert(io.0, IoPending::Commit(io));
+                }
+                Action::Resume { writer } => {
+                    let i = writer.0 as usize;
+                    self.queue.push(self.now, Ev::Resume(i));
+                }
+                Action::FsyncDone { request, .. } => {
+                    if let Some(i) =
+                        self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
+                    {
+                        self.finish_writer(i);
+                    }
+                }
+                Action::ReadDone { request, .. } => {
+                    if let Some(i) =
+                        self.writers.iter().position(|w| w.state == WriterState::Reading(request))
+                    {
+                        self.writers[i].state = WriterState::Running;
+                        self.queue.push(self.now, Ev::Step(i));
+                    }
+                }
+                Action::SyncDone { .. } | Action::CloseDone { .. } => {}
+            }
+        }
+        if let Some(t) = self.engine.poll_timeout()
+            && self.timer_at.is_none_or(|cur| t < cur)
+        {
+            let t = t.max(self.now);
+            self.timer_at = Some(t);
+            self.queue.push(t, Ev::Timer);
+        }
+        if self.trace.is_some() {
+            self.write_trace()?;
+        }
+        Ok(())
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one device request")]
+    fn submit(
+        &mut self,
+        backend: BackendId,
+        id: u64,
+        op: IoOp,
+        inode: InodeId,
+        first_page: u64,
+        pages: u64,
+        sync: bool,
+    ) {
+        let b = backend.index();
+        let offset = self.base.get(&inode).copied().unwrap_or(0) + first_page * PAGE;
+        self.devices[b].submit(self.now, DeviceRequest { id, op, offset, len: pages * PAGE, sync });
+        self.reschedule(b);
+    }
+
+    fn reschedule(&mut self, b: usize) {
+        if let Some(t) = self.devices[b].next_event_time()
+            && self.scheduled[b].is_none_or(|cur| t < cur)
+        {
+            self.scheduled[b] = Some(t);
+            self.queue.push(t, Ev::Device(b));
+        }
+    }
+
+    fn device_events(&mut self, b: usize) {
+        let mut done = Vec::new();
+        self.devices[b].advance(self.now, &mut done);
+        for c in done {
+            let event = match self.ios.remove(&c.id) {
+                Some(IoPending::Write(io)) => {
+                    Event::WriteDone { io, result: Ok(Stability::Stable) }
+                }
+                Some(IoPending::Read(io)) => Event::ReadDone { io, result: Ok(()) },
+                Some(IoPending::Commit(io)) => Event::CommitDone { io, result: Ok(0) },
+                None => continue,
+            };
+            self.engine.handle(self.now, event, &mut self.maps);
+        }
+        self.reschedule(b);
+    }
+
+    /// Advances writer `i` through its workload until it must wait.
+    fn step(&mut self, i: usize) {
+        // Bounded: each turn consumes pages, starts a request, or stops the writer.
+        for _ in 0..100_000 {
+            let sw = &mut self.writers[i];
+            match sw.state {
+                WriterState::NotStarted => {
+                    sw.state = WriterState::Running;
+                    sw.started = Some(self.now);
+                }
+                WriterState::Running => {}
+                _ => return,
+            }
+            if sw.left == 0 {
+                if sw.pos >= sw.end {
+                    if sw.fsync {
+                        let request = self.request();
+                        let sw = &mut self.writers[i];
+                        self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
+                        sw.state = WriterState::Fsyncing(request);
+                        let handle = sw.handle;
+                        self.engine.handle(
+                            self.now,
+                            Event::Fsync { handle, request },
+                            &mut self.maps,
+                        );
+                    } else {
+                        self.finish_writer(i);
+                    }
+                    return;
+                }
+                sw.left = sw.bs.min(sw.end - sw.pos);
+                if let Some(src) = sw.src {
+                    let (first, pages) = (sw.pos, sw.left);
+                    let request = self.request();
+                    self.writers[i].state = WriterState::Reading(request);
+                    self.engine.handle(
+                        self.now,
+                        Event::Read { inode: src, first_page: first, pages, request },
+                        &mut self.maps,
+                    );
+                    return;
+                }
+            }
+            let sw = &mut self.writers[i];
+            let (inode, pos, left) = (sw.inode, sw.pos, sw.left);
+            let step = self.maps.with(inode, |m| write_pages(&mut sw.w, inode, m, pos, left));
+            sw.pos += step.consumed;
+            sw.left -= step.consumed;
+            self.pages_done += step.consumed;
+            if step.inode_became_dirty {
+                self.engine.inode_dirtied(self.now, inode);
+            }
+            let verdict = match step.next {
+                NextStep::Done => {
+                    // The write call is done: the copy took CPU time, then the application thinks.
+                    let sw = &self.writers[i];
+                    let at = self.now + Duration::from_nanos(sw.bs * NS_PER_PAGE) + sw.think;
+                    self.queue.push(at, Ev::Step(i));
+                    return;
+                }
+                NextStep::Check => self.engine.balance_dirty_pages(
+                    self.now,
+                    &mut self.writers[i].w,
+                    &mut self.maps,
+                ),
+                NextStep::Busy(page) => self.engine.wait_for_page(
+                    self.now,
+                    &mut self.writers[i].w,
+                    inode,
+                    page,
+                    &mut self.maps,
+                ),
+            };
+            if !self.obey_inline(i, verdict) {
+                return;
+            }
+        }
+        panic!("writer {i} makes no progress at {}", self.now);
+    }
+
+    /// Applies a verdict; true if the writer may go on at once.
+    fn obey_inline(&mut self, i: usize, v: Verdict) -> bool {
+        match v {
+            Verdict::Proceed { stalled, throttled } => {
+                if throttled {
+                    self.pauses.push((self.now.as_secs_f64(), stalled.as_millis_f64(), i as u32));
+                }
+                self.writers[i].state = WriterState::Running;
+                true
+            }
+            Verdict::Sleep { until } => {
+                self.writers[i].state = WriterState::Blocked;
+                self.queue.push(until, Ev::Resume(i));
+                false
+            }
+            Verdict::Wait => {
+                self.writers[i].state = WriterState::Blocked;
+                false
+            }
+        }
+    }
+
+    fn obey(&mut self, i: usize, v: Verdict) {
+        if self.obey_inline(i, v) {
+            self.step(i);
+        }
+    }
+
+    fn finish_writer(&mut self, i: usize) {
+        let sw = &mut self.writers[i];
+        sw.state = WriterState::Done;
+        sw.finished = Some(self.now);
+        self.engine.writer_exit(self.now, &mut sw.w, &mut self.maps);
+    }
+
+    fn request(&mut self) -> RequestId {
+        self.next_request += 1;
+        RequestId(self.next_request)
+    }
+
+    fn sample(&mut self) {
+        let t = self.now.as_secs_f64();
+        let m = self.engine.meminfo();
+        let bdi = self.engine.bdi_stats(BackendId(0));
+        let freerun = (m.thresh + m.bg_thresh) / 2;
+        let setpoint = (freerun + m.limit) / 2;
+        let dirty = m.dirty + m.writeback + m.unstable;
+        self.max_dirty = self.max_dirty.max(dirty);
+        self.max_limit = self.max_limit.max(m.limit);
+        let values: [(&'static str, f64); 10] = [
+            ("dirty", dirty as f64),
+            ("writeback", m.writeback as f64),
+            ("setpoint", setpoint as f64),
+            ("limit", m.limit as f64),
+            ("thresh", m.thresh as f64),
+            ("bg_thresh", m.bg_thresh as f64),
+            ("freerun", freerun as f64),
+            ("dirty_ratelimit", (bdi.dirty_ratelimit * 4) as f64),
+            ("write_bw", (bdi.write_bandwidth * 4) as f64),
+            ("avg_write_bw", (bdi.avg_write_bandwidth * 4) as f64),
+        ];
+        for (name, v) in values {
+            self.series.entry(name).or_default().push((t, v));
+        }
+        for (i, sw) in self.writers.iter().enumerate() {
+            self.writer_series[i].push((t, sw.w.total_dirtied() as f64));
+        }
+        if let Some(tr) = &mut self.trace {
+            let ts = t * 1e6;
+            let _ = tr.json.counter(
+                1,
+                "pages",
+                ts,
+                &[
+                    ("dirty", dirty as f64),
+                    ("setpoint", setpoint as f64),
+                    ("limit", m.limit as f64),
+                ],
+            );
+            let _ = tr.json.counter(
+                1,
+                "KB/s",
+                ts,
+                &[
+                    ("dirty_ratelimit", (bdi.dirty_ratelimit * 4) as f64),
+                    ("write_bw", (bdi.write_bandwidth * 4) as f64),
+                ],
+            );
+        }
+    }
+
+    fn write_trace(&mut self) -> Result<(), SimError> {
+        let events = self.engine.drain_trace();
+        let Some(tr) = &mut self.trace else { return Ok(()) };
+        for (at, ev) in events {
+            let task = match ev.writer() {
+                Some(w) => format!("dd-{}", w.0 + 1),
+                None => "kworker/u8:0-1".to_string(),
+            };
+            writeln!(
+                tr.txt,
+                "{task:>16} [000] {:>13.6}: {}",
+                at.as_secs_f64(),
+                ev.render(&tr.names)
+            )
+            .map_err(SimError::Io)?;
+            if let TraceEvent::BalanceDirtyPages { writer, pause_ms, .. } = ev
+                && pause_ms > 0
+            {
+                let _ = tr.json.complete(
+                    1,
+                    writer.0 + 2,
+                    "pause",
+                    "balance_dirty_pages",
+                    at.as_secs_f64() * 1e6,
+                    pause_ms as f64 * 1e3,
+                    &[],
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> RunResult {
+        let spec = self.spec;
+        let stats = self.engine.stats().clone();
+        let start = self.writers.iter().filter_map(|w| w.started).min().unwrap_or(Instant::ZERO);
+        let end = self.writers.iter().filter_map(|w| w.finished).max().unwrap_or(self.now);
+        let elapsed = end.saturating_since(start).as_secs_f64().max(1e-9);
+        let bytes: u64 = self.writers.iter().map(|w| w.pos * PAGE).sum();
+        let mut m = BTreeMap::new();
+        m.insert("elapsed_s".to_string(), elapsed);
+        m.insert("write_mb_s".to_string(), bytes as f64 / 1e6 / elapsed);
+        m.insert("read_mb_s".to_string(), (self.read_pages * PAGE) as f64 / 1e6 / elapsed);
+        let steady = spec.steady_from.as_secs_f64();
+        let steady_pauses: Vec<f64> =
+            self.pauses.iter().filter(|p| p.0 >= steady).map(|p| p.1).collect();
+        let stats_p = SampleStats::new(steady_pauses);
+        if !stats_p.is_empty() {
+            m.insert("pause_ms_p50".into(), stats_p.percentile(50.0));
+            m.insert("pause_ms_p99".into(), stats_p.percentile(99.0));
+            m.insert("pause_ms_max".into(), stats_p.max());
+            m.insert("pause_ms_min".into(), stats_p.min());
+            m.insert("pause_ms_mean".into(), stats_p.mean());
+            m.insert("pause_ms_stddev".into(), stats_p.stddev());
+        }
+        m.insert("pause_count".into(), stats_p.count() as f64);
+        m.insert("dirty_pages_max".into(), self.max_dirty as f64);
+        m.insert("dirty_limit_pages".into(), self.max_limit as f64);
+        m.insert("writer_writeback_pages".into(), stats.writer_writeback_pages as f64);
+        m.insert("throttle_checks".into(), stats.throttle_checks as f64);
+        m.insert(
+            "global_counter_reads_per_check".into(),
+            stats.global_counter_reads as f64 / stats.throttle_checks.max(1) as f64,
+        );
+        m.insert("writepages_calls".into(), stats.writepages_calls as f64);
+        m.insert(
+            "pages_per_writepages_mean".into(),
+            stats.writepages_pages as f64 / stats.writepages_calls.max(1) as f64,
+        );
+        m.insert("commits".into(), stats.commits as f64);
+        m.insert("kswapd_pages_written".into(), stats.kswapd_written as f64);
+        m.insert("direct_reclaim_pages_written".into(), stats.direct_written as f64);
+        m.insert("direct_reclaim_scanned".into(), stats.direct_scanned as f64);
+        m.insert(
+            "kswapd_efficiency".into(),
+            if stats.kswapd_scanned == 0 {
+                1.0
+            } else {
+                stats.kswapd_reclaimed as f64 / stats.kswapd_scanned as f64
+            },
+        );
+        if self.writers.len() > 1 {
+            m.insert("writer_rate_ratio".into(), self.rate_ratio());
+        }
+        let mut series: Vec<TimeSeries> = std::mem::take(&mut self.series)
+            .into_iter()
+            .map(|(name, points)| TimeSeries {
+                unit: if name.contains("bw") || name.contains("ratelimit") {
+                    "KB/s"
+                } else {
+                    "pages"
+                }
+                .into(),
+                name: name.into(),
+                points,
+            })
+            .collect();
+        for (i, points) in std::mem::take(&mut self.writer_series).into_iter().enumerate() {
+            series.push(TimeSeries {
+                name: format!("writer{i}_dirtied"),
+                unit: "pages".into(),
+                points,
+            });
+        }
+        if let Some(mut tr) = self.trace.take() {
+            let _ = tr.txt.flush();
+            let _ = tr.json.finish();
+        }
+        RunResult {
+            name: spec.name.clone(),
+            metrics: m,
+            series,
+            pauses: std::mem::take(&mut self.pauses),
+            simulated_pages: self.device_pages + self.read_pages,
+        }
+    }
+
+    /// Fastest over slowest dirtying rate among writers, over the window where all of them
+    /// run in steady state: from `steady_from` after the last one started to when the first
+    /// one finished.
+    fn rate_ratio(&self) -> f64 {
+        let last_start =
+            self.writers.iter().filter_map(|w| w.started).max().unwrap_or(Instant::ZERO);
+        let first_end =
+            self.writers.iter().map(|w| w.finished.unwrap_or(self.now)).min().unwrap_or(self.now);
+        let from = (last_start + self.spec.steady_from).as_secs_f64();
+        let to = first_end.as_secs_f64();
+        if to <= from {
+            return f64::NAN;
+        }
+        let rates: Vec<f64> = self
+            .writer_series
+            .iter()
+            .map(|s| {
+                let at = |t: f64| s.iter().rev().find(|p| p.0 <= t).map_or(0.0, |p| p.1);
+                (at(to) - at(from)) / (to - from)
+            })
+            .collect();
+        let max = rates.iter().cloned().fold(f64::MIN, f64::max);
+        let min = rates.iter().cloned().fold(f64::MAX, f64::min);
+        if min <= 0.0 { f64::INFINITY } else { max / min }
+    }
 }

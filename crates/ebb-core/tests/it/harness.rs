@@ -303,7 +303,7 @@ impl Harness {
     fn obey(&mut self, i: usize, v: Verdict) {
         let dd = &mut self.dds[i];
         match v {
-            Verdict::Proceed { stalled } => {
+            Verdict::Proceed { stalled, throttled } => {
                 dd.waiting = false;
                 if stalled > Duration::ZERO
                     || !matches!(self.engine.config().throttle, ThrottlePolicy::Ioless)
