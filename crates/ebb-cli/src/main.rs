@@ -1,2 +1,318 @@
 //! The `ebb` command.
-fn main() {}
+//!
+//! `ebb reproduce` runs every experiment in `experiments/` and `ebb sim` one experiment file,
+//! both through `ebb_sim::reproduce`; they print each published figure beside ours and the
+//! path of `report.html`. `mount`, `bench` and `stat` are declared with their documented
+//! arguments and report that they are not available yet.
+//!
+//! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
+//! report could not be completed; 2 for usage and configuration errors (bad arguments, an
+//! experiment file that does not load, a command not available yet).
+#![expect(clippy::print_stdout, reason = "the CLI prints its results to stdout")]
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use clap::{Args, Parser, Subcommand};
+use ebb_sim::reproduce::{self, Options, Outcome, Progress, ReproduceError};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// ebb: a userspace writeback engine, its simulator and its reports.
+#[derive(Parser, Debug)]
+#[command(name = "ebb", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run every experiment in a directory and write report.html and summary.json files.
+    Reproduce(ReproduceArgs),
+    /// Run one experiment file.
+    Sim(SimArgs),
+    /// Mount the FUSE filesystem over a backend directory.
+    Mount(MountArgs),
+    /// Benchmarks of the real runtime.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Show the live stats of a mount.
+    Stat(StatArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReproduceArgs {
+    /// Output directory.
+    #[arg(long, default_value = "ebb-report")]
+    out: PathBuf,
+    /// Shortened runs (each experiment's [quick] section).
+    #[arg(long)]
+    quick: bool,
+    /// Directory of experiment files.
+    #[arg(long, default_value = "experiments")]
+    experiments: PathBuf,
+    /// Replace each experiment's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Runs carried out at once.
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+}
+
+#[derive(Args, Debug)]
+struct SimArgs {
+    /// The experiment file.
+    experiment: PathBuf,
+    /// Output directory.
+    #[arg(long, default_value = "ebb-report")]
+    out: PathBuf,
+    /// Replace the experiment's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also write trace.txt (kernel tracepoint format) and trace.json (Chrome trace events)
+    /// for every run.
+    #[arg(long)]
+    trace: bool,
+    /// Shortened runs (the experiment's [quick] section).
+    #[arg(long)]
+    quick: bool,
+    /// Runs carried out at once.
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+}
+
+#[derive(Args, Debug)]
+struct MountArgs {
+    /// Directory the data is written to.
+    #[arg(long)]
+    backend: PathBuf,
+    /// Where to mount.
+    mountpoint: PathBuf,
+    /// Memory budget of the cache, e.g. 4GiB.
+    #[arg(long)]
+    memory: Option<String>,
+    /// Hard dirty threshold, % of dirtyable memory.
+    #[arg(long = "dirty_ratio", alias = "dirty-ratio")]
+    dirty_ratio: Option<u32>,
+    /// Hard dirty threshold in bytes (takes precedence over dirty_ratio).
+    #[arg(long = "dirty_bytes", alias = "dirty-bytes")]
+    dirty_bytes: Option<String>,
+    /// Background writeback threshold, %.
+    #[arg(long = "dirty_background_ratio", alias = "dirty-background-ratio")]
+    dirty_background_ratio: Option<u32>,
+    /// Background writeback threshold in bytes.
+    #[arg(long = "dirty_background_bytes", alias = "dirty-background-bytes")]
+    dirty_background_bytes: Option<String>,
+    /// Age at which dirty data is written by periodic writeback, 1/100 s.
+    #[arg(long = "dirty_expire_centisecs", alias = "dirty-expire-centisecs")]
+    dirty_expire_centisecs: Option<u32>,
+    /// Periodic flusher wakeup interval, 1/100 s.
+    #[arg(long = "dirty_writeback_centisecs", alias = "dirty-writeback-centisecs")]
+    dirty_writeback_centisecs: Option<u32>,
+    /// Guaranteed share of the dirty threshold, %.
+    #[arg(long = "min_ratio", alias = "min-ratio")]
+    min_ratio: Option<u32>,
+    /// Cap on the share of the dirty threshold, %.
+    #[arg(long = "max_ratio", alias = "max-ratio")]
+    max_ratio: Option<u32>,
+    /// Throttle on the backend's own share.
+    #[arg(long = "strict_limit", alias = "strict-limit")]
+    strict_limit: bool,
+    /// wbt read-latency target, microseconds.
+    #[arg(long = "wbt_lat_usec", alias = "wbt-lat-usec")]
+    wbt_lat_usec: Option<u64>,
+    /// Writer throttling: legacy | bandwidth-2010 | ioless.
+    #[arg(long)]
+    throttle: Option<String>,
+    /// Writeback throttling: off | on.
+    #[arg(long)]
+    wbt: Option<String>,
+    /// Reclaim: legacy | flusher-only.
+    #[arg(long)]
+    reclaim: Option<String>,
+    /// Unstable page accounting: legacy-2020 | fixed.
+    #[arg(long = "unstable_accounting", alias = "unstable-accounting")]
+    unstable_accounting: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// A streaming writer through ebb beside raw O_DIRECT writes.
+    Stream {
+        /// Directory on the filesystem to test.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Bytes to write, e.g. 4GiB.
+        #[arg(long)]
+        size: Option<String>,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// A random 4 KiB reader beside a streaming writer.
+    ReadUnderWrite {
+        /// Directory on the filesystem to test.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Seconds per mode.
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The cost of the per-write throttle path.
+    WritePath {
+        /// Writer threads.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct StatArgs {
+    /// The mount to query.
+    mountpoint: PathBuf,
+}
+
+/// A command that belongs to later work.
+#[derive(Debug)]
+struct NotAvailable(&'static str);
+
+impl std::fmt::Display for NotAvailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`ebb {}` is not available yet", self.0)
+    }
+}
+
+impl std::error::Error for NotAvailable {}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("ebb: {error:#}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+/// 2 for configuration and usage errors, 1 for everything else.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<NotAvailable>().is_some() {
+        return 2;
+    }
+    match error.downcast_ref::<ReproduceError>() {
+        Some(ReproduceError::Experiment(_)) => 2,
+        _ => 1,
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Reproduce(args) => {
+            let options = Options {
+                out_dir: args.out,
+                quick: args.quick,
+                seed: args.seed,
+                trace: false,
+                threads: args.jobs.max(1),
+            };
+            let outcome = with_progress(|progress| {
+                reproduce::reproduce(&args.experiments, &options, progress)
+            })?;
+            Ok(finish(&outcome))
+        }
+        Command::Sim(args) => {
+            let options = Options {
+                out_dir: args.out,
+                quick: args.quick,
+                seed: args.seed,
+                trace: args.trace,
+                threads: args.jobs.max(1),
+            };
+            let outcome =
+                with_progress(|progress| reproduce::sim(&args.experiment, &options, progress))?;
+            Ok(finish(&outcome))
+        }
+        Command::Mount(_) => Err(NotAvailable("mount").into()),
+        Command::Bench(BenchCommand::Stream { .. }) => Err(NotAvailable("bench stream").into()),
+        Command::Bench(BenchCommand::ReadUnderWrite { .. }) => {
+            Err(NotAvailable("bench read-under-write").into())
+        }
+        Command::Bench(BenchCommand::WritePath { .. }) => {
+            Err(NotAvailable("bench write-path").into())
+        }
+        Command::Stat(_) => Err(NotAvailable("stat").into()),
+    }
+}
+
+/// Prints the comparison and the report's path; the exit code says whether all checks held.
+fn finish(outcome: &Outcome) -> ExitCode {
+    print!("{}", outcome.text());
+    println!();
+    println!("report: {}", outcome.report_html.display());
+    let failed = outcome.failed_checks();
+    if failed.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("ebb: {} check(s) failed:", failed.len());
+    for (experiment, check) in failed {
+        eprintln!("  {experiment}: {} ({}): {}", check.what, check.expression, check.values());
+    }
+    ExitCode::from(1)
+}
+
+/// Runs `work` with a progress bar on stderr (hidden when stderr is not a terminal).
+fn with_progress<T>(
+    work: impl FnOnce(&(dyn Fn(Progress<'_>) + Sync)) -> Result<T, ReproduceError>,
+) -> anyhow::Result<T> {
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(0);
+        if let Ok(style) =
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% runs {msg}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    // Per run: fraction done and, while running, its name.
+    let state: Mutex<Vec<(f64, Option<String>)>> = Mutex::new(Vec::new());
+    let callback = |event: Progress<'_>| {
+        let mut runs = state.lock().unwrap_or_else(|poison| poison.into_inner());
+        match event {
+            Progress::Started { index, total, experiment, run } => {
+                if runs.len() < total {
+                    runs.resize(total, (0.0, None));
+                    bar.set_length(total as u64 * 1000);
+                }
+                runs[index].1 = Some(format!("{experiment}:{run}"));
+            }
+            Progress::Advanced { index, fraction } => {
+                if let Some(entry) = runs.get_mut(index) {
+                    entry.0 = fraction.clamp(0.0, 1.0);
+                }
+            }
+            Progress::Finished { index } => {
+                if let Some(entry) = runs.get_mut(index) {
+                    *entry = (1.0, None);
+                }
+            }
+        }
+        let done: f64 = runs.iter().map(|(fraction, _)| fraction).sum();
+        bar.set_position((done * 1000.0) as u64);
+        let running: Vec<&str> = runs.iter().filter_map(|(_, name)| name.as_deref()).collect();
+        bar.set_message(running.join(", "));
+    };
+    let result = work(&callback);
+    bar.finish_and_clear();
+    Ok(result?)
+}

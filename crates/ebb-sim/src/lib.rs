@@ -7,7 +7,9 @@
 #![forbid(unsafe_code)]
 
 pub mod device;
+pub mod experiment;
 pub mod prng;
 pub mod queue;
 pub mod report;
+pub mod reproduce;
 pub mod run;

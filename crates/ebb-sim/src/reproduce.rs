@@ -1,0 +1,709 @@
+//! Running experiments and writing their reports: the library side of `ebb sim` and
+//! `ebb reproduce`.
+//!
+//! [`reproduce`] loads every experiment file of a directory, [`sim`] one file; both go through
+//! [`run_experiments`], which
+//!
+//! 1. expands every experiment into its runs (quick or full, with the seed and trace options);
+//! 2. runs them with [`crate::run::run`] on up to [`Options::threads`] threads; each run is
+//!    deterministic and its result is stored by index, so nothing depends on thread timing;
+//! 3. writes, under the output directory, `<experiment>/summary.json`, three or four PNG
+//!    charts per run under `<experiment>/<case>/<variant>/` (dirty pages against setpoint and
+//!    limit; dirty ratelimit and write bandwidth; pauses as points; pages dirtied per writer),
+//!    and `report.html` with one section per experiment;
+//! 4. evaluates the checks and renders the published rows with our figures.
+//!
+//! The returned [`Outcome`] says which checks failed, and [`Outcome::text`] renders the
+//! published figures beside ours as a plain-text table for the CLI to print. Nothing here
+//! prints: progress goes to a callback.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ebb_core::Config;
+use serde_json::{Value, json};
+
+use crate::experiment::{
+    CheckOutcome, ExpandOptions, Experiment, ExperimentError, PublishedOutcome, RunMetrics,
+    format_number,
+};
+use crate::report::ReportError;
+use crate::report::html::{Comparison, ExperimentSection, PlotRef, ReportPage, Table, write_html};
+use crate::report::plot::{Chart, Series, SeriesKind, render_png};
+use crate::report::summary::{RunSummary, Summary};
+use crate::report::text::format_table;
+use crate::run::{self, RunResult, RunSpec, SimError, Workload};
+
+/// Chart size in pixels.
+const CHART_WIDTH: u32 = 960;
+const CHART_HEIGHT: u32 = 420;
+
+/// Metrics shown in each experiment's table when any run has them, in this order; metrics
+/// that checks or published rows read are added after them.
+const KEY_METRICS: [&str; 12] = [
+    "elapsed_s",
+    "write_mb_s",
+    "pause_count",
+    "pause_ms_min",
+    "pause_ms_mean",
+    "pause_ms_stddev",
+    "pause_ms_p99",
+    "pause_ms_max",
+    "dirty_pages_max",
+    "dirty_limit_pages",
+    "writer_writeback_pages",
+    "writer_rate_ratio",
+];
+
+/// What to run and where to write.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The output directory (created if missing).
+    pub out_dir: PathBuf,
+    /// Apply each experiment's `[quick]` section.
+    pub quick: bool,
+    /// Replaces each experiment's global seed.
+    pub seed: Option<u64>,
+    /// Write `trace.txt` and `trace.json` for every run, beside its charts.
+    pub trace: bool,
+    /// Runs carried out at once (at least 1).
+    pub threads: usize,
+}
+
+impl Options {
+    /// Full runs into `out_dir`, the files' seeds, no trace, two threads.
+    pub fn new(out_dir: impl Into<PathBuf>) -> Options {
+        Options { out_dir: out_dir.into(), quick: false, seed: None, trace: false, threads: 2 }
+    }
+}
+
+/// Progress of a batch of runs, for a progress bar. Indexes count runs across all
+/// experiments, in run order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Progress<'a> {
+    /// A run began.
+    Started {
+        /// The run's index.
+        index: usize,
+        /// Runs in the batch.
+        total: usize,
+        /// The experiment's name.
+        experiment: &'a str,
+        /// The run's name.
+        run: &'a str,
+    },
+    /// A run reports the fraction of its workload done.
+    Advanced {
+        /// The run's index.
+        index: usize,
+        /// Fraction done, 0 to 1.
+        fraction: f64,
+    },
+    /// A run ended (successfully or not).
+    Finished {
+        /// The run's index.
+        index: usize,
+    },
+}
+
+/// Why experiments could not be run or reported.
+#[derive(Debug)]
+pub enum ReproduceError {
+    /// An experiment file was refused.
+    Experiment(ExperimentError),
+    /// A run failed.
+    Run {
+        /// The experiment.
+        experiment: String,
+        /// The run.
+        run: String,
+        /// What the simulator said.
+        source: SimError,
+    },
+    /// A report file could not be written.
+    Report(ReportError),
+    /// A directory could not be created.
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for ReproduceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReproduceError::Experiment(error) => write!(f, "{error}"),
+            ReproduceError::Run { experiment, run, source } => {
+                write!(f, "experiment {experiment}, run {run}: {source}")
+            }
+            ReproduceError::Report(error) => write!(f, "{error}"),
+            ReproduceError::Io { path, source } => {
+                write!(f, "cannot create {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReproduceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // The wrapped errors' messages are this error's message, so their causes come
+            // next in the chain, not the errors themselves.
+            ReproduceError::Experiment(error) => error.source(),
+            ReproduceError::Run { source, .. } => Some(source),
+            ReproduceError::Report(error) => error.source(),
+            ReproduceError::Io { source, .. } => Some(source),
+        }
+    }
+}
+
+impl From<ExperimentError> for ReproduceError {
+    fn from(error: ExperimentError) -> ReproduceError {
+        ReproduceError::Experiment(error)
+    }
+}
+
+impl From<ReportError> for ReproduceError {
+    fn from(error: ReportError) -> ReproduceError {
+        ReproduceError::Report(error)
+    }
+}
+
+/// What one experiment gave.
+#[derive(Clone, Debug)]
+pub struct ExperimentOutcome {
+    /// The experiment's name.
+    pub name: String,
+    /// Its title.
+    pub title: String,
+    /// Where its `summary.json` is.
+    pub summary_path: PathBuf,
+    /// Metrics of each run.
+    pub metrics: RunMetrics,
+    /// Every check, in file order.
+    pub checks: Vec<CheckOutcome>,
+    /// Every published row with our figure.
+    pub published: Vec<PublishedOutcome>,
+}
+
+impl ExperimentOutcome {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|check| check.pass)
+    }
+}
+
+/// What a batch of experiments gave.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// One entry per experiment, in the order run.
+    pub experiments: Vec<ExperimentOutcome>,
+    /// Where `report.html` is.
+    pub report_html: PathBuf,
+}
+
+impl Outcome {
+    /// Whether every check of every experiment passed.
+    pub fn passed(&self) -> bool {
+        self.experiments.iter().all(ExperimentOutcome::passed)
+    }
+
+    /// Every failed check, with its experiment's name.
+    pub fn failed_checks(&self) -> Vec<(&str, &CheckOutcome)> {
+        self.experiments
+            .iter()
+            .flat_map(|e| e.checks.iter().filter(|c| !c.pass).map(move |c| (e.name.as_str(), c)))
+            .collect()
+    }
+
+    /// The published figures beside ours, then every check with its values, as aligned text.
+    pub fn text(&self) -> String {
+        let published: Vec<Vec<String>> = self
+            .experiments
+            .iter()
+            .flat_map(|e| {
+                e.published.iter().map(move |row| {
+                    vec![
+                        e.name.clone(),
+                        row.result.clone(),
+                        row.published.clone(),
+                        row.ours.clone(),
+                        holds_mark(row.holds).to_owned(),
+                    ]
+                })
+            })
+            .collect();
+        let checks: Vec<Vec<String>> = self
+            .experiments
+            .iter()
+            .flat_map(|e| {
+                e.checks.iter().map(move |check| {
+                    vec![
+                        e.name.clone(),
+                        check.what.clone(),
+                        check.values(),
+                        if check.pass { "pass" } else { "FAIL" }.to_owned(),
+                    ]
+                })
+            })
+            .collect();
+        let mut text =
+            format_table(&["experiment", "result", "published", "ours", "holds"], &published);
+        text.push('\n');
+        text.push_str(&format_table(&["experiment", "check", "values", "result"], &checks));
+        text
+    }
+}
+
+fn holds_mark(holds: bool) -> &'static str {
+    if holds { "yes" } else { "NO" }
+}
+
+/// Runs every `*.toml` experiment of `dir`; see the module doc.
+pub fn reproduce(
+    dir: &Path,
+    options: &Options,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<Outcome, ReproduceError> {
+    let experiments = Experiment::load_dir(dir)?;
+    run_experiments(&experiments, options, progress)
+}
+
+/// Runs the experiment file `file`; see the module doc.
+pub fn sim(
+    file: &Path,
+    options: &Options,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<Outcome, ReproduceError> {
+    let experiment = Experiment::load(file)?;
+    run_experiments(std::slice::from_ref(&experiment), options, progress)
+}
+
+/// Runs `experiments`, writes their reports under `options.out_dir` and evaluates their checks.
+pub fn run_experiments(
+    experiments: &[Experiment],
+    options: &Options,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<Outcome, ReproduceError> {
+    create_dir(&options.out_dir)?;
+    let mut jobs: Vec<(usize, RunSpec)> = Vec::new();
+    for (index, experiment) in experiments.iter().enumerate() {
+        let experiment_dir = options.out_dir.join(&experiment.name);
+        create_dir(&experiment_dir)?;
+        let expand = ExpandOptions {
+            quick: options.quick,
+            seed: options.seed,
+            trace_dir: options.trace.then(|| experiment_dir.clone()),
+        };
+        for spec in experiment.runs(&expand) {
+            if let Some(dir) = &spec.trace_dir {
+                create_dir(dir)?;
+            }
+            jobs.push((index, spec));
+        }
+    }
+    let results = run_all(experiments, &jobs, options.threads, progress);
+
+    let mut outcomes = Vec::new();
+    let mut sections = Vec::new();
+    let mut results = results.into_iter();
+    for (index, experiment) in experiments.iter().enumerate() {
+        let mut runs: Vec<(&RunSpec, RunResult)> = Vec::new();
+        for (job_experiment, spec) in jobs.iter().filter(|(e, _)| *e == index) {
+            debug_assert_eq!(*job_experiment, index);
+            let result = results.next().expect("one result per job");
+            let result = result.map_err(|source| ReproduceError::Run {
+                experiment: experiment.name.clone(),
+                run: spec.name.clone(),
+                source,
+            })?;
+            runs.push((spec, result));
+        }
+        let (outcome, section) = report_experiment(experiment, &runs, options)?;
+        outcomes.push(outcome);
+        sections.push(section);
+    }
+
+    let report_html = options.out_dir.join("report.html");
+    let page = ReportPage {
+        title: "ebb: published results reproduced".to_owned(),
+        intro: intro(options),
+        experiments: sections,
+    };
+    write_html(&page, &report_html)?;
+    Ok(Outcome { experiments: outcomes, report_html })
+}
+
+fn create_dir(path: &Path) -> Result<(), ReproduceError> {
+    std::fs::create_dir_all(path)
+        .map_err(|source| ReproduceError::Io { path: path.to_owned(), source })
+}
+
+fn intro(options: &Options) -> String {
+    let mut intro = "Each experiment runs the same engine in virtual time against our device \
+                     models, once per value of the policy it compares. Device models are ours, \
+                     so absolute figures differ from the postings; the comparison (before \
+                     against after) must hold."
+        .to_owned();
+    if options.quick {
+        intro.push_str("\nQuick mode: workloads are shortened as each experiment's [quick] says.");
+    }
+    if let Some(seed) = options.seed {
+        intro.push_str(&format!("\nSeed {seed}."));
+    }
+    intro
+}
+
+/// Runs every job on up to `threads` threads; results come back in job order.
+fn run_all(
+    experiments: &[Experiment],
+    jobs: &[(usize, RunSpec)],
+    threads: usize,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Vec<Result<RunResult, SimError>> {
+    let total = jobs.len();
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Result<RunResult, SimError>>>> =
+        Mutex::new((0..total).map(|_| None).collect());
+    let worker = || {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some((experiment, spec)) = jobs.get(index) else { break };
+            progress(Progress::Started {
+                index,
+                total,
+                experiment: &experiments[*experiment].name,
+                run: &spec.name,
+            });
+            let result =
+                run::run(spec, &mut |fraction| progress(Progress::Advanced { index, fraction }));
+            progress(Progress::Finished { index });
+            slots.lock().unwrap_or_else(|poison| poison.into_inner())[index] = Some(result);
+        }
+    };
+    let threads = threads.clamp(1, total.max(1));
+    if threads == 1 {
+        worker();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(worker);
+            }
+        });
+    }
+    slots
+        .into_inner()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .into_iter()
+        .map(|slot| slot.expect("every job ran"))
+        .collect()
+}
+
+/// Writes one experiment's summary and charts, evaluates it, and builds its report section.
+fn report_experiment(
+    experiment: &Experiment,
+    runs: &[(&RunSpec, RunResult)],
+    options: &Options,
+) -> Result<(ExperimentOutcome, ExperimentSection), ReproduceError> {
+    let experiment_dir = options.out_dir.join(&experiment.name);
+    let mut metrics = RunMetrics::new();
+    let mut summary = Summary { experiment: experiment.name.clone(), runs: Vec::new() };
+    for (spec, result) in runs {
+        // Undefined metrics (NaN) are left out, as summary.json requires.
+        let finite: BTreeMap<String, f64> = result
+            .metrics
+            .iter()
+            .filter(|(_, value)| value.is_finite())
+            .map(|(name, value)| (name.clone(), *value))
+            .collect();
+        metrics.insert(spec.name.clone(), finite.clone());
+        summary.runs.push(RunSummary {
+            name: spec.name.clone(),
+            config: config_json(experiment, spec, options.quick),
+            metrics: finite,
+        });
+    }
+    let summary_path = experiment_dir.join("summary.json");
+    summary.write_json(&summary_path)?;
+
+    let mut plots = Vec::new();
+    for (spec, result) in runs {
+        let run_dir = experiment_dir.join(&spec.name);
+        create_dir(&run_dir)?;
+        for (file, chart) in charts(result) {
+            render_png(&chart, &run_dir.join(file), CHART_WIDTH, CHART_HEIGHT)?;
+            plots.push(PlotRef {
+                caption: chart.title.clone(),
+                path: format!("{}/{}/{file}", experiment.name, spec.name),
+            });
+        }
+    }
+
+    let checks = experiment.evaluate_checks(&metrics);
+    let published = experiment.evaluate_published(&metrics, &checks);
+    let section = ExperimentSection {
+        name: experiment.name.clone(),
+        description: format!(
+            "{}\n{}\nReproduces: {}",
+            experiment.title,
+            experiment.description.trim(),
+            experiment.reproduces
+        ),
+        comparisons: published
+            .iter()
+            .map(|row| Comparison {
+                result: row.result.clone(),
+                published: row.published.clone(),
+                ours: row.ours.clone(),
+                holds: row.holds,
+            })
+            .collect(),
+        tables: vec![metrics_table(experiment, &metrics), checks_table(&checks)],
+        plots,
+    };
+    let outcome = ExperimentOutcome {
+        name: experiment.name.clone(),
+        title: experiment.title.clone(),
+        summary_path,
+        metrics,
+        checks,
+        published,
+    };
+    Ok((outcome, section))
+}
+
+/// The metrics table: one row per run, key metrics and every metric the checks read.
+fn metrics_table(experiment: &Experiment, metrics: &RunMetrics) -> Table {
+    let mut names: Vec<&str> = KEY_METRICS.to_vec();
+    let referenced = experiment
+        .checks
+        .iter()
+        .flat_map(|check| check.left.references().into_iter().chain(check.right.references()))
+        .chain(experiment.published.iter().flat_map(|row| row.ours.references()));
+    for (_, metric) in referenced {
+        if !names.contains(&metric) {
+            names.push(metric);
+        }
+    }
+    names.retain(|name| metrics.values().any(|run| run.contains_key(*name)));
+    let mut columns = vec!["run".to_owned()];
+    columns.extend(names.iter().map(|name| (*name).to_owned()));
+    let rows = metrics
+        .iter()
+        .map(|(run, values)| {
+            let mut row = vec![run.clone()];
+            row.extend(
+                names
+                    .iter()
+                    .map(|name| values.get(*name).map_or(String::new(), |v| format_number(*v))),
+            );
+            row
+        })
+        .collect();
+    Table { caption: "Key metrics per run".to_owned(), columns, rows }
+}
+
+fn checks_table(checks: &[CheckOutcome]) -> Table {
+    let rows = checks
+        .iter()
+        .map(|check| {
+            vec![
+                check.what.clone(),
+                check.expression.clone(),
+                check.values(),
+                if check.pass { "pass" } else { "FAIL" }.to_owned(),
+            ]
+        })
+        .collect();
+    Table {
+        caption: "What must hold".to_owned(),
+        columns: ["check", "expression", "values", "result"].map(str::to_owned).to_vec(),
+        rows,
+    }
+}
+
+/// The charts of one run that have data: (file name, chart).
+fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
+    let line_chart = |title: &str, y_label: Option<&str>, names: &[&str]| {
+        let present: Vec<_> = names
+            .iter()
+            .filter_map(|name| result.series(name))
+            .filter(|series| !series.points.is_empty())
+            .collect();
+        let unit = present.first().map(|series| series.unit.clone()).unwrap_or_default();
+        let series = present
+            .iter()
+            .map(|series| Series {
+                name: series.name.clone(),
+                points: series.points.clone(),
+                kind: SeriesKind::Line,
+                color: None,
+            })
+            .collect::<Vec<_>>();
+        Chart {
+            title: format!("{}: {title}", result.name),
+            x_label: "time (s)".to_owned(),
+            y_label: y_label.map_or(unit, str::to_owned),
+            series,
+            y_min: None,
+            y_max: None,
+        }
+    };
+    let mut charts = vec![
+        (
+            "dirty.png",
+            line_chart(
+                "dirty pages, setpoint and limit",
+                Some("pages"),
+                &["dirty", "writeback", "setpoint", "limit", "bg_thresh"],
+            ),
+        ),
+        (
+            "bandwidth.png",
+            line_chart(
+                "dirty ratelimit and write bandwidth",
+                None,
+                &["dirty_ratelimit", "write_bw", "avg_write_bw"],
+            ),
+        ),
+    ];
+    let mut writers: Vec<u32> = result.pauses.iter().map(|&(_, _, writer)| writer).collect();
+    writers.sort_unstable();
+    writers.dedup();
+    let pause_series = writers
+        .iter()
+        .map(|&writer| Series {
+            name: format!("writer {writer}"),
+            points: result
+                .pauses
+                .iter()
+                .filter(|&&(_, _, w)| w == writer)
+                .map(|&(t, ms, _)| (t, ms))
+                .collect(),
+            kind: SeriesKind::Points,
+            color: Some(writer as usize),
+        })
+        .collect();
+    charts.push((
+        "pauses.png",
+        Chart {
+            title: format!("{}: pause per throttle call", result.name),
+            x_label: "time (s)".to_owned(),
+            y_label: "pause (ms)".to_owned(),
+            series: pause_series,
+            y_min: None,
+            y_max: None,
+        },
+    ));
+    let writer_names: Vec<&str> = result
+        .series
+        .iter()
+        .map(|series| series.name.as_str())
+        .filter(|name| name.starts_with("writer") && name.ends_with("_dirtied"))
+        .collect();
+    charts.push(("writers.png", line_chart("dirtied by each writer", None, &writer_names)));
+    charts.retain(|(_, chart)| chart.series.iter().any(|series| !series.points.is_empty()));
+    charts
+}
+
+/// The knobs of a run that matter, for `summary.json`.
+fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
+    let config: &Config = &spec.config;
+    let backends: Vec<Value> = config
+        .backends
+        .iter()
+        .zip(&spec.devices)
+        .map(|(backend, device)| {
+            json!({
+                "name": backend.name,
+                "device": device.model,
+                "device_overrides": serde_json::to_value(&device.overrides).unwrap_or(Value::Null),
+                "min_ratio": backend.min_ratio,
+                "max_ratio": backend.max_ratio,
+                "strict_limit": backend.strict_limit,
+                "queue_depth": backend.queue_depth,
+                "max_write_pages": backend.max_write_pages,
+                "rotational": backend.rotational,
+                "write_cache": backend.write_cache,
+                "wbt": backend.wbt.name(),
+                "wbt_lat_usec": backend.wbt_target_usec(),
+                "wbt_window_usec": backend.wbt_window_usec,
+            })
+        })
+        .collect();
+    let workloads: Vec<Value> = spec
+        .workloads
+        .iter()
+        .map(|workload| match workload {
+            Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think } => json!({
+                "kind": "dd",
+                "backend": config.backends[*backend].name,
+                "size_bytes": size_bytes,
+                "bs_bytes": bs_bytes,
+                "start_s": start.as_secs_f64(),
+                "fsync": fsync,
+                "think_s": think.as_secs_f64(),
+            }),
+            Workload::Cp { backend, size_bytes, bs_bytes, start } => json!({
+                "kind": "cp",
+                "backend": config.backends[*backend].name,
+                "size_bytes": size_bytes,
+                "bs_bytes": bs_bytes,
+                "start_s": start.as_secs_f64(),
+            }),
+        })
+        .collect();
+    json!({
+        "compare": experiment.compare.name(),
+        "memory_bytes": config.memory_bytes,
+        "hz": config.hz,
+        "nr_cpus": config.nr_cpus,
+        "dirty_ratio": config.dirty_ratio,
+        "dirty_bytes": config.dirty_bytes,
+        "dirty_background_ratio": config.dirty_background_ratio,
+        "dirty_background_bytes": config.dirty_background_bytes,
+        "dirty_expire_centisecs": config.dirty_expire_centisecs,
+        "dirty_writeback_centisecs": config.dirty_writeback_centisecs,
+        "throttle": config.throttle.name(),
+        "reclaim": config.reclaim.name(),
+        "unstable_accounting": config.unstable_accounting.name(),
+        "backends": backends,
+        "workloads": workloads,
+        "seed": spec.seed,
+        "quick": quick,
+        "time_limit_s": spec.time_limit.as_secs_f64(),
+        "steady_from_s": spec.steady_from.as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::TimeSeries;
+
+    #[test]
+    fn charts_skip_missing_series_and_group_pauses_by_writer() {
+        // Goal: only charts with data are drawn; each writer's pauses are one point series.
+        let result = RunResult {
+            name: "sata/ioless".to_owned(),
+            series: vec![
+                TimeSeries { name: "dirty".into(), unit: "pages".into(), points: vec![(0.0, 1.0)] },
+                TimeSeries { name: "limit".into(), unit: "pages".into(), points: vec![(0.0, 2.0)] },
+            ],
+            pauses: vec![(0.1, 8.0, 0), (0.2, 9.0, 1), (0.3, 8.0, 0)],
+            ..RunResult::default()
+        };
+        let charts = charts(&result);
+        let files: Vec<&str> = charts.iter().map(|(file, _)| *file).collect();
+        assert_eq!(files, ["dirty.png", "pauses.png"]);
+        assert_eq!(charts[0].1.series.len(), 2);
+        let pauses = &charts[1].1.series;
+        assert_eq!(pauses.len(), 2);
+        assert_eq!(pauses[0].points, [(0.1, 8.0), (0.3, 8.0)]);
+    }
+}
