@@ -34,7 +34,7 @@ enum Command {
     /// Run one experiment file.
     Sim(SimArgs),
     /// Mount the FUSE filesystem over a backend directory.
-    Mount(MountArgs),
+    Mount(Box<MountArgs>),
     /// Benchmarks of the real runtime.
     #[command(subcommand)]
     Bench(BenchCommand),

@@ -1763,9 +1763,7 @@ pub fn format_number(value: f64) -> String {
         return value.to_string();
     }
     let magnitude = value.abs();
-    let text = if value.fract() == 0.0 && magnitude < 1e15 {
-        format!("{value:.0}")
-    } else if magnitude >= 100.0 {
+    let text = if (value.fract() == 0.0 && magnitude < 1e15) || magnitude >= 100.0 {
         format!("{value:.0}")
     } else if magnitude >= 10.0 {
         format!("{value:.1}")

@@ -293,42 +293,49 @@ pub fn run_experiments(
     create_dir(&options.out_dir)?;
     let mut jobs: Vec<(usize, RunSpec)> = Vec::new();
     for (index, experiment) in experiments.iter().enumerate() {
-        let experiment_dir = options.out_dir.join(&experiment.name);
-        create_dir(&experiment_dir)?;
-        let expand = ExpandOptions {
-            quick: options.quick,
-            seed: options.seed,
-            trace_dir: options.trace.then(|| experiment_dir.clone()),
-        };
-        for spec in experiment.runs(&expand) {
+        for spec in experiment.runs(&expand_options(experiment, options)) {
             if let Some(dir) = &spec.trace_dir {
                 create_dir(dir)?;
             }
             jobs.push((index, spec));
         }
     }
-    let results = run_all(experiments, &jobs, options.threads, progress);
+    let mut results: Vec<Vec<RunResult>> = experiments.iter().map(|_| Vec::new()).collect();
+    for ((index, spec), result) in
+        jobs.iter().zip(run_all(experiments, &jobs, options.threads, progress))
+    {
+        let result = result.map_err(|source| ReproduceError::Run {
+            experiment: experiments[*index].name.clone(),
+            run: spec.name.clone(),
+            source,
+        })?;
+        results[*index].push(result);
+    }
+    write_reports(experiments, results, options)
+}
 
+/// Writes the reports of runs already carried out and evaluates the checks: `results[i]` holds
+/// the results of `experiments[i]` in [`Experiment::run_names`] order, run with `options`.
+/// This is the second half of [`run_experiments`], public so reports can be produced from
+/// results made elsewhere (tests, saved runs).
+pub fn write_reports(
+    experiments: &[Experiment],
+    results: Vec<Vec<RunResult>>,
+    options: &Options,
+) -> Result<Outcome, ReproduceError> {
+    assert_eq!(experiments.len(), results.len(), "one result list per experiment");
+    create_dir(&options.out_dir)?;
     let mut outcomes = Vec::new();
     let mut sections = Vec::new();
-    let mut results = results.into_iter();
-    for (index, experiment) in experiments.iter().enumerate() {
-        let mut runs: Vec<(&RunSpec, RunResult)> = Vec::new();
-        for (job_experiment, spec) in jobs.iter().filter(|(e, _)| *e == index) {
-            debug_assert_eq!(*job_experiment, index);
-            let result = results.next().expect("one result per job");
-            let result = result.map_err(|source| ReproduceError::Run {
-                experiment: experiment.name.clone(),
-                run: spec.name.clone(),
-                source,
-            })?;
-            runs.push((spec, result));
-        }
+    for (experiment, results) in experiments.iter().zip(results) {
+        create_dir(&options.out_dir.join(&experiment.name))?;
+        let specs = experiment.runs(&expand_options(experiment, options));
+        assert_eq!(specs.len(), results.len(), "{}: one result per run", experiment.name);
+        let runs: Vec<(&RunSpec, RunResult)> = specs.iter().zip(results).collect();
         let (outcome, section) = report_experiment(experiment, &runs, options)?;
         outcomes.push(outcome);
         sections.push(section);
     }
-
     let report_html = options.out_dir.join("report.html");
     let page = ReportPage {
         title: "ebb: published results reproduced".to_owned(),
@@ -337,6 +344,14 @@ pub fn run_experiments(
     };
     write_html(&page, &report_html)?;
     Ok(Outcome { experiments: outcomes, report_html })
+}
+
+fn expand_options(experiment: &Experiment, options: &Options) -> ExpandOptions {
+    ExpandOptions {
+        quick: options.quick,
+        seed: options.seed,
+        trace_dir: options.trace.then(|| options.out_dir.join(&experiment.name)),
+    }
 }
 
 fn create_dir(path: &Path) -> Result<(), ReproduceError> {

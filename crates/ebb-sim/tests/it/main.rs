@@ -1,0 +1,530 @@
+//! Integration tests of ebb-sim: experiment files (loading, expansion, errors), check
+//! evaluation, report writing from hand-made results, and the experiments run for real in
+//! quick mode.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ebb_core::{ThrottlePolicy, WbtMode};
+use ebb_sim::experiment::{ExpandOptions, Experiment, ExperimentError, RunMetrics, run_seed};
+use ebb_sim::reproduce::{self, Options, Progress};
+use ebb_sim::run::{RunResult, TimeSeries, Workload};
+
+fn experiments_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")
+}
+
+fn load(name: &str) -> Experiment {
+    let path = experiments_dir().join(format!("{name}.toml"));
+    Experiment::load(&path).unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn no_progress(_: Progress<'_>) {}
+
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn ioless_throttling_loads_and_expands() {
+    // Goal: the file expands to the three sata runs with the posting's box (4 GiB, HZ 250,
+    // 4 CPUs, SATA disk, dd 10 GiB bs=1M) and the quick form shrinks the dd.
+    let experiment = load("ioless-throttling");
+    assert_eq!(experiment.name, "ioless-throttling");
+    assert_eq!(experiment.run_names(), ["sata/legacy", "sata/bandwidth-2010", "sata/ioless"]);
+    let runs = experiment.runs(&ExpandOptions::default());
+    let policies: Vec<ThrottlePolicy> = runs.iter().map(|r| r.config.throttle).collect();
+    assert_eq!(
+        policies,
+        [ThrottlePolicy::Legacy, ThrottlePolicy::Bandwidth2010, ThrottlePolicy::Ioless]
+    );
+    for run in &runs {
+        assert_eq!(run.config.memory_bytes, 4 * GIB);
+        assert_eq!((run.config.hz, run.config.nr_cpus), (250, 4));
+        assert_eq!(run.devices.len(), 1);
+        assert_eq!(run.devices[0].model, "sata-2010");
+        assert!(run.config.backends[0].rotational, "a SATA disk rotates");
+        assert!(run.config.validate().is_ok());
+        let [Workload::Dd { size_bytes, bs_bytes, start, .. }] = run.workloads.as_slice() else {
+            panic!("one dd expected: {:?}", run.workloads);
+        };
+        assert_eq!((*size_bytes, *bs_bytes, start.as_nanos()), (10 * GIB, 1 << 20, 0));
+        assert_eq!(run.seed, run_seed(1, &run.name));
+        assert!(run.trace_dir.is_none());
+    }
+    let quick = experiment.runs(&ExpandOptions { quick: true, ..ExpandOptions::default() });
+    let Workload::Dd { size_bytes, .. } = quick[0].workloads[0] else { panic!("dd") };
+    assert!((GIB..10 * GIB).contains(&size_bytes), "{size_bytes}");
+    assert!(quick[0].time_limit < runs[0].time_limit);
+    let seeded = experiment.runs(&ExpandOptions { seed: Some(7), ..ExpandOptions::default() });
+    assert_eq!(seeded[2].seed, run_seed(7, "sata/ioless"));
+    assert_ne!(seeded[2].seed, runs[2].seed);
+    let traced = experiment.runs(&ExpandOptions {
+        trace_dir: Some(PathBuf::from("out/x")),
+        ..ExpandOptions::default()
+    });
+    assert_eq!(traced[2].trace_dir.as_deref(), Some(Path::new("out/x/sata/ioless")));
+    assert!(traced[2].config.trace);
+}
+
+#[test]
+fn dirtier_fairness_loads_and_expands() {
+    // Goal: two dd writers, the second 10 s later, variants ioless and legacy.
+    let experiment = load("dirtier-fairness");
+    assert_eq!(experiment.run_names(), ["sata-2dd/ioless", "sata-2dd/legacy"]);
+    let runs = experiment.runs(&ExpandOptions::default());
+    assert_eq!(runs[0].config.throttle, ThrottlePolicy::Ioless);
+    let starts: Vec<u64> = runs[0]
+        .workloads
+        .iter()
+        .map(|w| match w {
+            Workload::Dd { start, .. } | Workload::Cp { start, .. } => start.as_nanos(),
+        })
+        .collect();
+    assert_eq!(starts, [0, 10_000_000_000]);
+    assert_eq!(runs[0].config.memory_bytes, 4 * GIB);
+    assert_eq!(runs[0].devices[0].model, "sata-2010");
+}
+
+#[test]
+fn load_dir_reads_every_experiment() {
+    // Goal: `ebb reproduce` sees both files, sorted by name.
+    let all = Experiment::load_dir(&experiments_dir()).expect("load dir");
+    let names: Vec<&str> = all.iter().map(|e| e.name.as_str()).collect();
+    assert!(names.contains(&"ioless-throttling") && names.contains(&"dirtier-fairness"));
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted);
+}
+
+/// A valid experiment; tests replace one line to break it.
+const VALID: &str = r#"
+title = "t"
+description = "d"
+reproduces = "r"
+compare = "throttle"
+variants = ["legacy", "ioless"]
+
+[[case]]
+name = "sata"
+memory = "4GiB"
+time_limit = "100s"
+knobs = { dirty_ratio = 20 }
+
+[[case.backend]]
+name = "sda"
+device = "sata-2010"
+
+[[case.workload]]
+kind = "dd"
+size = "1GiB"
+bs = "1MiB"
+
+[[case.workload]]
+kind = "dd"
+size = "1GiB"
+start = "5s"
+
+[[check]]
+id = "c"
+what = "w"
+left = "sata/ioless:write_mb_s"
+op = ">"
+right = "0.5 * sata/legacy:write_mb_s"
+
+[[published]]
+result = "x"
+published = "y"
+ours = "{sata/ioless:write_mb_s} MB/s"
+checks = ["c"]
+"#;
+
+/// Writes `text` as `<name>.toml` in a fresh directory and loads it.
+fn load_text(name: &str, text: &str) -> (PathBuf, Result<Experiment, ExperimentError>) {
+    let dir = tempfile::tempdir().expect("temp dir").keep();
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write");
+    let result = Experiment::load(&path);
+    (path, result)
+}
+
+/// Loads `VALID` with `from` replaced by `to` and expects an error at `key` whose reason
+/// contains `reason`.
+fn assert_refused(from: &str, to: &str, key: &str, reason: &str) {
+    assert!(VALID.contains(from), "test bug: {from:?} not in VALID");
+    let (path, result) = load_text("broken", &VALID.replacen(from, to, 1));
+    let error = result.expect_err(&format!("{to:?} must be refused"));
+    assert_eq!(error.file, path, "{error}");
+    assert_eq!(error.key, key, "{error}");
+    assert!(error.reason.contains(reason), "reason {:?} lacks {reason:?}", error.reason);
+    let text = error.to_string();
+    assert!(text.contains(&path.display().to_string()) && text.contains(key), "{text}");
+}
+
+#[test]
+fn valid_text_loads() {
+    // Goal: the base of the malformed-file tests is itself valid, with a default backend.
+    let (_, result) = load_text("valid", VALID);
+    let experiment = result.unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(experiment.name, "valid");
+    assert_eq!(experiment.run_names(), ["sata/legacy", "sata/ioless"]);
+    let runs = experiment.runs(&ExpandOptions::default());
+    let Workload::Dd { bs_bytes, start, .. } = runs[0].workloads[1] else { panic!("dd") };
+    assert_eq!((bs_bytes, start.as_nanos()), (1 << 20, 5_000_000_000));
+}
+
+#[test]
+fn bad_toml_names_file_and_line() {
+    // Goal: a syntax error names the file and the line.
+    let (path, result) = load_text("syntax", "title = \"t\"\n[[case]\n");
+    let error = result.expect_err("syntax error");
+    assert_eq!(error.file, path);
+    assert_eq!(error.line, Some(2));
+    assert!(error.reason.contains("not valid TOML"), "{error}");
+    assert!(error.to_string().contains(":2:"), "{error}");
+}
+
+#[test]
+fn unknown_key_is_refused() {
+    // Goal: a typo anywhere is an error at its key, not a silent default.
+    assert_refused(
+        "bs = \"1MiB\"",
+        "bs = \"1MiB\"\nbogus = 1",
+        "case[0].workload[0].bogus",
+        "unknown field",
+    );
+    assert_refused(
+        "dirty_ratio = 20",
+        "dirty_ration = 20",
+        "case[0].knobs.dirty_ration",
+        "unknown field",
+    );
+    assert_refused("title = \"t\"", "title = \"t\"\ncolour = 1", "colour", "unknown field");
+}
+
+#[test]
+fn impossible_knob_is_refused() {
+    // Goal: Config::validate's refusal comes back at the file's key, with the run's name.
+    assert_refused("dirty_ratio = 20", "dirty_ratio = 150", "case[0].knobs.dirty_ratio", "150");
+    assert_refused("memory = \"4GiB\"", "memory = \"1MiB\"", "case[0].memory", "minimum");
+    assert_refused(
+        "device = \"sata-2010\"",
+        "device = \"sata-2010\"\nmax_ratio = 101",
+        "case[0].backend[0].max_ratio",
+        "above 100",
+    );
+    assert_refused(
+        "dirty_ratio = 20",
+        "throttle = \"ioless\"",
+        "case[0].knobs.throttle",
+        "compared",
+    );
+    assert_refused(
+        "\"legacy\", \"ioless\"",
+        "\"legacy\", \"fast\"",
+        "variants[1]",
+        "unknown value",
+    );
+    assert_refused("compare = \"throttle\"", "compare = \"speed\"", "compare", "unknown knob");
+}
+
+#[test]
+fn unknown_device_is_refused() {
+    // Goal: device models and overrides are checked by the device module at load time.
+    assert_refused(
+        "device = \"sata-2010\"",
+        "device = \"floppy\"",
+        "case[0].backend[0].device",
+        "unknown device model",
+    );
+    assert_refused(
+        "device = \"sata-2010\"",
+        "device = \"sata-2010\"\ndevice_overrides = { rpmm = 5400 }",
+        "case[0].backend[0].device_overrides",
+        "rpmm",
+    );
+}
+
+#[test]
+fn bad_sizes_and_durations_are_refused() {
+    // Goal: units are required and checked, at the key that holds them.
+    assert_refused(
+        "size = \"1GiB\"\nbs",
+        "size = \"1 gigabyte\"\nbs",
+        "case[0].workload[0].size",
+        "unit",
+    );
+    assert_refused(
+        "size = \"1GiB\"\nbs",
+        "size = true\nbs",
+        "case[0].workload[0].size",
+        "expected a size",
+    );
+    assert_refused(
+        "time_limit = \"100s\"",
+        "time_limit = \"100\"",
+        "case[0].time_limit",
+        "no unit",
+    );
+    assert_refused("start = \"5s\"", "start = \"5 days\"", "case[0].workload[1].start", "unit");
+    assert_refused("start = \"5s\"", "start = \"500s\"", "case[0].workload[1].start", "time limit");
+    assert_refused(
+        "kind = \"dd\"",
+        "kind = \"fio\"",
+        "case[0].workload[0].kind",
+        "unknown workload kind",
+    );
+}
+
+#[test]
+fn checks_on_unknown_runs_are_refused() {
+    // Goal: a check or published row naming a run the experiment does not have, or a
+    // malformed expression, is a load error.
+    assert_refused(
+        "left = \"sata/ioless:write_mb_s\"",
+        "left = \"sata/wbt-on:write_mb_s\"",
+        "check[0].left",
+        "unknown run \"sata/wbt-on\"",
+    );
+    assert_refused(
+        "right = \"0.5 * sata/legacy:write_mb_s\"",
+        "right = \"0.5 * \"",
+        "check[0].right",
+        "ends too early",
+    );
+    assert_refused(
+        "right = \"0.5 * sata/legacy:write_mb_s\"",
+        "right = \"system('rm')\"",
+        "check[0].right",
+        "neither",
+    );
+    assert_refused("op = \">\"", "op = \"=>\"", "check[0].op", "unknown operator");
+    assert_refused(
+        "ours = \"{sata/ioless:write_mb_s} MB/s\"",
+        "ours = \"{nvme/ioless:x}\"",
+        "published[0].ours",
+        "unknown run",
+    );
+    assert_refused(
+        "checks = [\"c\"]",
+        "checks = [\"d\"]",
+        "published[0].checks[0]",
+        "no check has id",
+    );
+}
+
+#[test]
+fn name_must_be_the_file_stem() {
+    // Goal: summary.json's experiment name is the file stem; a different `name` is refused.
+    assert_refused("title = \"t\"", "name = \"other\"\ntitle = \"t\"", "name", "file name");
+}
+
+fn metrics(runs: &[(&str, &[(&str, f64)])]) -> RunMetrics {
+    runs.iter()
+        .map(|(run, values)| {
+            let values: BTreeMap<String, f64> =
+                values.iter().map(|(name, value)| ((*name).to_owned(), *value)).collect();
+            ((*run).to_owned(), values)
+        })
+        .collect()
+}
+
+fn ioless_metrics(legacy_max: f64, ioless_stddev: f64, ioless_mb_s: f64) -> RunMetrics {
+    let writer = |pages: f64, mb_s: f64| {
+        [("writer_writeback_pages", pages), ("write_mb_s", mb_s)].into_iter()
+    };
+    let mut m = metrics(&[
+        ("sata/legacy", &[("pause_ms_max", legacy_max), ("pause_ms_min", 0.0)]),
+        ("sata/bandwidth-2010", &[]),
+        ("sata/ioless", &[("pause_ms_mean", 32.0), ("pause_ms_stddev", ioless_stddev)]),
+    ]);
+    let extra = [
+        ("sata/legacy", 5000.0, 60.0),
+        ("sata/bandwidth-2010", 0.0, 61.0),
+        ("sata/ioless", 0.0, ioless_mb_s),
+    ];
+    for (run, pages, mb_s) in extra {
+        m.get_mut(run).expect("run").extend(writer(pages, mb_s).map(|(k, v)| (k.to_owned(), v)));
+    }
+    m
+}
+
+#[test]
+fn checks_evaluate_on_hand_made_results() {
+    // Goal: the ioless-throttling checks pass on results shaped like the posting's, each
+    // fails when its quantity is moved past the bound, and outcomes carry both values.
+    let experiment = load("ioless-throttling");
+    let good = ioless_metrics(324.0, 4.0, 60.5);
+    let outcomes = experiment.evaluate_checks(&good);
+    assert_eq!(outcomes.len(), experiment.checks.len());
+    for outcome in &outcomes {
+        assert!(outcome.pass, "{}: {} ({:?})", outcome.what, outcome.values(), outcome.error);
+    }
+    let steady = outcomes.iter().find(|o| o.id.as_deref() == Some("ioless-steady")).expect("id");
+    assert_eq!((steady.left, steady.right), (Some(4.0), Some(8.0)));
+    assert_eq!(steady.values(), "4 <= 8");
+    let published = experiment.evaluate_published(&good, &outcomes);
+    assert!(published.iter().all(|row| row.holds));
+    assert_eq!(published[0].ours, "0 .. 324 ms");
+
+    let failing = |m: &RunMetrics| -> Vec<String> {
+        experiment.evaluate_checks(m).into_iter().filter(|o| !o.pass).filter_map(|o| o.id).collect()
+    };
+    assert_eq!(failing(&ioless_metrics(150.0, 4.0, 60.5)), ["legacy-pause-max"]);
+    assert_eq!(failing(&ioless_metrics(324.0, 8.5, 60.5)), ["ioless-steady"]);
+    // 62.5 / 60 = 1.042 > 1.03; 61.7 / 60 = 1.028 holds.
+    assert_eq!(failing(&ioless_metrics(324.0, 4.0, 62.5)), ["throughput-same"]);
+    assert!(failing(&ioless_metrics(324.0, 4.0, 61.7)).is_empty());
+
+    // A metric a run did not report fails the check, with the reason, and the published row.
+    let mut missing = good.clone();
+    missing.get_mut("sata/ioless").expect("run").remove("pause_ms_mean");
+    let outcomes = experiment.evaluate_checks(&missing);
+    let steady = outcomes.iter().find(|o| o.id.as_deref() == Some("ioless-steady")).expect("id");
+    assert!(!steady.pass);
+    assert_eq!(steady.right, None);
+    assert!(steady.error.as_deref().is_some_and(|e| e.contains("pause_ms_mean")), "{steady:?}");
+    let published = experiment.evaluate_published(&missing, &outcomes);
+    assert!(!published[1].holds);
+    assert!(published[1].ours.contains("n/a"), "{}", published[1].ours);
+}
+
+#[test]
+fn fairness_check_evaluates() {
+    // Goal: writer_rate_ratio at most 1.1 holds at 1.1 and fails just above.
+    let experiment = load("dirtier-fairness");
+    for (ratio, pass) in [(1.0, true), (1.1, true), (1.11, false)] {
+        let m = metrics(&[
+            ("sata-2dd/ioless", &[("writer_rate_ratio", ratio)]),
+            ("sata-2dd/legacy", &[("writer_rate_ratio", 2.0)]),
+        ]);
+        let outcomes = experiment.evaluate_checks(&m);
+        assert_eq!(outcomes[0].pass, pass, "ratio {ratio}");
+    }
+}
+
+fn hand_made_result(name: &str, values: &BTreeMap<String, f64>) -> RunResult {
+    let line = |name: &str, unit: &str, value: f64| TimeSeries {
+        name: name.to_owned(),
+        unit: unit.to_owned(),
+        points: (0..50).map(|i| (f64::from(i) * 0.1, value + f64::from(i % 5))).collect(),
+    };
+    RunResult {
+        name: name.to_owned(),
+        metrics: values.clone(),
+        series: vec![
+            line("dirty", "pages", 1000.0),
+            line("setpoint", "pages", 900.0),
+            line("limit", "pages", 1200.0),
+            line("dirty_ratelimit", "KB/s", 60_000.0),
+            line("write_bw", "KB/s", 61_000.0),
+            line("writer0_dirtied", "pages", 10.0),
+        ],
+        pauses: (0..40).map(|i| (f64::from(i) * 0.1, 30.0 + f64::from(i % 3), 0)).collect(),
+        simulated_pages: 0,
+    }
+}
+
+#[test]
+fn reports_are_written_from_hand_made_results() {
+    // Goal: write_reports leaves summary.json in the contract shape, the charts and
+    // report.html, and its outcome and text show the checks and published rows.
+    let experiment = load("ioless-throttling");
+    let good = ioless_metrics(324.0, 4.0, 60.5);
+    let results: Vec<RunResult> =
+        experiment.run_names().iter().map(|name| hand_made_result(name, &good[name])).collect();
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = Options { quick: true, ..Options::new(out.path()) };
+    let outcome =
+        reproduce::write_reports(std::slice::from_ref(&experiment), vec![results], &options)
+            .unwrap_or_else(|error| panic!("{error}"));
+    assert!(outcome.passed(), "{}", outcome.text());
+    assert!(outcome.failed_checks().is_empty());
+    let summary_path = out.path().join("ioless-throttling/summary.json");
+    assert_eq!(outcome.experiments[0].summary_path, summary_path);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).expect("summary"))
+            .expect("json");
+    assert_eq!(summary["experiment"], "ioless-throttling");
+    assert_eq!(summary["runs"][2]["name"], "sata/ioless");
+    assert_eq!(summary["runs"][2]["config"]["throttle"], "ioless");
+    assert_eq!(summary["runs"][2]["config"]["hz"], 250);
+    assert_eq!(summary["runs"][2]["metrics"]["pause_ms_mean"], 32.0);
+    for chart in ["dirty.png", "bandwidth.png", "pauses.png", "writers.png"] {
+        let path = out.path().join("ioless-throttling/sata/legacy").join(chart);
+        assert!(path.is_file(), "missing {}", path.display());
+    }
+    let html = std::fs::read_to_string(&outcome.report_html).expect("report.html");
+    assert_eq!(outcome.report_html, out.path().join("report.html"));
+    assert!(html.contains("0 .. 324 ms"), "published row missing");
+    assert!(html.contains("ioless-throttling&#x2f;sata&#x2f;ioless&#x2f;pauses.png"));
+    let text = outcome.text();
+    assert!(text.contains("0 .. 324 ms") && text.contains("steady around 32 ms"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+}
+
+#[test]
+fn failed_checks_are_reported() {
+    // Goal: a failing check makes the outcome fail and shows FAIL and NO in the text.
+    let experiment = load("ioless-throttling");
+    let bad = ioless_metrics(100.0, 4.0, 60.5);
+    let results: Vec<RunResult> =
+        experiment.run_names().iter().map(|name| hand_made_result(name, &bad[name])).collect();
+    let out = tempfile::tempdir().expect("temp dir");
+    let outcome = reproduce::write_reports(
+        std::slice::from_ref(&experiment),
+        vec![results],
+        &Options::new(out.path()),
+    )
+    .expect("reports");
+    assert!(!outcome.passed());
+    let failed = outcome.failed_checks();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].0, "ioless-throttling");
+    assert_eq!(failed[0].1.values(), "100 > 200");
+    let text = outcome.text();
+    assert!(text.contains("FAIL") && text.contains("NO"), "{text}");
+}
+
+#[test]
+fn quick_experiments_hold() {
+    // Goal: every experiment in experiments/, run for real in quick mode, meets its checks.
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = Options { quick: true, ..Options::new(out.path()) };
+    let outcome = reproduce::reproduce(&experiments_dir(), &options, &no_progress)
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert!(outcome.passed(), "checks failed:\n{}", outcome.text());
+    for experiment in &outcome.experiments {
+        assert!(experiment.summary_path.is_file());
+    }
+    assert!(outcome.report_html.is_file());
+}
+
+#[test]
+fn results_do_not_depend_on_threads() {
+    // Goal: one thread and two threads give the same metrics, run by run.
+    let experiment = load("dirtier-fairness");
+    let run = |threads: usize| {
+        let out = tempfile::tempdir().expect("temp dir");
+        let options = Options { quick: true, threads, ..Options::new(out.path()) };
+        let outcome =
+            reproduce::run_experiments(std::slice::from_ref(&experiment), &options, &no_progress)
+                .unwrap_or_else(|error| panic!("{error}"));
+        outcome.experiments[0].metrics.clone()
+    };
+    assert_eq!(run(1), run(2));
+}
+
+#[test]
+fn wbt_variants_are_named_as_product_md_says() {
+    // Goal: compare = "wbt" accepts on/off and names the runs wbt-on / wbt-off.
+    let text = VALID
+        .replace("compare = \"throttle\"", "compare = \"wbt\"")
+        .replace("[\"legacy\", \"ioless\"]", "[\"wbt-on\", \"off\"]")
+        .replace("sata/ioless", "sata/wbt-on")
+        .replace("sata/legacy", "sata/wbt-off");
+    let (_, result) = load_text("wbt", &text);
+    let experiment = result.unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(experiment.run_names(), ["sata/wbt-on", "sata/wbt-off"]);
+    let runs = experiment.runs(&ExpandOptions::default());
+    assert_eq!(runs[0].config.backends[0].wbt, WbtMode::On);
+    assert_eq!(runs[1].config.backends[0].wbt, WbtMode::Off);
+}
