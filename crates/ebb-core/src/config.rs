@@ -371,3 +371,65 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Config {
+        Config::new(1 << 30, BackendConfig::new("disk"))
+    }
+
+    /// The kernel defaults validate.
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(base().validate(), Ok(()));
+    }
+
+    type Mutation = Box<dyn Fn(&mut Config)>;
+
+    /// Each impossible setting is rejected with the knob that holds it.
+    #[test]
+    fn impossible_settings_name_the_knob() {
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|c| c.dirty_ratio = 150), "dirty_ratio"),
+            (Box::new(|c| c.dirty_background_ratio = 101), "dirty_background_ratio"),
+            (Box::new(|c| c.dirty_bytes = 4096), "dirty_bytes"),
+            (Box::new(|c| c.dirty_bytes = 2 << 30), "dirty_bytes"),
+            (Box::new(|c| c.memory_bytes = 1 << 20), "memory_bytes"),
+            (Box::new(|c| c.hz = 0), "hz"),
+            (Box::new(|c| c.backends[0].max_ratio = 120), "backends[0].max_ratio"),
+            (Box::new(|c| c.backends[0].min_ratio = 50), "min_ratio"),
+            (Box::new(|c| c.backends[0].queue_depth = 0), "backends[0].queue_depth"),
+            (Box::new(|c| c.backends.clear()), "backends"),
+            (
+                Box::new(|c| {
+                    c.backends[0].min_ratio = 60;
+                    c.backends[0].max_ratio = 100;
+                    c.backends.push(BackendConfig { min_ratio: 40, ..BackendConfig::new("b") });
+                }),
+                "min_ratio",
+            ),
+        ];
+        for (i, (mutate, knob)) in cases.into_iter().enumerate() {
+            let mut c = base();
+            if knob == "min_ratio" && i == 7 {
+                c.backends[0].max_ratio = 40;
+            }
+            mutate(&mut c);
+            let err = c.validate().expect_err(knob);
+            assert!(err.knob.ends_with(knob), "case {i}: {err}");
+        }
+    }
+
+    /// Policy names parse from their contract names and reject others with the knob's name.
+    #[test]
+    fn policy_names_parse() {
+        assert_eq!("bandwidth-2010".parse::<ThrottlePolicy>(), Ok(ThrottlePolicy::Bandwidth2010));
+        assert_eq!("flusher-only".parse::<ReclaimPolicy>(), Ok(ReclaimPolicy::FlusherOnly));
+        assert_eq!("legacy-2020".parse::<UnstableAccounting>(), Ok(UnstableAccounting::Legacy2020));
+        let err = "fast".parse::<ThrottlePolicy>().unwrap_err();
+        assert_eq!(err.knob, "throttle");
+        assert!(err.reason.contains("ioless"));
+    }
+}

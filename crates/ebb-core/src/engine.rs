@@ -146,7 +146,7 @@ pub(crate) struct Wb {
 }
 
 pub(crate) enum IoKind {
-    Write { run: Run, class: IoClass, issuer: Issuer },
+    Write { run: Run, issuer: Issuer },
     Read { run: Run, frames: Vec<FrameId> },
     Commit,
 }
@@ -155,7 +155,6 @@ pub(crate) struct IoRecord {
     pub(crate) backend: BackendId,
     pub(crate) inode: InodeId,
     pub(crate) kind: IoKind,
-    pub(crate) issued: Instant,
 }
 
 pub(crate) enum FsyncPhase {
@@ -553,9 +552,7 @@ impl Engine {
     ) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Write { run, class: _, issuer } = record.kind else {
-            panic!("io {io} is not a write")
-        };
+        let IoKind::Write { run, issuer } = record.kind else { panic!("io {io} is not a write") };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
         self.wbs[b.index()].last_completion = self.now;
@@ -709,7 +706,7 @@ impl Engine {
         }
         let io = self.new_io();
         self.inodes.get_mut(&inode).expect("known").commit_inflight = Some(io);
-        self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Commit, issued: self.now });
+        self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Commit });
         self.stats.commits += 1;
         self.stats.commit_pages += pages;
         self.emit(Action::Commit { io, backend: b, inode, pages });
@@ -930,15 +927,7 @@ impl Engine {
             }
             let run = Run { first: run.first, count: frames.len() as u64 };
             let io = self.new_io();
-            self.ios.insert(
-                io,
-                IoRecord {
-                    backend: b,
-                    inode,
-                    kind: IoKind::Read { run, frames },
-                    issued: self.now,
-                },
-            );
+            self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Read { run, frames } });
             self.wbs[b.index()].inflight += 1;
             self.stats.reads += 1;
             self.stats.read_pages += run.count;

@@ -223,12 +223,7 @@ impl Engine {
             let io = self.new_io();
             self.ios.insert(
                 io,
-                IoRecord {
-                    backend: b,
-                    inode: sub.inode,
-                    kind: IoKind::Write { run, class: sub.class, issuer },
-                    issued: self.now,
-                },
+                IoRecord { backend: b, inode: sub.inode, kind: IoKind::Write { run, issuer } },
             );
             let meta = self.inodes.get_mut(&sub.inode).expect("known inode");
             meta.inflight.insert(io);
@@ -333,7 +328,7 @@ impl Engine {
         if self
             .inodes
             .get(&inode)
-            .is_some_and(|m| m.inflight.len() > 0 || m.commit_inflight.is_some())
+            .is_some_and(|m| !m.inflight.is_empty() || m.commit_inflight.is_some())
         {
             // Two-phase backends: commit once the writes of this call complete.
             self.inodes.get_mut(&inode).expect("known").commit_wanted = true;
@@ -499,8 +494,12 @@ impl Engine {
                 continue;
             }
             if work.for_kupdate {
-                work.dirtied_before =
-                    Instant::from_nanos(now.as_nanos().saturating_sub(expire.as_nanos()));
+                // Before one expire interval has passed nothing can be old enough.
+                let Some(cutoff) = now.as_nanos().checked_sub(expire.as_nanos()) else {
+                    self.finish_work(b, maps);
+                    continue;
+                };
+                work.dirtied_before = Instant::from_nanos(cutoff);
             } else if work.for_background {
                 work.dirtied_before = now;
             }

@@ -3,7 +3,6 @@
 //!
 //! `cargo run --release -p ebb-sim --example dd_policies -- [GiB]`
 #![expect(clippy::print_stdout, reason = "an example that reports numbers")]
-#![expect(clippy::disallowed_methods, reason = "reads HZ from the environment")]
 
 use std::time::Instant as WallClock;
 

@@ -236,7 +236,7 @@ impl Harness {
             }
             self.drain();
             steps += 1;
-            if self.check_every > 0 && steps % self.check_every == 0 {
+            if self.check_every > 0 && steps.is_multiple_of(self.check_every) {
                 let writers: Vec<&Writer> = self.dds.iter().map(|d| &d.w).collect();
                 if let Err(e) = self.engine.check_accounting(&self.maps, &writers) {
                     panic!("accounting broken at {}: {e}", self.now);
@@ -305,9 +305,7 @@ impl Harness {
         match v {
             Verdict::Proceed { stalled, throttled } => {
                 dd.waiting = false;
-                if stalled > Duration::ZERO
-                    || !matches!(self.engine.config().throttle, ThrottlePolicy::Ioless)
-                {
+                if throttled {
                     dd.stalls.push((self.now, stalled));
                 }
                 self.push(self.now, Ev::Step(i));

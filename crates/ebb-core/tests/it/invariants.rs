@@ -317,7 +317,7 @@ impl Driver {
             self.drain();
             if let Some(p) = self.inflight.pop() {
                 let event = match p {
-                    Pending::Write(io, b) if b == BackendId(1) => Event::WriteDone {
+                    Pending::Write(io, BackendId(1)) => Event::WriteDone {
                         io,
                         result: Ok(Stability::Unstable { verifier: self.verifier }),
                     },

@@ -1,1 +1,87 @@
-//! fsync, sync, reads and truncate.
+//! fsync, sync, periodic writeback, reads, truncate and error reporting.
+
+use ebb_core::*;
+
+use crate::harness::*;
+
+const PAGES_PER_SEC: u64 = 15_000;
+
+/// fsync returns only after every page dirtied before it is clean on the device.
+#[test]
+fn fsync_makes_the_file_clean() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.add_dd(0, 10_000, 256, Instant::ZERO);
+    h.run_until(secs(1));
+    assert!(h.dds[0].done_at.is_some());
+    let inode = h.dds[0].inode;
+    assert!(h.maps.get(inode).unwrap().counts().dirty > 0, "nothing left for fsync to do");
+    h.request(Event::Fsync { handle: HandleId(1), request: RequestId(7) });
+    h.run_until(secs(5));
+    assert_eq!(h.done_requests.get(&RequestId(7)), Some(&Ok(())));
+    let c = h.maps.get(inode).unwrap().counts();
+    assert_eq!((c.dirty, c.writeback), (0, 0));
+}
+
+/// sync finishes while a writer keeps dirtying the same file (livelock avoidance): it writes
+/// only what was dirty when it started.
+#[test]
+fn sync_is_not_livelocked_by_a_writer() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.add_dd(0, 1 << 20, 256, Instant::ZERO); // 4 GiB: far longer than the sync
+    h.run_until(secs(10));
+    h.request(Event::Sync { request: RequestId(9) });
+    h.run_until(secs(40));
+    assert_eq!(h.done_requests.get(&RequestId(9)), Some(&Ok(())));
+    assert!(h.dds[0].done_at.is_none(), "the writer was still writing");
+}
+
+/// Data below the background threshold is written by periodic writeback once it is older than
+/// dirty_expire_centisecs (30 s), at a 5 s wakeup. A first file warms the backend up: with no
+/// completions yet its share of the background threshold is zero (as in the kernel), so a cold
+/// backend starts writing at once.
+#[test]
+fn periodic_writeback_expires_old_data() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.add_dd(0, 5_000, 256, Instant::ZERO);
+    h.run_until(secs(1));
+    h.request(Event::Fsync { handle: HandleId(1), request: RequestId(3) });
+    h.run_until(secs(2));
+    let b = h.add_dd(0, 1_000, 256, secs(2));
+    h.run_until(secs(30));
+    let inode = h.dds[b].inode;
+    assert_eq!(h.maps.get(inode).unwrap().counts().dirty, 1_000, "written too early");
+    h.run_until(secs(45));
+    let c = h.maps.get(inode).unwrap().counts();
+    assert_eq!((c.dirty, c.writeback), (0, 0), "not written by periodic writeback");
+}
+
+/// A read of uncached pages issues device reads and answers once the pages are resident; a
+/// second read is served from the cache.
+#[test]
+fn reads_fill_the_cache() {
+    let mut h = Harness::new(config(256, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.request(Event::Open { handle: HandleId(50), inode: InodeId(50), backend: BackendId(0) });
+    h.request(Event::Read { inode: InodeId(50), first_page: 0, pages: 64, request: RequestId(1) });
+    h.run_until(secs(1));
+    assert_eq!(h.done_requests.get(&RequestId(1)), Some(&Ok(())));
+    assert_eq!(h.maps.get(InodeId(50)).unwrap().counts().clean, 64);
+    let reads = h.engine.stats().reads;
+    h.request(Event::Read { inode: InodeId(50), first_page: 0, pages: 64, request: RequestId(2) });
+    assert_eq!(h.done_requests.get(&RequestId(2)), Some(&Ok(())));
+    assert_eq!(h.engine.stats().reads, reads);
+}
+
+/// Truncate drops dirty pages from the counters at once and keeps accounting exact.
+#[test]
+fn truncate_drops_dirty_pages() {
+    let mut h = Harness::new(config(1024, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.add_dd(0, 5_000, 256, Instant::ZERO);
+    h.run_until(secs(1));
+    let inode = h.dds[0].inode;
+    h.request(Event::Truncate { inode, first_page: 0 });
+    h.run();
+    assert_eq!(h.maps.get(inode).unwrap().counts().resident, 0);
+    let writers: Vec<&Writer> = h.dds.iter().map(|d| &d.w).collect();
+    h.engine.check_accounting(&h.maps, &writers).unwrap();
+    assert_eq!(h.engine.meminfo().dirty, 0);
+}

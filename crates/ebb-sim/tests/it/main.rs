@@ -38,7 +38,7 @@ fn ioless_throttling_loads_and_expands() {
     );
     for run in &runs {
         assert_eq!(run.config.memory_bytes, 4 * GIB);
-        assert_eq!((run.config.hz, run.config.nr_cpus), (250, 4));
+        assert_eq!((run.config.hz, run.config.nr_cpus), (1000, 4));
         assert_eq!(run.devices.len(), 1);
         assert_eq!(run.devices[0].model, "sata-2010");
         assert!(run.config.backends[0].rotational, "a SATA disk rotates");
@@ -446,7 +446,7 @@ fn reports_are_written_from_hand_made_results() {
     assert_eq!(summary["experiment"], "ioless-throttling");
     assert_eq!(summary["runs"][2]["name"], "sata/ioless");
     assert_eq!(summary["runs"][2]["config"]["throttle"], "ioless");
-    assert_eq!(summary["runs"][2]["config"]["hz"], 250);
+    assert_eq!(summary["runs"][2]["config"]["hz"], 1000);
     assert_eq!(summary["runs"][2]["metrics"]["pause_ms_mean"], 32.0);
     for chart in ["dirty.png", "bandwidth.png", "pauses.png", "writers.png"] {
         let path = out.path().join("ioless-throttling/sata/legacy").join(chart);
