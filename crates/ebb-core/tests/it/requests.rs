@@ -85,3 +85,88 @@ fn truncate_drops_dirty_pages() {
     h.engine.check_accounting(&h.maps, &writers).unwrap();
     assert_eq!(h.engine.meminfo().dirty, 0);
 }
+
+/// A write error reaches every open handle exactly once (at its next fsync or close), the
+/// failed pages stay dirty, and a later fsync writes them again and succeeds.
+#[test]
+fn write_errors_are_reported_once_per_handle_and_never_dropped() {
+    let config = config(256, ThrottlePolicy::Ioless);
+    let mut engine = Engine::new(config, Instant::ZERO).unwrap();
+    let mut maps = MapStore::new();
+    let inode = InodeId(1);
+    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+    for h in [1, 2] {
+        engine.handle(
+            at(0),
+            Event::Open { handle: HandleId(h), inode, backend: BackendId(0) },
+            &mut maps,
+        );
+    }
+    let mut w = Writer::new(WriterId(1), GroupId(0));
+    let mut pos = 0;
+    while pos < 10 {
+        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 10 - pos));
+        pos += step.consumed;
+        if step.inode_became_dirty {
+            engine.inode_dirtied(at(0), inode);
+        }
+        if step.next == NextStep::Check {
+            let v = engine.balance_dirty_pages(at(0), &mut w, &mut maps);
+            assert!(matches!(v, Verdict::Proceed { .. }));
+        }
+    }
+    engine.flush_writer(at(0), &mut w, &mut maps);
+    let writes = |engine: &mut Engine| {
+        let mut ios = Vec::new();
+        let mut answers = Vec::new();
+        while let Some(a) = engine.poll_action() {
+            match a {
+                Action::Write { io, .. } => ios.push(io),
+                other => answers.push(other),
+            }
+        }
+        (ios, answers)
+    };
+    engine.handle(at(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let (ios, _) = writes(&mut engine);
+    assert!(!ios.is_empty());
+    for io in ios {
+        engine.handle(
+            at(2),
+            Event::WriteDone { io, result: Err(IoError { errno: errno_eio() }) },
+            &mut maps,
+        );
+    }
+    let (_, answers) = writes(&mut engine);
+    assert!(
+        answers.contains(&Action::FsyncDone {
+            request: RequestId(1),
+            result: Err(IoError { errno: 5 })
+        })
+    );
+    assert_eq!(maps.get(inode).unwrap().counts().dirty, 10, "failed pages stay dirty");
+    assert_eq!(engine.inode_error(inode), Some(IoError { errno: 5 }));
+    // The other handle sees the error once, at close.
+    engine.handle(at(3), Event::Close { handle: HandleId(2), request: RequestId(2) }, &mut maps);
+    let (_, answers) = writes(&mut engine);
+    assert!(
+        answers.contains(&Action::CloseDone {
+            request: RequestId(2),
+            result: Err(IoError { errno: 5 })
+        })
+    );
+    // The first handle already saw it: its next fsync rewrites the pages and succeeds.
+    engine.handle(at(4), Event::Fsync { handle: HandleId(1), request: RequestId(3) }, &mut maps);
+    let (ios, _) = writes(&mut engine);
+    assert!(!ios.is_empty(), "the pages are written again");
+    for io in ios {
+        engine.handle(at(5), Event::WriteDone { io, result: Ok(Stability::Stable) }, &mut maps);
+    }
+    let (_, answers) = writes(&mut engine);
+    assert!(answers.contains(&Action::FsyncDone { request: RequestId(3), result: Ok(()) }));
+    assert_eq!(maps.get(inode).unwrap().counts().clean, 10);
+}
+
+fn errno_eio() -> i32 {
+    ebb_core::event::errno::EIO
+}
