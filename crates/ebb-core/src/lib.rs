@@ -22,6 +22,7 @@ pub mod stats;
 mod throttle;
 pub mod time;
 pub mod trace;
+pub mod wbt;
 pub mod writer;
 
 pub use config::{

@@ -1,0 +1,549 @@
+//! Writeback throttling (blk-wbt): a latency target on in-flight background writes
+//! (kernel-reference §7, the 2016 posting `003_*`).
+//!
+//! # Goal
+//! Keep reads fast while background writeback saturates a device, by bounding how many
+//! buffered writes are in flight there, without costing write throughput when nobody reads.
+//!
+//! # Signals
+//! Per window (`wbt_window_usec`, 100 ms by default): the minimum, mean and count of read
+//! latencies, the count of write completions, and one tracked read still outstanding. Also
+//! whether a writer paused in `balance_dirty_pages` within the last second.
+//!
+//! # Control law
+//! ```text
+//! (CoDel-like) each window:
+//!   a read older than the window (or older than the target with no read completing): EXCEEDED
+//!   else fewer than 1 read or 3 writes:                  UNKNOWN_WRITES if writes were seen
+//!                                                       or are in flight, else UNKNOWN
+//!   else min read latency > target:                      EXCEEDED
+//!   else                                                  OK
+//! EXCEEDED: step = max(step, 0) + 1 (halve the depth)   OK, UNKNOWN_WRITES: step -= 1
+//! UNKNOWN five times in a row: move one step toward 0
+//! max_depth = 1 + ((min(16, queue_depth) - 1) >> step)   (step < 0: << -step, capped 3/4 depth)
+//! wb_normal = ceil(max_depth / 2), wb_background = ceil(max_depth / 4)
+//! window = 100 ms / sqrt(step + 1) while scaled down (look again sooner)
+//! ```
+//! Limits by class: background writeback gets `wb_background`; other buffered writes
+//! `wb_normal`; sync, fsync and reclaim writes, and everything while a writer was recently
+//! throttled, get `max_depth`; reads are never held.
+//!
+//! # Constants
+//! | name | value | unit | provenance |
+//! |---|---|---|---|
+//! | RWB_DEF_DEPTH | 16 | requests | kernel |
+//! | window | 100 | ms | kernel default, knob `wbt_window_usec` |
+//! | target | 2 / 75 | ms | kernel default solid state / rotating, knob `wbt_lat_usec` |
+//! | RWB_MIN_WRITE_SAMPLES | 3 | writes | kernel |
+//! | RWB_UNKNOWN_BUMP | 5 | windows | kernel |
+//! | recent bdp wait | 1 | s | kernel `wb_recent_wait` |
+//! | close io | 100 | ms | kernel `close_io` (HZ/10) |
+//!
+//! # Insufficient data
+//! A window without a read and three writes is UNKNOWN: with writes it scales up (write-only
+//! periods may use up to 3/4 of the device queue); with nothing at all it waits five windows,
+//! then drifts one step back toward the default depth.
+//!
+//! # Stability
+//! Scaling down is immediate but scaling up is one step per window; a scaled-up maximum stops
+//! growing at 3/4 of the queue. With a volatile write cache, held writers are woken only when
+//! the in-flight writes drain completely (unless a dirtier is being throttled), so the cache
+//! does not fill behind reads.
+//!
+//! # Observability
+//! `wbt_stat`, `wbt_lat`, `wbt_step` and `wbt_timer` trace lines; `Wbt::max_depth`,
+//! `wb_normal`, `wb_background`, `scale_step`, `min_lat_nsec` in `BdiStats`.
+
+use crate::memory::isqrt;
+use crate::time::{Duration, Instant};
+
+/// Default depth limit.
+pub const RWB_DEF_DEPTH: u32 = 16;
+/// Minimum writes per window for a valid sample.
+pub const RWB_MIN_WRITE_SAMPLES: u64 = 3;
+/// Unknown windows before drifting toward the default.
+pub const RWB_UNKNOWN_BUMP: u32 = 5;
+
+/// How a write is limited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WbtClass {
+    /// Flusher background and periodic writeback (`REQ_BACKGROUND`).
+    Background,
+    /// Other buffered writes (a legacy writer's own writeback).
+    Normal,
+    /// fsync, sync and reclaim writes: high priority.
+    Sync,
+}
+
+/// The outcome of a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The minimum read latency met the target.
+    Ok,
+    /// Too few samples, nothing written.
+    Unknown,
+    /// Too few samples, but writes were seen.
+    UnknownWrites,
+    /// The target was missed.
+    Exceeded,
+}
+
+impl Status {
+    /// The kernel's numeric status in `wbt_timer` traces.
+    pub fn code(self) -> u8 {
+        match self {
+            Status::Ok => 1,
+            Status::Unknown => 2,
+            Status::UnknownWrites => 3,
+            Status::Exceeded => 4,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    reads: u64,
+    read_min_ns: u64,
+    read_max_ns: u64,
+    read_sum_ns: u64,
+    writes: u64,
+    write_min_ns: u64,
+    write_max_ns: u64,
+    write_sum_ns: u64,
+}
+
+/// What one window evaluation saw and did, for traces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evaluation {
+    /// The window's outcome.
+    pub status: Status,
+    /// Reads completed in the window.
+    pub reads: u64,
+    /// Minimum read latency, ns.
+    pub read_min_ns: u64,
+    /// Mean read latency, ns.
+    pub read_mean_ns: u64,
+    /// Maximum read latency, ns.
+    pub read_max_ns: u64,
+    /// Writes completed in the window.
+    pub writes: u64,
+    /// Mean write latency, ns.
+    pub write_mean_ns: u64,
+    /// The step after the evaluation.
+    pub step: i32,
+    /// Whether the limits changed.
+    pub scaled: bool,
+    /// The new window, ns.
+    pub window_ns: u64,
+    /// New limits.
+    pub max_depth: u32,
+    /// New normal limit.
+    pub wb_normal: u32,
+    /// New background limit.
+    pub wb_background: u32,
+}
+
+/// The writeback throttle of one device.
+#[derive(Clone, Debug)]
+pub struct Wbt {
+    min_lat_nsec: u64,
+    win_nsec: u64,
+    cur_win_nsec: u64,
+    queue_depth: u32,
+    scale_step: i32,
+    scaled_max: bool,
+    max_depth: u32,
+    wb_normal: u32,
+    wb_background: u32,
+    unknown_cnt: u32,
+    write_cache: bool,
+    window: Window,
+    timer: Option<Instant>,
+    last_read: Option<Instant>,
+    tracked_read: Option<(Instant, u64)>,
+    last_bdp_wait: Option<Instant>,
+    /// Set when the in-flight writes reached their limit; cleared by the wakeup rule.
+    holding: bool,
+}
+
+impl Wbt {
+    /// A throttle for a device with `queue_depth` request slots; `target_usec` 0 disables it.
+    pub fn new(queue_depth: u32, target_usec: u64, window_usec: u64, write_cache: bool) -> Wbt {
+        let mut wbt = Wbt {
+            min_lat_nsec: target_usec * 1_000,
+            win_nsec: window_usec * 1_000,
+            cur_win_nsec: window_usec * 1_000,
+            queue_depth: queue_depth.max(1),
+            scale_step: 0,
+            scaled_max: false,
+            max_depth: 0,
+            wb_normal: 0,
+            wb_background: 0,
+            unknown_cnt: 0,
+            write_cache,
+            window: Window::default(),
+            timer: None,
+            last_read: None,
+            tracked_read: None,
+            last_bdp_wait: None,
+            holding: false,
+        };
+        wbt.calc_limits();
+        wbt
+    }
+
+    /// Whether the throttle is active.
+    pub fn enabled(&self) -> bool {
+        self.min_lat_nsec > 0
+    }
+
+    /// The current step (positive: scaled down).
+    pub fn scale_step(&self) -> i32 {
+        self.scale_step
+    }
+
+    /// Current maximum depth.
+    pub fn max_depth(&self) -> u32 {
+        self.max_depth
+    }
+
+    /// Current limit for normal buffered writes.
+    pub fn wb_normal(&self) -> u32 {
+        self.wb_normal
+    }
+
+    /// Current limit for background writes.
+    pub fn wb_background(&self) -> u32 {
+        self.wb_background
+    }
+
+    /// The latency target, ns.
+    pub fn min_lat_nsec(&self) -> u64 {
+        self.min_lat_nsec
+    }
+
+    /// When the window timer fires, if armed.
+    pub fn timer(&self) -> Option<Instant> {
+        self.timer
+    }
+
+    fn recent_wait(&self, now: Instant) -> bool {
+        self.last_bdp_wait.is_some_and(|t| now.saturating_since(t) < Duration::from_secs(1))
+    }
+
+    fn close_io(&self, now: Instant) -> bool {
+        self.last_read.is_some_and(|t| now.saturating_since(t) < Duration::from_millis(100))
+    }
+
+    /// How many writes of `class` may be in flight now.
+    pub fn limit(&self, class: WbtClass, now: Instant) -> u32 {
+        if !self.enabled() {
+            return u32::MAX;
+        }
+        if class == WbtClass::Sync || self.recent_wait(now) {
+            return self.max_depth;
+        }
+        if class == WbtClass::Background || self.close_io(now) {
+            return self.wb_background;
+        }
+        self.wb_normal
+    }
+
+    /// Whether a write of `class` may be issued with `inflight` throttled writes in flight.
+    /// Once the limit is reached, held writes wait for the wakeup rule (see [`Wbt::on_write_done`]).
+    pub fn may_issue(&mut self, class: WbtClass, inflight: u32, now: Instant) -> bool {
+        if !self.enabled() {
+            return true;
+        }
+        if class == WbtClass::Sync {
+            return true;
+        }
+        if self.holding && !self.recent_wait(now) {
+            return false;
+        }
+        let limit = self.limit(class, now);
+        if inflight >= limit {
+            self.holding = true;
+            return false;
+        }
+        true
+    }
+
+    /// A write completed with `inflight` throttled writes still in flight: applies the kernel's
+    /// wakeup rule (with a volatile cache, wait until everything drained unless a dirtier is
+    /// throttled; otherwise until a quarter of the normal limit is free).
+    pub fn on_write_done(&mut self, now: Instant, latency: Duration, inflight: u32) {
+        let w = &mut self.window;
+        let ns = latency.as_nanos();
+        w.write_min_ns = if w.writes == 0 { ns } else { w.write_min_ns.min(ns) };
+        w.write_max_ns = w.write_max_ns.max(ns);
+        w.write_sum_ns += ns;
+        w.writes += 1;
+        if self.holding {
+            let limit = if self.write_cache && !self.recent_wait(now) { 0 } else { self.wb_normal };
+            if inflight == 0
+                || (inflight < limit && limit - inflight >= self.wb_background.div_ceil(2))
+            {
+                self.holding = false;
+            }
+        }
+    }
+
+    /// A throttled write was issued: make sure the window is running.
+    pub fn on_write_issue(&mut self, now: Instant) {
+        self.arm(now);
+    }
+
+    /// A read was issued (`id` names it so its completion can clear the tracked read).
+    pub fn on_read_issue(&mut self, now: Instant, id: u64) {
+        self.last_read = Some(now);
+        if self.tracked_read.is_none() {
+            self.tracked_read = Some((now, id));
+        }
+        self.arm(now);
+    }
+
+    /// A read completed after `latency`; `id` is its issue identity, if it was tracked.
+    pub fn on_read_done(&mut self, now: Instant, latency: Duration, id: Option<u64>) {
+        self.last_read = Some(now);
+        if id.is_some() && self.tracked_read.map(|t| t.1) == id {
+            self.tracked_read = None;
+        }
+        let w = &mut self.window;
+        let ns = latency.as_nanos();
+        w.read_min_ns = if w.reads == 0 { ns } else { w.read_min_ns.min(ns) };
+        w.read_max_ns = w.read_max_ns.max(ns);
+        w.read_sum_ns += ns;
+        w.reads += 1;
+        self.arm(now);
+    }
+
+    /// A writer paused in `balance_dirty_pages` (the kernel's `last_bdp_sleep`).
+    pub fn on_bdp_wait(&mut self, now: Instant) {
+        self.last_bdp_wait = Some(now);
+    }
+
+    fn arm(&mut self, now: Instant) {
+        if self.enabled() && self.timer.is_none() {
+            self.timer = Some(now + Duration::from_nanos(self.cur_win_nsec));
+        }
+    }
+
+    /// The window timer fired: evaluate, scale, and re-arm if anything is in flight or the
+    /// limits are scaled. `inflight` counts throttled writes in flight.
+    pub fn on_timer(&mut self, now: Instant, inflight: u32) -> Evaluation {
+        self.timer = None;
+        let status = self.status(now, inflight);
+        let before = (self.scale_step, self.max_depth);
+        match status {
+            Status::Exceeded => self.scale_down(true),
+            Status::Ok | Status::UnknownWrites => self.scale_up(),
+            Status::Unknown => {
+                self.unknown_cnt += 1;
+                if self.unknown_cnt >= RWB_UNKNOWN_BUMP {
+                    if self.scale_step > 0 {
+                        self.scale_up();
+                    } else if self.scale_step < 0 {
+                        self.scale_down(false);
+                    }
+                }
+            }
+        }
+        let scaled = before != (self.scale_step, self.max_depth);
+        self.cur_win_nsec = if self.scale_step > 0 {
+            self.win_nsec * 16 / isqrt(((self.scale_step as u64) + 1) * 256)
+        } else {
+            self.win_nsec
+        };
+        let w = self.window;
+        self.window = Window::default();
+        if self.scale_step != 0 || inflight > 0 {
+            self.timer = Some(now + Duration::from_nanos(self.cur_win_nsec));
+        }
+        Evaluation {
+            status,
+            reads: w.reads,
+            read_min_ns: w.read_min_ns,
+            read_mean_ns: w.read_sum_ns.checked_div(w.reads).unwrap_or(0),
+            read_max_ns: w.read_max_ns,
+            writes: w.writes,
+            write_mean_ns: w.write_sum_ns.checked_div(w.writes).unwrap_or(0),
+            step: self.scale_step,
+            scaled,
+            window_ns: self.cur_win_nsec,
+            max_depth: self.max_depth,
+            wb_normal: self.wb_normal,
+            wb_background: self.wb_background,
+        }
+    }
+
+    fn status(&self, now: Instant, inflight: u32) -> Status {
+        let w = &self.window;
+        if let Some((issued, _)) = self.tracked_read {
+            let age = now.saturating_since(issued).as_nanos();
+            if age > self.cur_win_nsec || (age > self.min_lat_nsec && w.reads == 0) {
+                return Status::Exceeded;
+            }
+        }
+        if w.reads < 1 || w.writes < RWB_MIN_WRITE_SAMPLES {
+            return if w.writes > 0 || self.recent_wait(now) || inflight > 0 {
+                Status::UnknownWrites
+            } else {
+                Status::Unknown
+            };
+        }
+        if w.read_min_ns > self.min_lat_nsec { Status::Exceeded } else { Status::Ok }
+    }
+
+    fn scale_up(&mut self) {
+        if self.scaled_max {
+            return;
+        }
+        self.scale_step -= 1;
+        self.unknown_cnt = 0;
+        self.calc_limits();
+        self.holding = false;
+    }
+
+    fn scale_down(&mut self, hard: bool) {
+        if self.max_depth == 1 && self.scale_step > 0 {
+            return;
+        }
+        if self.scale_step < 0 && hard {
+            self.scale_step = 0;
+        } else {
+            self.scale_step += 1;
+        }
+        self.scaled_max = false;
+        self.unknown_cnt = 0;
+        self.calc_limits();
+    }
+
+    fn calc_limits(&mut self) {
+        let depth = if self.queue_depth == 1 {
+            if self.scale_step > 0 { 1 } else { 2 }
+        } else {
+            let mut d = RWB_DEF_DEPTH.min(self.queue_depth);
+            if self.scale_step > 0 {
+                d = 1 + ((d - 1) >> (self.scale_step as u32).min(31));
+            } else if self.scale_step < 0 {
+                d = 1 + ((d - 1) << (-self.scale_step as u32).min(16));
+                let cap = 3 * self.queue_depth / 4;
+                if d > cap {
+                    d = cap.max(1);
+                    self.scaled_max = true;
+                }
+            }
+            d
+        };
+        self.max_depth = depth;
+        if self.min_lat_nsec == 0 {
+            self.wb_normal = 0;
+            self.wb_background = 0;
+        } else if depth <= 2 {
+            self.wb_normal = depth;
+            self.wb_background = 1;
+        } else {
+            self.wb_normal = depth.div_ceil(2);
+            self.wb_background = (depth + 3) / 4;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    /// Default limits by hand: depth 16 gives normal 8 and background 4; scaling down halves.
+    #[test]
+    fn limits_by_hand() {
+        let mut w = Wbt::new(128, 2_000, 100_000, false);
+        assert_eq!((w.max_depth(), w.wb_normal(), w.wb_background()), (16, 8, 4));
+        w.scale_down(true);
+        assert_eq!((w.max_depth(), w.wb_normal(), w.wb_background()), (8, 4, 2));
+        w.scale_down(true);
+        w.scale_down(true);
+        w.scale_down(true);
+        assert_eq!((w.max_depth(), w.wb_normal(), w.wb_background()), (1, 1, 1));
+        w.scale_down(true);
+        assert_eq!(w.scale_step(), 4, "no further than depth 1");
+    }
+
+    /// A device whose read latency grows with queued writes: the controller settles at a
+    /// depth that meets the target, and recovers to the full depth once writes stop.
+    #[test]
+    fn settles_at_a_depth_that_meets_the_target_and_recovers() {
+        // Read latency = 0.6 ms per write in flight: the 2 ms target allows 3.
+        let mut w = Wbt::new(128, 2_000, 100_000, false);
+        let mut t = 0;
+        let mut depths = Vec::new();
+        let mut met = Vec::new();
+        for _ in 0..100 {
+            let inflight = w.wb_background().max(1);
+            // A window's worth of samples: reads see the queue ahead of them.
+            for i in 0..10 {
+                w.on_read_issue(at(t), i);
+                w.on_read_done(at(t), Duration::from_micros(600 * u64::from(inflight)), Some(i));
+                w.on_write_done(at(t), Duration::from_millis(5), inflight);
+            }
+            t += 100;
+            let e = w.on_timer(at(t), inflight);
+            depths.push(w.wb_background());
+            met.push(e.read_min_ns <= 2_000_000);
+        }
+        // CoDel-like: it probes one step above what meets the target and comes back.
+        let settled = &depths[50..];
+        assert!(settled.iter().all(|&d| (2..=4).contains(&d)), "background limit {settled:?}");
+        let met = met[50..].iter().filter(|&&m| m).count();
+        assert!(met >= 25, "target met in {met} of 50 windows");
+        // Writes stop, reads stop: unknown windows drift back to the default depth.
+        for _ in 0..200 {
+            t += 100;
+            w.on_timer(at(t), 0);
+        }
+        assert_eq!(w.scale_step(), 0);
+        assert_eq!(w.max_depth(), 16);
+    }
+
+    /// A read stuck for a whole window counts as exceeded even though no read completed.
+    #[test]
+    fn stuck_read_forces_scale_down() {
+        let mut w = Wbt::new(32, 2_000, 100_000, false);
+        w.on_read_issue(at(0), 1);
+        for _ in 0..5 {
+            w.on_write_done(at(10), Duration::from_millis(1), 8);
+        }
+        let e = w.on_timer(at(150), 8);
+        assert_eq!(e.status, Status::Exceeded);
+        assert_eq!(w.scale_step(), 1);
+    }
+
+    /// Write-only periods scale up, to at most 3/4 of the queue depth.
+    #[test]
+    fn write_only_scales_up_to_three_quarters() {
+        let mut w = Wbt::new(32, 2_000, 100_000, false);
+        for i in 0..20 {
+            w.on_write_done(at(i * 100), Duration::from_millis(1), 4);
+            w.on_timer(at(i * 100 + 100), 4);
+        }
+        assert_eq!(w.max_depth(), 24);
+    }
+
+    /// Sync writes are never held; with a volatile cache held writes wait for a full drain.
+    #[test]
+    fn sync_never_held_and_write_cache_drains() {
+        let mut w = Wbt::new(32, 2_000, 100_000, true);
+        assert!(w.may_issue(WbtClass::Sync, 1_000, at(0)));
+        assert!(!w.may_issue(WbtClass::Background, 4, at(0)));
+        w.on_write_done(at(1), Duration::from_millis(1), 2);
+        assert!(!w.may_issue(WbtClass::Background, 2, at(1)), "still draining");
+        w.on_write_done(at(2), Duration::from_millis(1), 0);
+        assert!(w.may_issue(WbtClass::Background, 0, at(2)));
+        let off = Wbt::new(32, 0, 100_000, true);
+        assert_eq!(off.limit(WbtClass::Background, at(0)), u32::MAX);
+    }
+}
