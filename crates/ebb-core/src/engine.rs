@@ -143,6 +143,9 @@ pub(crate) struct Wb {
     pub(crate) flusher: Flusher,
     pub(crate) verifiers: Vec<u64>,
     pub(crate) last_completion: Instant,
+    /// Writeback throttling and the writes it counts (all writes in flight).
+    pub(crate) wbt: crate::wbt::Wbt,
+    pub(crate) write_inflight: u32,
 }
 
 pub(crate) enum IoKind {
@@ -155,6 +158,7 @@ pub(crate) struct IoRecord {
     pub(crate) backend: BackendId,
     pub(crate) inode: InodeId,
     pub(crate) kind: IoKind,
+    pub(crate) issued: Instant,
 }
 
 pub(crate) enum FsyncPhase {
@@ -234,7 +238,7 @@ impl Engine {
         let wbs = config
             .backends
             .iter()
-            .map(|_| Wb {
+            .map(|b| Wb {
                 counters: Counters::default(),
                 rates: Rates::new(now_j),
                 share: Local::default(),
@@ -245,6 +249,8 @@ impl Engine {
                 flusher: Flusher::new(now),
                 verifiers: Vec::new(),
                 last_completion: now,
+                wbt: crate::wbt::Wbt::new(b.queue_depth, b.wbt_target_usec(), b.wbt_window_usec, b.write_cache),
+                write_inflight: 0,
             })
             .collect();
         let mem = Memory::new(&config);
@@ -315,6 +321,7 @@ impl Engine {
         };
         for wb in &self.wbs {
             consider(wb.flusher.timer);
+            consider(wb.wbt.timer());
         }
         for meta in self.inodes.values() {
             consider(meta.retry_at);
@@ -366,7 +373,16 @@ impl Engine {
             Event::WriteDone { io, result } => self.write_done(io, result, maps),
             Event::CommitDone { io, result } => self.commit_done(io, result, maps),
             Event::ReadDone { io, result } => self.read_done(io, result, maps),
-            Event::DirectRead { .. } => {}
+            Event::DirectReadStart { backend, id } => {
+                if let Some(wb) = self.wbs.get_mut(backend.index()) {
+                    wb.wbt.on_read_issue(now, id | (1 << 63));
+                }
+            }
+            Event::DirectRead { backend, id, latency } => {
+                if let Some(wb) = self.wbs.get_mut(backend.index()) {
+                    wb.wbt.on_read_done(now, latency, Some(id | (1 << 63)));
+                }
+            }
             Event::AnonAlloc { pages } => {
                 self.mem.add_anon(pages);
                 self.kswapd(maps);
@@ -554,8 +570,14 @@ impl Engine {
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
         let IoKind::Write { run, issuer } = record.kind else { panic!("io {io} is not a write") };
         let (b, inode) = (record.backend, record.inode);
-        self.wbs[b.index()].inflight -= 1;
-        self.wbs[b.index()].last_completion = self.now;
+        let now = self.now;
+        let wb = &mut self.wbs[b.index()];
+        wb.inflight -= 1;
+        wb.write_inflight -= 1;
+        wb.last_completion = now;
+        let latency = now.saturating_since(record.issued);
+        let inflight = wb.write_inflight;
+        wb.wbt.on_write_done(now, latency, inflight);
         let end = match result {
             Ok(Stability::Stable) => WriteEnd::Stable,
             Ok(Stability::Unstable { verifier }) => {
@@ -706,7 +728,7 @@ impl Engine {
         }
         let io = self.new_io();
         self.inodes.get_mut(&inode).expect("known").commit_inflight = Some(io);
-        self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Commit });
+        self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Commit, issued: self.now });
         self.stats.commits += 1;
         self.stats.commit_pages += pages;
         self.emit(Action::Commit { io, backend: b, inode, pages });
@@ -927,8 +949,9 @@ impl Engine {
             }
             let run = Run { first: run.first, count: frames.len() as u64 };
             let io = self.new_io();
-            self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Read { run, frames } });
+            self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Read { run, frames }, issued: self.now });
             self.wbs[b.index()].inflight += 1;
+            self.wbs[b.index()].wbt.on_read_issue(self.now, io.0);
             self.stats.reads += 1;
             self.stats.read_pages += run.count;
             self.emit(Action::Read {
@@ -955,6 +978,8 @@ impl Engine {
         let IoKind::Read { run, mut frames } = record.kind else { panic!("io {io} is not a read") };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
+        let latency = self.now.saturating_since(record.issued);
+        self.wbs[b.index()].wbt.on_read_done(self.now, latency, Some(io.0));
         if result.is_ok() {
             frames.reverse();
             let inserted = maps.with(inode, |m| m.insert_clean(run.first, &mut frames, run.count));
@@ -1024,6 +1049,13 @@ impl Engine {
     fn timer<M: PageMaps>(&mut self, maps: &mut M) {
         let now = self.now;
         for b in 0..self.wbs.len() {
+            if self.wbs[b].wbt.timer().is_some_and(|t| t <= now) {
+                let inflight = self.wbs[b].write_inflight;
+                let e = self.wbs[b].wbt.on_timer(now, inflight);
+                self.record(TraceEvent::Wbt { bdi: BackendId(b as u32), eval: e, inflight });
+            }
+        }
+        for b in 0..self.wbs.len() {
             if self.wbs[b].flusher.timer.is_some_and(|t| t <= now) {
                 self.wbs[b].flusher.timer = None;
                 self.wbs[b].flusher.wake_periodic = true;
@@ -1086,6 +1118,9 @@ impl Engine {
             dirty_ratelimit: wb.rates.dirty_ratelimit,
             balanced_dirty_ratelimit: wb.rates.balanced_dirty_ratelimit,
             inflight: u64::from(wb.inflight),
+            wbt_max_depth: wb.wbt.max_depth(),
+            wbt_background: wb.wbt.wb_background(),
+            wbt_step: wb.wbt.scale_step(),
             dirtied: wb.counters.dirtied,
             written: wb.counters.written,
         }

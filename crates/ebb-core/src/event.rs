@@ -168,11 +168,20 @@ pub enum Event {
         /// How it ended.
         result: Result<(), IoError>,
     },
-    /// A read the driver performed without the cache (O_DIRECT) completed after `latency`;
-    /// feeds writeback throttling.
+    /// The driver issued a read without the cache (O_DIRECT); feeds writeback throttling
+    /// (a read stuck behind writes counts even before it completes).
+    DirectReadStart {
+        /// The device.
+        backend: BackendId,
+        /// The driver's identity for this read.
+        id: u64,
+    },
+    /// A read the driver performed without the cache completed after `latency`.
     DirectRead {
         /// The device.
         backend: BackendId,
+        /// The identity given at [`Event::DirectReadStart`].
+        id: u64,
         /// Issue to completion.
         latency: Duration,
     },

@@ -167,6 +167,16 @@ impl Submitter {
     }
 }
 
+/// The writeback-throttling class of a submitter's writes.
+fn wbt_class(issuer: Issuer, class: IoClass) -> crate::wbt::WbtClass {
+    use crate::wbt::WbtClass;
+    match (issuer, class) {
+        (_, IoClass::Sync | IoClass::Reclaim) | (Issuer::Fsync(_) | Issuer::Reclaim, _) => WbtClass::Sync,
+        (Issuer::Writer(_), _) => WbtClass::Normal,
+        _ => WbtClass::Background,
+    }
+}
+
 impl Engine {
     pub(crate) fn add_submitter(&mut self, b: BackendId, issuer: Issuer, sub: Submitter) {
         let wb = &mut self.wbs[b.index()];
@@ -203,8 +213,19 @@ impl Engine {
         let depth = self.cfg.backends[b.index()].queue_depth;
         let max_write = u64::from(self.cfg.backends[b.index()].max_write_pages);
         let mut finished = Vec::new();
+        let mut held = Vec::new();
+        let now = self.now;
         while self.wbs[b.index()].inflight < depth {
             let Some(issuer) = self.wbs[b.index()].ready.pop_front() else { break };
+            let class = self.wbs[b.index()].submitters.get(&issuer).map(|s| wbt_class(issuer, s.class));
+            let wb = &mut self.wbs[b.index()];
+            if let Some(class) = class
+                && !wb.wbt.may_issue(class, wb.write_inflight, now)
+            {
+                // Writeback throttling holds this class; others (sync) may still go.
+                held.push(issuer);
+                continue;
+            }
             let sub = self.wbs[b.index()].submitters.get(&issuer).expect("ready submitter").clone();
             let max = max_write.min(sub.chunk_left);
             let (run, unheld) = maps.with(sub.inode, |m| {
@@ -223,12 +244,14 @@ impl Engine {
             let io = self.new_io();
             self.ios.insert(
                 io,
-                IoRecord { backend: b, inode: sub.inode, kind: IoKind::Write { run, issuer } },
+                IoRecord { backend: b, inode: sub.inode, kind: IoKind::Write { run, issuer }, issued: now },
             );
             let meta = self.inodes.get_mut(&sub.inode).expect("known inode");
             meta.inflight.insert(io);
             meta.writeback_index = run.end();
             self.wbs[b.index()].inflight += 1;
+            self.wbs[b.index()].write_inflight += 1;
+            self.wbs[b.index()].wbt.on_write_issue(now);
             self.account(
                 sub.inode,
                 Counters {
@@ -265,6 +288,11 @@ impl Engine {
             } else {
                 wb.ready.push_back(issuer);
             }
+        }
+        // Held submitters keep their turn order, ahead of any that were not reached.
+        let wb = &mut self.wbs[b.index()];
+        for issuer in held.into_iter().rev() {
+            wb.ready.push_front(issuer);
         }
         finished
     }

@@ -114,6 +114,12 @@ pub struct BdiStats {
     pub balanced_dirty_ratelimit: u64,
     /// Requests in flight.
     pub inflight: u64,
+    /// Writeback throttling: current maximum depth.
+    pub wbt_max_depth: u32,
+    /// Writeback throttling: current limit on background writes.
+    pub wbt_background: u32,
+    /// Writeback throttling: current scale step (positive: scaled down).
+    pub wbt_step: i32,
     /// Pages dirtied against it, ever.
     pub dirtied: u64,
     /// Pages written, ever.

@@ -402,6 +402,7 @@ impl Engine {
         w.nr_dirtied = 0;
         w.nr_dirtied_pause = next_pause_pages.max(1);
         self.set_ratelimit(w, b);
+        self.wbs[b.index()].wbt.on_bdp_wait(self.now);
         w.call = if task_ratelimit == 0 {
             CallState::IolessOverLimit { pages_dirtied }
         } else {

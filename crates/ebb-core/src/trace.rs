@@ -94,6 +94,16 @@ pub enum TraceEvent {
         /// Reason name.
         reason: &'static str,
     },
+    /// `wbt:wbt_stat` with `wbt:wbt_step` (when the limits changed) and `wbt:wbt_timer`: one
+    /// window evaluation of writeback throttling.
+    Wbt {
+        /// The device.
+        bdi: BackendId,
+        /// What the window saw and did.
+        eval: crate::wbt::Evaluation,
+        /// Writes in flight.
+        inflight: u32,
+    },
     /// `writeback:writeback_queue_io`.
     QueueIo {
         /// The backend.
@@ -116,6 +126,7 @@ impl TraceEvent {
             TraceEvent::WritebackStart { .. } => "writeback_start",
             TraceEvent::WritebackWritten { .. } => "writeback_written",
             TraceEvent::QueueIo { .. } => "writeback_queue_io",
+            TraceEvent::Wbt { .. } => "wbt_timer",
         }
     }
 
@@ -193,6 +204,37 @@ impl TraceEvent {
                     "writeback_written: bdi {}: written={written} reason={reason} cgroup_ino=1",
                     bdi(b)
                 )
+            }
+            TraceEvent::Wbt { bdi: b, eval: e, inflight } => {
+                let mut line = format!(
+                    "wbt_stat: {}: rmean={}, rmin={}, rmax={}, rsamples={}, wmean={}, wsamples={}",
+                    bdi(b),
+                    e.read_mean_ns,
+                    e.read_min_ns,
+                    e.read_max_ns,
+                    e.reads,
+                    e.write_mean_ns,
+                    e.writes
+                );
+                if e.scaled {
+                    line.push_str(&format!(
+                        "\nwbt_step: {}: step={}, window={}, background={}, normal={}, max={}",
+                        bdi(b),
+                        e.step,
+                        e.window_ns / 1000,
+                        e.wb_background,
+                        e.wb_normal,
+                        e.max_depth
+                    ));
+                }
+                line.push_str(&format!(
+                    "\nwbt_timer: {}: status={}, step={}, inflight={}",
+                    bdi(b),
+                    e.status.code(),
+                    e.step,
+                    inflight
+                ));
+                line
             }
             TraceEvent::QueueIo { bdi: b, moved, reason } => {
                 format!(

@@ -350,6 +350,8 @@ pub fn mean_stddev(v: &[f64]) -> (f64, f64) {
 pub fn config(memory_mib: u64, policy: ThrottlePolicy) -> Config {
     let mut backend = BackendConfig::new("sda");
     backend.rotational = true;
+    // The dynamics reproduced here predate writeback throttling.
+    backend.wbt = WbtMode::Off;
     let mut c = Config::new(memory_mib << 20, backend);
     c.throttle = policy;
     c
