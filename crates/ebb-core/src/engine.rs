@@ -127,6 +127,8 @@ pub(crate) struct InodeMeta {
     pub(crate) page_waiters: Vec<WriterId>,
     pub(crate) last_read_end: u64,
     pub(crate) readahead: u64,
+    /// Reads in flight: first page -> (one past the last page, io).
+    pub(crate) reading: BTreeMap<u64, (u64, IoId)>,
 }
 
 /// One backend's writeback state (the kernel's `bdi_writeback`).
@@ -183,8 +185,8 @@ pub(crate) struct SyncState {
 }
 
 pub(crate) struct ReadState {
-    pub(crate) inode: InodeId,
-    pub(crate) ios_left: u32,
+    /// The reads (of this request or of readahead) whose pages the request needs.
+    pub(crate) waiting: BTreeSet<IoId>,
     pub(crate) error: Option<IoError>,
 }
 
@@ -249,7 +251,12 @@ impl Engine {
                 flusher: Flusher::new(now),
                 verifiers: Vec::new(),
                 last_completion: now,
-                wbt: crate::wbt::Wbt::new(b.queue_depth, b.wbt_target_usec(), b.wbt_window_usec, b.write_cache),
+                wbt: crate::wbt::Wbt::new(
+                    b.queue_depth,
+                    b.wbt_target_usec(),
+                    b.wbt_window_usec,
+                    b.write_cache,
+                ),
                 write_inflight: 0,
             })
             .collect();
@@ -418,6 +425,7 @@ impl Engine {
             page_waiters: Vec::new(),
             last_read_end: u64::MAX,
             readahead: 0,
+            reading: BTreeMap::new(),
         });
         meta.handles += 1;
         // Errors nobody has seen yet are reported to the next opener too (errseq).
@@ -931,44 +939,82 @@ impl Engine {
             self.emit(Action::ReadDone { request, result: Err(IoError { errno: 9 }) });
             return;
         };
-        // Sequential readahead: the window doubles on sequential reads up to 32 pages
-        // (the kernel's default read_ahead_kb = 128), and resets on a seek.
+        // Readahead (the kernel's on-demand readahead, simplified): on sequential reads keep a
+        // window of up to 32 pages (read_ahead_kb = 128) in flight beyond the request, so the
+        // next read usually finds its pages resident or on their way; a seek resets it.
         let sequential = meta.last_read_end == first;
-        meta.readahead = if sequential { (meta.readahead * 2).clamp(4, 32) } else { 4 };
+        meta.readahead = if sequential { (meta.readahead * 2).clamp(4, 32) } else { 0 };
         meta.last_read_end = first + pages;
-        let span = if sequential { pages.max(meta.readahead) } else { pages };
+        let span = pages + meta.readahead;
         let b = meta.backend;
+        let end = first + pages;
         let mut missing = Vec::new();
         maps.with(inode, |m| m.lookup(first, span, &mut missing));
-        let mut ios_left = 0;
+        let mut waiting = BTreeSet::new();
         for run in missing {
-            let mut frames = Vec::new();
-            self.alloc_frames(run.count as usize, &mut frames, maps);
-            if frames.is_empty() {
-                continue;
+            // Parts already being read: wait for those reads instead of reading twice.
+            let mut cursor = run.first;
+            let in_flight: Vec<(u64, u64, IoId)> = self.inodes[&inode]
+                .reading
+                .range(..run.end())
+                .filter(|(_, (e, _))| *e > run.first)
+                .map(|(&f, &(e, io))| (f, e, io))
+                .collect();
+            let mut gaps = Vec::new();
+            for (f, e, io) in in_flight {
+                if f > cursor {
+                    gaps.push(Run { first: cursor, count: f - cursor });
+                }
+                if f < end && e > first {
+                    waiting.insert(io);
+                }
+                cursor = cursor.max(e);
             }
-            let run = Run { first: run.first, count: frames.len() as u64 };
-            let io = self.new_io();
-            self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Read { run, frames }, issued: self.now });
-            self.wbs[b.index()].inflight += 1;
-            self.wbs[b.index()].wbt.on_read_issue(self.now, io.0);
-            self.stats.reads += 1;
-            self.stats.read_pages += run.count;
-            self.emit(Action::Read {
-                io,
-                backend: b,
-                inode,
-                first_page: run.first,
-                pages: run.count,
-            });
-            if run.first < first + pages {
-                ios_left += 1;
+            if cursor < run.end() {
+                gaps.push(Run { first: cursor, count: run.end() - cursor });
+            }
+            for gap in gaps {
+                let mut frames = Vec::new();
+                self.alloc_frames(gap.count as usize, &mut frames, maps);
+                if frames.is_empty() {
+                    continue;
+                }
+                let gap = Run { first: gap.first, count: frames.len() as u64 };
+                let io = self.new_io();
+                self.ios.insert(
+                    io,
+                    IoRecord {
+                        backend: b,
+                        inode,
+                        kind: IoKind::Read { run: gap, frames },
+                        issued: self.now,
+                    },
+                );
+                self.inodes
+                    .get_mut(&inode)
+                    .expect("known")
+                    .reading
+                    .insert(gap.first, (gap.end(), io));
+                self.wbs[b.index()].inflight += 1;
+                self.wbs[b.index()].wbt.on_read_issue(self.now, io.0);
+                self.stats.reads += 1;
+                self.stats.read_pages += gap.count;
+                self.emit(Action::Read {
+                    io,
+                    backend: b,
+                    inode,
+                    first_page: gap.first,
+                    pages: gap.count,
+                });
+                if gap.first < end {
+                    waiting.insert(io);
+                }
             }
         }
-        if ios_left == 0 {
+        if waiting.is_empty() {
             self.emit(Action::ReadDone { request, result: Ok(()) });
         } else {
-            self.reads.insert(request, ReadState { inode, ios_left, error: None });
+            self.reads.insert(request, ReadState { waiting, error: None });
         }
     }
 
@@ -992,17 +1038,21 @@ impl Engine {
         for frame in frames {
             self.mem.release(frame);
         }
-        // Complete the requests this read covered.
+        if let Some(meta) = self.inodes.get_mut(&inode) {
+            meta.reading.remove(&run.first);
+        }
+        // Complete the requests that waited for this read.
         let done: Vec<RequestId> = self
             .reads
             .iter_mut()
-            .filter(|(_, r)| r.inode == inode)
             .filter_map(|(&req, r)| {
+                if !r.waiting.remove(&io) {
+                    return None;
+                }
                 if let Err(e) = result {
                     r.error = Some(e);
                 }
-                r.ios_left = r.ios_left.saturating_sub(1);
-                (r.ios_left == 0).then_some(req)
+                r.waiting.is_empty().then_some(req)
             })
             .collect();
         for request in done {

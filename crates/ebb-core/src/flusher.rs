@@ -171,7 +171,9 @@ impl Submitter {
 fn wbt_class(issuer: Issuer, class: IoClass) -> crate::wbt::WbtClass {
     use crate::wbt::WbtClass;
     match (issuer, class) {
-        (_, IoClass::Sync | IoClass::Reclaim) | (Issuer::Fsync(_) | Issuer::Reclaim, _) => WbtClass::Sync,
+        (_, IoClass::Sync | IoClass::Reclaim) | (Issuer::Fsync(_) | Issuer::Reclaim, _) => {
+            WbtClass::Sync
+        }
         (Issuer::Writer(_), _) => WbtClass::Normal,
         _ => WbtClass::Background,
     }
@@ -217,7 +219,8 @@ impl Engine {
         let now = self.now;
         while self.wbs[b.index()].inflight < depth {
             let Some(issuer) = self.wbs[b.index()].ready.pop_front() else { break };
-            let class = self.wbs[b.index()].submitters.get(&issuer).map(|s| wbt_class(issuer, s.class));
+            let class =
+                self.wbs[b.index()].submitters.get(&issuer).map(|s| wbt_class(issuer, s.class));
             let wb = &mut self.wbs[b.index()];
             if let Some(class) = class
                 && !wb.wbt.may_issue(class, wb.write_inflight, now)
@@ -244,7 +247,12 @@ impl Engine {
             let io = self.new_io();
             self.ios.insert(
                 io,
-                IoRecord { backend: b, inode: sub.inode, kind: IoKind::Write { run, issuer }, issued: now },
+                IoRecord {
+                    backend: b,
+                    inode: sub.inode,
+                    kind: IoKind::Write { run, issuer },
+                    issued: now,
+                },
             );
             let meta = self.inodes.get_mut(&sub.inode).expect("known inode");
             meta.inflight.insert(io);

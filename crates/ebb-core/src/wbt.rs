@@ -445,7 +445,7 @@ impl Wbt {
             self.wb_background = 1;
         } else {
             self.wb_normal = depth.div_ceil(2);
-            self.wb_background = (depth + 3) / 4;
+            self.wb_background = depth.div_ceil(4);
         }
     }
 }

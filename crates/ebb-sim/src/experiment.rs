@@ -31,7 +31,7 @@
 //! # max_write_pages, rotational, write_cache, wbt, wbt_lat_usec, wbt_window_usec
 //!
 //! [[case.workload]]
-//! kind = "dd"                               # dd | cp
+//! kind = "dd"                               # dd | cp | randread
 //! backend = "sda"                           # optional when the case has one backend
 //! size = "10GiB"
 //! bs = "1MiB"
@@ -600,7 +600,9 @@ impl Experiment {
                     ));
                 }
                 for (w, workload) in spec.workloads.iter().enumerate() {
-                    let (Workload::Dd { start, .. } | Workload::Cp { start, .. }) = workload;
+                    let (Workload::Dd { start, .. }
+                    | Workload::Cp { start, .. }
+                    | Workload::RandomReader { start, .. }) = workload;
                     if *start >= spec.time_limit {
                         return Err(error(
                             format!("{case_key}.workload[{w}].start"),
@@ -654,7 +656,11 @@ fn config_key(case_key: &str, variant_index: usize, compare: Knob, error: &Confi
 
 fn scale_workload(workload: &mut Workload, scale: f64) {
     let (Workload::Dd { size_bytes, bs_bytes, .. } | Workload::Cp { size_bytes, bs_bytes, .. }) =
-        workload;
+        workload
+    else {
+        // A reader's file size does not shorten the run: it reads until the writers finish.
+        return;
+    };
     let blocks = (*size_bytes as f64 * scale / *bs_bytes as f64).round().max(1.0);
     *size_bytes = blocks as u64 * *bs_bytes;
 }
@@ -1031,7 +1037,22 @@ fn build_workload(
             }
             Ok(Workload::Cp { backend, size_bytes, bs_bytes, start })
         }
-        other => Err(fail("kind", format!("unknown workload kind {other:?}; expected dd or cp"))),
+        "randread" => {
+            if raw.fsync.is_some() || raw.think.is_some() {
+                return Err(fail("kind", "randread takes no fsync or think time".to_owned()));
+            }
+            if bs_bytes % 4096 != 0 || size_bytes < bs_bytes {
+                return Err(fail(
+                    "bs",
+                    "randread needs a multiple of 4 KiB no larger than size".to_owned(),
+                ));
+            }
+            Ok(Workload::RandomReader { backend, size_bytes, bs_bytes, start })
+        }
+        other => Err(fail(
+            "kind",
+            format!("unknown workload kind {other:?}; expected dd, cp or randread"),
+        )),
     }
 }
 

@@ -671,6 +671,13 @@ fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
                 "bs_bytes": bs_bytes,
                 "start_s": start.as_secs_f64(),
             }),
+            Workload::RandomReader { backend, size_bytes, bs_bytes, start } => json!({
+                "kind": "randread",
+                "backend": config.backends[*backend].name,
+                "size_bytes": size_bytes,
+                "bs_bytes": bs_bytes,
+                "start_s": start.as_secs_f64(),
+            }),
         })
         .collect();
     json!({

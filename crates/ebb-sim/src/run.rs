@@ -23,7 +23,7 @@ use crate::device::{Device, DeviceRequest, IoOp};
 use crate::prng::Prng;
 use crate::queue::EventQueue;
 use crate::report::chrome_trace::ChromeTrace;
-use crate::report::hist::SampleStats;
+use crate::report::hist::{LatencyHistogram, SampleStats};
 
 /// A device model for one backend: a name known to [`crate::device::by_name`] and field
 /// overrides from the experiment file.
@@ -52,6 +52,19 @@ pub enum Workload {
         fsync: bool,
         /// Time between write calls (application think time).
         think: Duration,
+    },
+    /// A random 4 KiB reader with O_DIRECT (fio `rw=randread direct=1 iodepth=1`): reads
+    /// `bs_bytes` at random aligned offsets of a `size_bytes` file, one at a time, bypassing
+    /// the cache, until every writer has finished.
+    RandomReader {
+        /// Backend index.
+        backend: usize,
+        /// Size of the file it reads.
+        size_bytes: u64,
+        /// Bytes per read.
+        bs_bytes: u64,
+        /// When it starts.
+        start: Duration,
     },
     /// `cp SRC DST`: reads a file already on the device (not cached) and writes a copy.
     Cp {
@@ -160,6 +173,7 @@ enum Ev {
     Device(usize),
     Timer,
     Sample,
+    ReaderStep(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,7 +231,25 @@ struct Sim<'a> {
     max_dirty: u64,
     max_limit: u64,
     trace: Option<Tracer>,
+    readers: Vec<Reader>,
+    read_latency: LatencyHistogram,
+    read_started: BTreeMap<RequestId, (usize, Instant)>,
+    rng: Prng,
 }
+
+/// An O_DIRECT random reader.
+struct Reader {
+    backend: usize,
+    base: u64,
+    pages: u64,
+    bs_pages: u64,
+    start: Duration,
+    issued: Option<(u64, Instant)>,
+    reads: u64,
+}
+
+/// Identities of direct reads, apart from the engine's IO identities.
+const DIRECT_READ_BIT: u64 = 1 << 62;
 
 /// Writes trace.txt and trace.json as the run goes.
 struct Tracer {
@@ -259,7 +291,31 @@ impl<'a> Sim<'a> {
         let mut next_base = 1u64 << 30;
         let mut queue = EventQueue::new();
         let mut pages_total = 0;
+        let mut readers = Vec::new();
         for (i, wl) in spec.workloads.iter().enumerate() {
+            if let Workload::RandomReader { backend, size_bytes, bs_bytes, start } = *wl {
+                if backend >= spec.config.backends.len() {
+                    return Err(SimError::Spec(format!(
+                        "workload {i} names backend {backend}, which does not exist"
+                    )));
+                }
+                if bs_bytes < PAGE || size_bytes < bs_bytes {
+                    return Err(SimError::Spec(format!(
+                        "workload {i}: reader block size {bs_bytes} or size {size_bytes} too small"
+                    )));
+                }
+                readers.push(Reader {
+                    backend,
+                    base: next_base,
+                    pages: size_bytes / PAGE,
+                    bs_pages: bs_bytes / PAGE,
+                    start,
+                    issued: None,
+                    reads: 0,
+                });
+                next_base += size_bytes.next_multiple_of(1 << 30);
+                continue;
+            }
             let (backend, size, bs, start, fsync, think, cp) = match *wl {
                 Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think } => {
                     (backend, size_bytes, bs_bytes, start, fsync, think, false)
@@ -267,6 +323,7 @@ impl<'a> Sim<'a> {
                 Workload::Cp { backend, size_bytes, bs_bytes, start } => {
                     (backend, size_bytes, bs_bytes, start, false, Duration::ZERO, true)
                 }
+                Workload::RandomReader { .. } => unreachable!("handled above"),
             };
             if backend >= spec.config.backends.len() {
                 return Err(SimError::Spec(format!(
@@ -284,6 +341,7 @@ impl<'a> Sim<'a> {
                 base.insert(inode, next_base);
                 next_base += (pages * PAGE).next_multiple_of(1 << 30);
             };
+            let w = writers.len();
             let inode = InodeId(2 * i as u64 + 1);
             let handle = HandleId(i as u64 + 1);
             place(inode);
@@ -306,7 +364,7 @@ impl<'a> Sim<'a> {
                 &mut maps,
             );
             writers.push(SimWriter {
-                w: Writer::new(WriterId(i as u32), GroupId(i as u32)),
+                w: Writer::new(WriterId(w as u32), GroupId(w as u32)),
                 inode,
                 handle,
                 src,
@@ -320,7 +378,10 @@ impl<'a> Sim<'a> {
                 started: None,
                 finished: None,
             });
-            queue.push(Instant::ZERO + start, Ev::Step(i));
+            queue.push(Instant::ZERO + start, Ev::Step(w));
+        }
+        for (r, reader) in readers.iter().enumerate() {
+            queue.push(Instant::ZERO + reader.start, Ev::ReaderStep(r));
         }
         queue.push(Instant::ZERO, Ev::Sample);
         let trace = match &spec.trace_dir {
@@ -360,6 +421,10 @@ impl<'a> Sim<'a> {
             max_dirty: 0,
             max_limit: 0,
             trace,
+            readers,
+            read_latency: LatencyHistogram::new(),
+            read_started: BTreeMap::new(),
+            rng: rng.fork(),
         })
     }
 
@@ -397,6 +462,7 @@ impl<'a> Sim<'a> {
                     self.timer_at = None;
                     self.engine.handle(self.now, Event::Timer, &mut self.maps);
                 }
+                Ev::ReaderStep(r) => self.reader_step(r),
                 Ev::Sample => {
                     self.sample();
                     if self.writers.iter().any(|w| w.state != WriterState::Done) {
@@ -457,6 +523,11 @@ impl<'a> Sim<'a> {
                     }
                 }
                 Action::ReadDone { request, .. } => {
+                    if let Some((_, started)) = self.read_started.remove(&request) {
+                        // Each read call's latency, cache hits included (read-to-pipe-async).
+                        let ns = self.now.saturating_since(started).as_nanos().max(1_000);
+                        self.read_latency.record(ns);
+                    }
                     if let Some(i) =
                         self.writers.iter().position(|w| w.state == WriterState::Reading(request))
                     {
@@ -510,6 +581,10 @@ impl<'a> Sim<'a> {
         let mut done = Vec::new();
         self.devices[b].advance(self.now, &mut done);
         for c in done {
+            if c.id & DIRECT_READ_BIT != 0 {
+                self.direct_read_done(c.id, c.latency);
+                continue;
+            }
             let event = match self.ios.remove(&c.id) {
                 Some(IoPending::Write(io)) => {
                     Event::WriteDone { io, result: Ok(Stability::Stable) }
@@ -559,6 +634,7 @@ impl<'a> Sim<'a> {
                     let (first, pages) = (sw.pos, sw.left);
                     let request = self.request();
                     self.writers[i].state = WriterState::Reading(request);
+                    self.read_started.insert(request, (i, self.now));
                     self.engine.handle(
                         self.now,
                         Event::Read { inode: src, first_page: first, pages, request },
@@ -727,6 +803,42 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Issues the next O_DIRECT read of reader `r`, unless every writer is done.
+    fn reader_step(&mut self, r: usize) {
+        if self.writers.iter().all(|w| w.state == WriterState::Done) {
+            return;
+        }
+        let reader = &self.readers[r];
+        let slots = (reader.pages / reader.bs_pages).max(1);
+        let page = self.rng.below(slots) * reader.bs_pages;
+        let (b, offset, len) = (reader.backend, reader.base + page * PAGE, reader.bs_pages * PAGE);
+        let id = DIRECT_READ_BIT | ((r as u64) << 40) | (reader.reads & ((1 << 40) - 1));
+        self.readers[r].issued = Some((id, self.now));
+        self.readers[r].reads += 1;
+        self.engine.handle(
+            self.now,
+            Event::DirectReadStart { backend: BackendId(b as u32), id },
+            &mut self.maps,
+        );
+        self.devices[b]
+            .submit(self.now, DeviceRequest { id, op: IoOp::Read, offset, len, sync: true });
+        self.reschedule(b);
+    }
+
+    fn direct_read_done(&mut self, id: u64, latency: Duration) {
+        let r = ((id & !DIRECT_READ_BIT) >> 40) as usize;
+        let b = self.readers[r].backend;
+        self.readers[r].issued = None;
+        self.read_latency.record(latency.as_nanos().max(1));
+        self.read_pages += self.readers[r].bs_pages;
+        self.engine.handle(
+            self.now,
+            Event::DirectRead { backend: BackendId(b as u32), id, latency },
+            &mut self.maps,
+        );
+        self.queue.push(self.now, Ev::ReaderStep(r));
+    }
+
     fn finish(mut self) -> RunResult {
         let spec = self.spec;
         let stats = self.engine.stats().clone();
@@ -778,6 +890,12 @@ impl<'a> Sim<'a> {
         );
         if self.writers.len() > 1 {
             m.insert("writer_rate_ratio".into(), self.rate_ratio());
+        }
+        if !self.read_latency.is_empty() {
+            for (name, value) in self.read_latency.percentiles_us("read_lat_us") {
+                m.insert(name, value);
+            }
+            m.insert("read_count".into(), self.read_latency.count() as f64);
         }
         let mut series: Vec<TimeSeries> = std::mem::take(&mut self.series)
             .into_iter()

@@ -102,15 +102,11 @@ impl Driver {
                 Action::Read { io, .. } => self.inflight.push(Pending::Read(io)),
                 Action::Commit { io, .. } => self.inflight.push(Pending::Commit(io)),
                 Action::Resume { writer } => {
+                    // The writer may go on; like a real driver, run it later (at the next Tick),
+                    // not from inside this loop.
                     let i = writer.0 as usize;
                     assert!(self.waiting[i], "resume of writer {i} that is not waiting");
                     self.waiting[i] = false;
-                    let v = self.engine.throttle_continue(
-                        self.now,
-                        &mut self.writers[i],
-                        &mut self.maps,
-                    );
-                    self.obey(i, v);
                 }
                 Action::FsyncDone { request, result }
                 | Action::SyncDone { request, result }
