@@ -176,6 +176,8 @@ pub(crate) struct FsyncState {
     pub(crate) handle: HandleId,
     pub(crate) inode: InodeId,
     pub(crate) phase: FsyncPhase,
+    /// A COMMIT redirtied pages (the server restarted): write them again before answering.
+    pub(crate) rewrite: bool,
 }
 
 pub(crate) struct SyncState {
@@ -761,6 +763,11 @@ impl Engine {
             }
         };
         self.stats.verifier_redirtied += out.redirtied;
+        if out.redirtied > 0 {
+            for f in self.fsyncs.values_mut().filter(|f| f.inode == inode) {
+                f.rewrite = true;
+            }
+        }
         let delta = Counters {
             unstable: -((out.cleaned + out.redirtied) as i64),
             dirty: out.redirtied as i64,
@@ -782,7 +789,10 @@ impl Engine {
             self.emit(Action::FsyncDone { request, result: Err(IoError { errno: 9 }) });
             return;
         };
-        self.fsyncs.insert(request, FsyncState { handle, inode, phase: FsyncPhase::Writing });
+        self.fsyncs.insert(
+            request,
+            FsyncState { handle, inode, phase: FsyncPhase::Writing, rewrite: false },
+        );
         self.fsync_write_phase(request, maps);
     }
 
@@ -815,7 +825,8 @@ impl Engine {
     fn fsync_commit_phase<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
         let inode = self.fsyncs[&request].inode;
         let counts = maps.with(inode, |m| m.counts());
-        if counts.tagged > 0 || (counts.dirty > 0 && self.fsync_has_unwritten(inode, maps)) {
+        let rewrite = std::mem::take(&mut self.fsyncs.get_mut(&request).expect("fsync").rewrite);
+        if counts.tagged > 0 || rewrite {
             // A commit redirtied pages (server restart): write them again.
             self.fsync_write_phase(request, maps);
             return;
@@ -828,12 +839,6 @@ impl Engine {
         let state = self.fsyncs.remove(&request).expect("fsync");
         let result = self.take_handle_error(state.handle);
         self.emit(Action::FsyncDone { request, result });
-    }
-
-    fn fsync_has_unwritten<M: PageMaps>(&self, _inode: InodeId, _maps: &mut M) -> bool {
-        // Pages dirtied after the fsync began are not its business; only pages a failed
-        // commit redirtied are, and those are re-tagged by the write phase.
-        false
     }
 
     pub(crate) fn fsync_progress<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {

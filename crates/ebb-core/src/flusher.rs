@@ -481,15 +481,6 @@ impl Engine {
         self.wbs[b.index()].flusher.works.push_back(work);
     }
 
-    /// Wakes the flusher for background writeback (`wb_start_background_writeback`): it runs
-    /// a background work if the backend is over its background threshold once it is idle.
-    pub(crate) fn start_background(&mut self, _b: BackendId) {}
-
-    /// Whether the backend's flusher is running a work (`writeback_in_progress`).
-    pub(crate) fn writeback_in_progress(&self, b: BackendId) -> bool {
-        self.wbs[b.index()].flusher.current.is_some()
-    }
-
     /// Asks the flusher to write everything dirty (reclaim's `wakeup_flusher_threads`).
     pub(crate) fn start_all(&mut self, b: BackendId) {
         self.wbs[b.index()].flusher.start_all = true;

@@ -686,32 +686,6 @@ impl PageMap {
         out
     }
 
-    /// Every unstable page whose verifier index fails `keep` becomes dirty again (the server
-    /// restarted: their data is gone). Returns how many were redirtied.
-    pub fn redirty_unstable(&mut self, keep: impl Fn(u16) -> bool) -> CommitOutcome {
-        let was_dirty = self.inode_dirty;
-        let mut out = CommitOutcome::default();
-        let chunks: Vec<u32> = self.index.values().copied().collect();
-        for chunk in chunks {
-            if self.chunks[chunk as usize].count[PageState::Unstable as usize] == 0 {
-                continue;
-            }
-            for offset in 0..CHUNK_PAGES as usize {
-                let slot = self.chunks[chunk as usize].slots[offset];
-                if slot.state == PageState::Unstable as u8 && !keep(slot.verifier) {
-                    self.transition(chunk, offset, PageState::Dirty as u8);
-                    self.chunks[chunk as usize].slots[offset].flags &= !flag::COMMITTING;
-                    out.redirtied += 1;
-                }
-            }
-        }
-        if out.redirtied > 0 {
-            self.inode_dirty = true;
-            out.inode_became_dirty = !was_dirty;
-        }
-        out
-    }
-
     /// Looks up `[first, first + count)` for a read: marks resident pages referenced and
     /// appends the runs of missing pages to `missing`. Returns the number of resident pages.
     pub fn lookup(&mut self, first: u64, count: u64, missing: &mut Vec<Run>) -> u64 {

@@ -52,7 +52,7 @@
 //! `global_counter_reads`, `throttled_calls`, `writer_writeback_pages`.
 
 use crate::bandwidth::RATELIMIT_CALC_SHIFT;
-use crate::config::{PAGE_SIZE, ThrottlePolicy, UnstableAccounting};
+use crate::config::{PAGE_SIZE, ThrottlePolicy};
 use crate::engine::{Engine, PageMaps, WaitReason};
 use crate::event::{Action, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
@@ -72,8 +72,6 @@ const BW2010_BANDWIDTH: u64 = 100 << 20;
 pub(crate) struct Global {
     /// Dirty + writeback + unstable: what throttling limits.
     pub(crate) dirty: u64,
-    /// What writeback could reduce: dirty pages (plus unstable under legacy-2020).
-    pub(crate) reclaimable: u64,
     pub(crate) thresh: u64,
     pub(crate) bg_thresh: u64,
     pub(crate) limit: u64,
@@ -122,10 +120,8 @@ impl Engine {
         self.stats.global_counter_reads += 1;
         let t = self.global_thresholds();
         let g = &self.global;
-        let legacy = self.cfg.unstable_accounting == UnstableAccounting::Legacy2020;
         Global {
             dirty: g.writable() + g.writeback() + g.unstable(),
-            reclaimable: g.writable() + if legacy { g.unstable() } else { 0 },
             thresh: t.thresh,
             bg_thresh: t.bg_thresh,
             limit: limits::hard_limit(t.thresh, self.dirty_limit),
@@ -283,9 +279,8 @@ impl Engine {
         let now_j = self.now.jiffies(hz);
         let strict = self.cfg.backends[b.index()].strict_limit;
         let g = self.read_global();
-        if g.reclaimable > g.bg_thresh && !self.writeback_in_progress(b) {
-            self.start_background(b);
-        }
+        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
+        // flusher re-evaluates the background threshold on every entry, so no call is needed.
         let wbd = if strict { Some(self.read_backend(b, &g)) } else { None };
         let (dirty, thresh, bg) = match wbd {
             Some(d) => (d.dirty, d.thresh, d.bg_thresh),
@@ -582,10 +577,8 @@ impl Engine {
         if !still {
             self.wbs[b.index()].dirty_exceeded = false;
         }
-        let reclaimable = self.global.writable() + self.global.unstable();
-        if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
-            self.start_background(b);
-        }
+        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
+        // flusher re-evaluates the background threshold on every entry, so no call is needed.
         let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
         w.nr_dirtied_pause = ratelimit;
         w.ratelimit =
@@ -688,12 +681,8 @@ impl Engine {
         if !exceeded {
             self.wbs[b.index()].dirty_exceeded = false;
         }
-        let t = self.global_thresholds();
-        if !self.writeback_in_progress(b)
-            && self.global.writable() + self.global.unstable() > t.bg_thresh
-        {
-            self.start_background(b);
-        }
+        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
+        // flusher re-evaluates the background threshold on every entry, so no call is needed.
         let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
         w.nr_dirtied_pause = ratelimit;
         w.ratelimit =
