@@ -139,6 +139,9 @@ pub struct BackendConfig {
     /// Largest single write, pages (the block layer's `max_sectors_kb`). Contiguous dirty pages
     /// go out as one write up to this size.
     pub max_write_pages: u32,
+    /// The device's own command queue depth (NCQ tags; the kernel's `blk_queue_depth`), which
+    /// sizes writeback throttling's limits; `queue_depth` above is the software queue.
+    pub hw_queue_depth: u32,
     /// Whether the device rotates (selects the wbt latency default).
     pub rotational: bool,
     /// Whether the device has a volatile write cache (wbt drains fully before waking writers).
@@ -163,6 +166,7 @@ impl BackendConfig {
             strict_limit: false,
             queue_depth: 128,
             max_write_pages: 128,
+            hw_queue_depth: 32,
             rotational: false,
             write_cache: false,
             wbt: WbtMode::On,
@@ -337,6 +341,12 @@ impl Config {
                 return Err(ConfigError::new(
                     knob("queue_depth"),
                     format!("{} is outside 1..=65536", b.queue_depth),
+                ));
+            }
+            if b.hw_queue_depth == 0 || b.hw_queue_depth > 65_536 {
+                return Err(ConfigError::new(
+                    knob("hw_queue_depth"),
+                    format!("{} is outside 1..=65536", b.hw_queue_depth),
                 ));
             }
             if b.max_write_pages == 0 || b.max_write_pages > 65_536 {

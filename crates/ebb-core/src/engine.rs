@@ -254,7 +254,7 @@ impl Engine {
                 verifiers: Vec::new(),
                 last_completion: now,
                 wbt: crate::wbt::Wbt::new(
-                    b.queue_depth,
+                    b.hw_queue_depth,
                     b.wbt_target_usec(),
                     b.wbt_window_usec,
                     b.write_cache,
