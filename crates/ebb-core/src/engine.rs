@@ -231,6 +231,8 @@ pub struct Engine {
     pub(crate) trace: Vec<(Instant, TraceEvent)>,
     pub(crate) dirty_seq: u64,
     pub(crate) min_ratio_sum: u32,
+    /// kswapd's last batch was all unqueued dirty pages (the kernel's `PGDAT_DIRTY`).
+    pub(crate) node_dirty: bool,
 }
 
 impl Engine {
@@ -294,6 +296,7 @@ impl Engine {
             trace: Vec::new(),
             dirty_seq: 0,
             min_ratio_sum,
+            node_dirty: false,
             cfg: config,
         };
         engine.dirty_limit = engine.global_thresholds().thresh;

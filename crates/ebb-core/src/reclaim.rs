@@ -3,15 +3,24 @@
 //! Allocations take frames while free memory stays above the `min` watermark. Below `low`,
 //! background reclaim (kswapd's role) frees pages from the tail of the inactive list until
 //! `high`; when an allocation still finds nothing, the allocating writer reclaims directly.
-//! Reclaim frees only clean pages: a dirty, unstable or writeback page at the tail is marked
-//! `RECLAIM` and rotated, and when everything scanned was dirty the flushers are woken (the
-//! `flusher-only` policy of mechanism 6); a page whose writeback completes while marked is moved
-//! to the tail so the next scan frees it at once. Reclaim is instantaneous in the core: it has no
-//! CPU-time model, only the decisions.
+//! Reclaim frees only clean pages. A dirty page at the tail is handled by policy:
+//!
+//! - `flusher-only` (default, v3.2 and later): it is marked `RECLAIM` and rotated; when a batch
+//!   finds only dirty pages the flushers are woken. Direct reclaim never writes. Background
+//!   reclaim writes a page itself only when in trouble: the page was already marked once (seen
+//!   twice at the tail) and the last batch was all unqueued dirty pages (the kernel's
+//!   `PGDAT_DIRTY` rule).
+//! - `legacy` (before v3.2): both kinds of reclaim write the dirty page themselves, one page
+//!   per write (`pageout`), and mark it so it is freed when the write completes.
+//!
+//! Pages under writeback or unstable are marked and rotated; a page whose writeback completes
+//! while marked is moved to the tail so the next scan frees it at once. Reclaim is instantaneous
+//! in the core: it has no CPU-time model, only the decisions.
 
-use crate::engine::{Counters, Engine, PageMaps, WaitReason};
-use crate::event::Action;
-use crate::ids::{BackendId, FrameId};
+use crate::config::ReclaimPolicy;
+use crate::engine::{Counters, Engine, IoKind, IoRecord, PageMaps, WaitReason};
+use crate::event::{Action, IoClass, Issuer};
+use crate::ids::{BackendId, FrameId, InodeId};
 use crate::memory::List;
 use crate::pagemap::{PageState, flag};
 
@@ -64,7 +73,6 @@ impl Engine {
     /// Frees up to `target` clean pages from the inactive tail, scanning at most about twice
     /// the target plus one batch per call.
     fn shrink<M: PageMaps>(&mut self, target: u64, direct: bool, maps: &mut M) -> Shrink {
-        let _ = direct;
         self.age_active_list();
         let mut out = Shrink::default();
         let budget = (2 * target + SWAP_CLUSTER_MAX).min(self.mem.list_len(List::Inactive));
@@ -89,14 +97,29 @@ impl Engine {
                     out.reclaimed += 1;
                 }
                 PageState::Dirty => {
+                    let seen_before = info.flags & flag::RECLAIM != 0;
+                    let held = info.flags & flag::HELD != 0;
+                    let write_it = !held
+                        && match self.cfg.reclaim {
+                            ReclaimPolicy::Legacy => true,
+                            ReclaimPolicy::FlusherOnly => !direct && seen_before && self.node_dirty,
+                        };
                     maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
                     self.mem.move_to_head(frame, List::Inactive);
-                    out.unqueued_dirty += 1;
-                    batch.unqueued_dirty += 1;
-                    self.stats.reclaim_immediate += 1;
-                    let b = self.inodes[&inode].backend;
-                    if !woken.contains(&b) {
-                        woken.push(b);
+                    if write_it && self.pageout(inode, index, maps) {
+                        if direct {
+                            self.stats.direct_written += 1;
+                        } else {
+                            self.stats.kswapd_written += 1;
+                        }
+                    } else {
+                        out.unqueued_dirty += 1;
+                        batch.unqueued_dirty += 1;
+                        self.stats.reclaim_immediate += 1;
+                        let b = self.inodes[&inode].backend;
+                        if !woken.contains(&b) {
+                            woken.push(b);
+                        }
                     }
                 }
                 PageState::Writeback | PageState::Unstable => {
@@ -106,6 +129,10 @@ impl Engine {
                 }
             }
             if batch.scanned == SWAP_CLUSTER_MAX {
+                // kswapd flags the node when a whole batch was unqueued dirty pages.
+                if !direct {
+                    self.node_dirty = batch.unqueued_dirty == batch.scanned;
+                }
                 if batch.unqueued_dirty == batch.scanned {
                     // Everything isolated was dirty and not queued: the flushers are behind.
                     for &b in &woken {
@@ -122,6 +149,52 @@ impl Engine {
             }
         }
         out
+    }
+
+    /// Writes one dirty page from reclaim (the kernel's `pageout`): a single-page write, outside
+    /// the flusher's chunking. Returns false if the page could not be taken for writing.
+    fn pageout<M: PageMaps>(&mut self, inode: InodeId, index: u64, maps: &mut M) -> bool {
+        let Some(run) = maps.with(inode, |m| {
+            let run = m.start_writeback(index, 1, false, true).filter(|r| r.first == index);
+            if run.is_none() {
+                return None;
+            }
+            m.take_unheld();
+            run
+        }) else {
+            return false;
+        };
+        let b = self.inodes[&inode].backend;
+        let io = self.new_io();
+        let now = self.now;
+        self.ios.insert(
+            io,
+            IoRecord {
+                backend: b,
+                inode,
+                kind: IoKind::Write { run, issuer: Issuer::Reclaim },
+                issued: now,
+            },
+        );
+        let meta = self.inodes.get_mut(&inode).expect("known inode");
+        meta.inflight.insert(io);
+        let wb = &mut self.wbs[b.index()];
+        wb.inflight += 1;
+        wb.write_inflight += 1;
+        wb.wbt.on_write_issue(now);
+        self.account(inode, Counters { dirty: -1, writeback: 1, ..Counters::default() });
+        self.stats.writes += 1;
+        self.stats.write_pages += 1;
+        self.emit(Action::Write {
+            io,
+            backend: b,
+            inode,
+            first_page: index,
+            pages: 1,
+            class: IoClass::Reclaim,
+            issuer: Issuer::Reclaim,
+        });
+        true
     }
 
     /// Keeps the inactive list at least as long as the active one by moving pages from the

@@ -93,3 +93,29 @@ fn same_inputs_same_actions() {
     assert_eq!(a, b);
     assert!(a.1 > 1000);
 }
+
+/// Reclaim that never writes: with `flusher-only`, direct reclaim writes no page even when
+/// writers stream several times the memory; with `legacy`, reclaim writes pages itself. Dirty
+/// pages reach the LRU tail when dirty memory is most of memory and files age unevenly (two
+/// writers, limits at 90% / 80%).
+#[test]
+fn reclaim_policies_differ_in_who_writes() {
+    let run = |policy: ReclaimPolicy| {
+        let mut c = config(32, ThrottlePolicy::Ioless);
+        c.reclaim = policy;
+        c.dirty_ratio = 90;
+        c.dirty_background_ratio = 80;
+        let mut h = Harness::new(c, &[2_000]);
+        h.add_dd(0, 20_000, 256, Instant::ZERO);
+        h.add_dd(0, 20_000, 256, Instant::ZERO);
+        h.check_every = 51;
+        h.run();
+        assert!(h.dds.iter().all(|d| d.done_at.is_some()), "{policy:?}: the writers finished");
+        h.engine.stats().clone()
+    };
+    let new = run(ReclaimPolicy::FlusherOnly);
+    assert_eq!(new.direct_written, 0);
+    assert!(new.kswapd_reclaimed + new.direct_reclaimed > 0);
+    let old = run(ReclaimPolicy::Legacy);
+    assert!(old.direct_written + old.kswapd_written > 0, "{old:?}");
+}

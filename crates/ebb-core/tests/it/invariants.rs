@@ -68,6 +68,10 @@ impl Driver {
         config.backends[1].queue_depth = 3;
         config.backends[1].max_write_pages = 16;
         config.throttle = policy;
+        if policy == ThrottlePolicy::Legacy {
+            // The before of reclaim too: reclaim writes pages itself.
+            config.reclaim = ReclaimPolicy::Legacy;
+        }
         let mut engine = Engine::new(config, Instant::ZERO).unwrap();
         let mut maps = MapStore::new();
         for i in 0..4u64 {
