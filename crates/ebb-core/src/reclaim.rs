@@ -155,12 +155,9 @@ impl Engine {
     /// the flusher's chunking. Returns false if the page could not be taken for writing.
     fn pageout<M: PageMaps>(&mut self, inode: InodeId, index: u64, maps: &mut M) -> bool {
         let Some(run) = maps.with(inode, |m| {
-            let run = m.start_writeback(index, 1, false, true).filter(|r| r.first == index);
-            if run.is_none() {
-                return None;
-            }
+            let run = m.start_writeback(index, 1, false, true).filter(|r| r.first == index)?;
             m.take_unheld();
-            run
+            Some(run)
         }) else {
             return false;
         };
