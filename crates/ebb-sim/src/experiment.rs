@@ -864,8 +864,14 @@ fn build_case(
             DeviceParams::Disk(p) => (true, p.write_cache_bytes > 0),
             DeviceParams::Raid0(p) => (true, p.member.write_cache_bytes > 0),
             DeviceParams::Flash(p) => (false, p.write_cache_bytes > 0),
+            // Server memory is no device write cache: the client never flushes it.
+            DeviceParams::Nfs(_) => (false, false),
         };
         let mut backend = BackendConfig::new(raw_backend.name.clone());
+        if let DeviceParams::Nfs(p) = built.params() {
+            // The NFS client assembles WRITE RPCs of up to wsize.
+            backend.max_write_pages = (p.wsize_bytes / ebb_core::PAGE_SIZE) as u32;
+        }
         backend.rotational = raw_backend.rotational.unwrap_or(rotational);
         backend.write_cache = raw_backend.write_cache.unwrap_or(write_cache);
         set(&mut backend.min_ratio, raw_backend.min_ratio);

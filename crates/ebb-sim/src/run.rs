@@ -507,7 +507,8 @@ impl<'a> Sim<'a> {
                     self.read_pages += pages;
                 }
                 Action::Commit { io, backend, inode, .. } => {
-                    // A local disk makes written data durable with a cache flush.
+                    // A local disk makes written data durable with a cache flush; to the
+                    // nfs-server model a flush is a COMMIT.
                     self.submit(backend, io.0, IoOp::Flush, inode, 0, 0, true);
                     self.ios.insert(io.0, IoPending::Commit(io));
                 }
@@ -585,12 +586,19 @@ impl<'a> Sim<'a> {
                 self.direct_read_done(c.id, c.latency);
                 continue;
             }
+            // A two-phase backend (NFS) reports the verifier; a local device reports none.
             let event = match self.ios.remove(&c.id) {
                 Some(IoPending::Write(io)) => {
-                    Event::WriteDone { io, result: Ok(Stability::Stable) }
+                    let stability = match c.verifier {
+                        Some(verifier) => Stability::Unstable { verifier },
+                        None => Stability::Stable,
+                    };
+                    Event::WriteDone { io, result: Ok(stability) }
                 }
                 Some(IoPending::Read(io)) => Event::ReadDone { io, result: Ok(()) },
-                Some(IoPending::Commit(io)) => Event::CommitDone { io, result: Ok(0) },
+                Some(IoPending::Commit(io)) => {
+                    Event::CommitDone { io, result: Ok(c.verifier.unwrap_or(0)) }
+                }
                 None => continue,
             };
             self.engine.handle(self.now, event, &mut self.maps);
@@ -890,6 +898,21 @@ impl<'a> Sim<'a> {
         );
         if self.writers.len() > 1 {
             m.insert("writer_rate_ratio".into(), self.rate_ratio());
+        }
+        let servers: Vec<_> = self.devices.iter().filter_map(|d| d.nfs_stats()).collect();
+        if !servers.is_empty() {
+            // Only runs against an NFS server: what the server holds durably at the end, and
+            // the client's pages that are not clean (the crash-safety checker's inputs).
+            let sum = |f: fn(&crate::device::NfsStats) -> u64| -> f64 {
+                servers.iter().map(f).sum::<u64>() as f64
+            };
+            m.insert("server_durable_bytes".into(), sum(|s| s.durable_bytes));
+            m.insert("server_uncommitted_bytes".into(), sum(|s| s.uncommitted_bytes));
+            m.insert("server_lost_bytes".into(), sum(|s| s.lost_bytes));
+            m.insert("server_restarts".into(), sum(|s| s.restarts));
+            m.insert("verifier_redirtied".into(), stats.verifier_redirtied as f64);
+            let mi = self.engine.meminfo();
+            m.insert("end_unclean_pages".into(), (mi.dirty + mi.writeback + mi.unstable) as f64);
         }
         if !self.read_latency.is_empty() {
             for (name, value) in self.read_latency.percentiles_us("read_lat_us") {

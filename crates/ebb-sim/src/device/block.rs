@@ -373,6 +373,7 @@ impl BlockDevice {
             op,
             at: now,
             latency: now.saturating_since(part.submitted),
+            verifier: None,
         });
         assert!(self.outstanding > 0);
         self.outstanding -= 1;

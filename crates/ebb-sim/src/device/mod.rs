@@ -45,8 +45,12 @@
 //! | `laptop-ssd` | [`FlashParams::laptop_ssd_2016`] | SATA SSD, NCQ 32, ~520/400 MB/s |
 //! | `nvme` | [`FlashParams::nvme`] | ~3 GB/s read, ~2 GB/s write, depth 1023 |
 //! | `usb-stick` | [`FlashParams::usb_stick`] | ~20/6 MB/s, depth 1, no cache |
+//! | `nfs-server` | [`NfsParams::gigabit_2020`] | NFS server over 1 Gbit/s: UNSTABLE writes, COMMIT, restarts |
 //!
 //! Experiment files override any field with [`by_name_with_overrides`].
+//!
+//! The `nfs-server` model (`nfs.rs`) is not a block device: its writes complete UNSTABLE with
+//! the server's write verifier in [`Completion::verifier`], and a flush is a COMMIT.
 //!
 //! # Not modelled
 //!
@@ -60,6 +64,7 @@ mod cache;
 mod disk;
 mod elevator;
 mod flash;
+mod nfs;
 mod raid0;
 #[cfg(test)]
 mod tests;
@@ -73,6 +78,7 @@ pub use block::BlockDevice;
 pub use disk::DiskParams;
 pub use elevator::{ElevatorParams, Scheduler};
 pub use flash::FlashParams;
+pub use nfs::{NfsParams, NfsServer, NfsStats};
 pub use raid0::{Raid0, Raid0Params};
 
 /// The operation of a request, as the block layer classifies it.
@@ -114,6 +120,11 @@ pub struct Completion {
     pub at: Instant,
     /// From submission to completion.
     pub latency: Duration,
+    /// `None` from a local device: a completed write is stable (in its cache or on media) and
+    /// a flush made everything durable. `Some(verifier)` from a two-phase backend (NFS): a
+    /// write was accepted UNSTABLE under this write verifier, and a flush was a COMMIT that
+    /// returned it.
+    pub verifier: Option<u64>,
 }
 
 /// Counters a device keeps since its creation.
@@ -162,6 +173,8 @@ pub enum DeviceParams {
     Flash(FlashParams),
     /// RAID-0 over identical disks.
     Raid0(Raid0Params),
+    /// An NFS server over a network link.
+    Nfs(NfsParams),
 }
 
 /// A simulated block device; see the module doc for the driving protocol.
@@ -187,6 +200,11 @@ pub trait Device {
 
     /// Counters since creation; `busy_time` is accounted up to the last processed event.
     fn stats(&self) -> DeviceStats;
+
+    /// Server-side counters of a two-phase backend; `None` for local devices.
+    fn nfs_stats(&self) -> Option<NfsStats> {
+        None
+    }
 }
 
 /// Why a device could not be built.
@@ -225,8 +243,8 @@ impl fmt::Display for DeviceError {
 impl std::error::Error for DeviceError {}
 
 /// The names [`by_name`] accepts, in documentation order.
-pub const MODEL_NAMES: [&str; 5] =
-    ["sata-2010", "raid0-4x-sata-2010", "laptop-ssd", "nvme", "usb-stick"];
+pub const MODEL_NAMES: [&str; 6] =
+    ["sata-2010", "raid0-4x-sata-2010", "laptop-ssd", "nvme", "usb-stick", "nfs-server"];
 
 /// Builds the named model with its documented parameters; `seed` drives all its jitter.
 pub fn by_name(name: &str, seed: u64) -> Result<Box<dyn Device>, DeviceError> {
@@ -254,6 +272,9 @@ pub fn by_name_with_overrides(
         }
         DeviceParams::Raid0(base) => {
             DeviceParams::Raid0(apply_overrides(&base, overrides).map_err(invalid)?)
+        }
+        DeviceParams::Nfs(base) => {
+            DeviceParams::Nfs(apply_overrides(&base, overrides).map_err(invalid)?)
         }
     };
     build(name, params, seed)
@@ -293,6 +314,7 @@ fn default_params(name: &str) -> Result<DeviceParams, DeviceError> {
         "laptop-ssd" => DeviceParams::Flash(FlashParams::laptop_ssd_2016()),
         "nvme" => DeviceParams::Flash(FlashParams::nvme()),
         "usb-stick" => DeviceParams::Flash(FlashParams::usb_stick()),
+        "nfs-server" => DeviceParams::Nfs(NfsParams::gigabit_2020()),
         _ => {
             return Err(DeviceError::UnknownModel {
                 name: name.to_string(),
@@ -316,6 +338,10 @@ fn build(name: &str, params: DeviceParams, seed: u64) -> Result<Box<dyn Device>,
         DeviceParams::Raid0(raid) => {
             raid.validate().map_err(invalid)?;
             Box::new(Raid0::new(name, raid, seed))
+        }
+        DeviceParams::Nfs(nfs) => {
+            nfs.validate().map_err(invalid)?;
+            Box::new(NfsServer::new(name, nfs, seed))
         }
     })
 }

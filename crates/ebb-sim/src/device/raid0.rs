@@ -235,6 +235,7 @@ impl Device for Raid0 {
                     op: parent.op,
                     at: parent.last_at,
                     latency: parent.last_at.saturating_since(parent.submitted),
+                    verifier: None,
                 });
                 self.outstanding -= 1;
                 if self.outstanding == 0 {

@@ -666,3 +666,139 @@ mod runs {
         assert!((write_mb - 104.86).abs() < 1.0, "wrote {write_mb} MB");
     }
 }
+
+mod nfs {
+    //! The nfs-server model (UNSTABLE writes, COMMIT, verifier, restarts) alone and under a
+    //! run of the engine.
+
+    use ebb_core::{BackendConfig, Config, Duration, Instant, UnstableAccounting, WbtMode};
+    use ebb_sim::device::{
+        Completion, Device, DeviceRequest, IoOp, NfsParams, NfsServer, by_name_with_overrides,
+    };
+    use ebb_sim::run::{DeviceSpec, RunSpec, Workload, run};
+
+    /// Submits one request at `now` and advances until it completes.
+    fn complete(
+        server: &mut NfsServer,
+        now: Instant,
+        id: u64,
+        op: IoOp,
+        offset: u64,
+    ) -> Completion {
+        let len = if op == IoOp::Flush { 0 } else { 1 << 20 };
+        server.submit(now, DeviceRequest { id, op, offset, len, sync: false });
+        let mut done = Vec::new();
+        while done.is_empty() {
+            let at = server.next_event_time().expect("a pending reply");
+            server.advance(at, &mut done);
+        }
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].id, id);
+        done[0]
+    }
+
+    /// Writes are acknowledged UNSTABLE with the verifier, a COMMIT makes them durable and
+    /// returns the same verifier, and a restart loses what was not committed and changes it.
+    #[test]
+    fn unstable_writes_commit_and_restart() {
+        let mut server = NfsServer::new("nfs", NfsParams::gigabit_2020(), 7);
+        let write = complete(&mut server, Instant::ZERO, 1, IoOp::Write, 0);
+        let v1 = write.verifier.expect("an UNSTABLE write carries the verifier");
+        assert_eq!(server.nfs_stats().durable_bytes, 0);
+        assert_eq!(server.nfs_stats().uncommitted_bytes, 1 << 20);
+        // 1 MiB at 117 MB/s plus one round trip.
+        assert!(write.latency >= Duration::from_micros(9_000), "{}", write.latency);
+        let commit = complete(&mut server, write.at, 2, IoOp::Flush, 0);
+        assert_eq!(commit.verifier, Some(v1));
+        assert_eq!(server.nfs_stats().durable_bytes, 1 << 20);
+        assert_eq!(server.nfs_stats().uncommitted_bytes, 0);
+
+        let lost = complete(&mut server, commit.at, 3, IoOp::Write, 1 << 20);
+        assert_eq!(lost.verifier, Some(v1));
+        server.restart(lost.at);
+        let after = complete(&mut server, lost.at, 4, IoOp::Flush, 0);
+        let v2 = after.verifier.expect("a COMMIT returns the verifier");
+        assert_ne!(v1, v2, "a restart changes the verifier");
+        let stats = server.nfs_stats();
+        assert_eq!((stats.durable_bytes, stats.lost_bytes, stats.restarts), (1 << 20, 1 << 20, 1));
+    }
+
+    /// The model is reachable by name, and a restart can be scheduled from the parameters.
+    #[test]
+    fn by_name_with_a_scheduled_restart() {
+        let overrides: toml::Table = toml::from_str("restart_at_s = [0.5]").expect("toml");
+        let device = by_name_with_overrides("nfs-server", 1, &overrides).expect("nfs-server");
+        assert_eq!(device.next_event_time(), Some(Instant::ZERO + Duration::from_millis(500)));
+        assert_eq!(device.nfs_stats().map(|s| s.restarts), Some(0));
+        let bad: toml::Table = toml::from_str("wsize_bytes = 100").expect("toml");
+        assert!(by_name_with_overrides("nfs-server", 1, &bad).is_err());
+    }
+
+    fn dd_spec(accounting: UnstableAccounting, restart_at_s: &[f64]) -> RunSpec {
+        let mut backend = BackendConfig::new("nfs");
+        backend.wbt = WbtMode::Off;
+        backend.max_write_pages = 256;
+        let mut config = Config::new(512 << 20, backend);
+        config.unstable_accounting = accounting;
+        let mut overrides = toml::Table::new();
+        let times = restart_at_s.iter().map(|&t| toml::Value::Float(t)).collect();
+        overrides.insert("restart_at_s".into(), toml::Value::Array(times));
+        RunSpec {
+            name: "nfs/restart".into(),
+            config,
+            devices: vec![DeviceSpec { model: "nfs-server".into(), overrides }],
+            workloads: vec![Workload::Dd {
+                backend: 0,
+                size_bytes: 300 << 20,
+                bs_bytes: 1 << 20,
+                start: Duration::ZERO,
+                fsync: true,
+                think: Duration::ZERO,
+            }],
+            seed: 3,
+            time_limit: Duration::from_secs(300),
+            sample_interval: Duration::from_millis(100),
+            steady_from: Duration::from_secs(1),
+            trace_dir: None,
+        }
+    }
+
+    /// A server restart between WRITE and COMMIT in the middle of a dd with fsync loses
+    /// nothing: the COMMIT's verifier mismatch redirties the lost pages, they are written
+    /// again, and at the end every page is clean on the client and durable on the server.
+    #[test]
+    fn restart_mid_dd_loses_nothing() {
+        for accounting in [UnstableAccounting::Legacy2020, UnstableAccounting::Fixed] {
+            let r = run(&dd_spec(accounting, &[1.5]), &mut |_| {}).expect("run");
+            let m = &r.metrics;
+            assert_eq!(m["server_restarts"], 1.0, "{accounting:?}");
+            assert!(m["server_lost_bytes"] > 0.0, "the restart hit uncommitted data: {m:?}");
+            assert!(m["verifier_redirtied"] > 0.0, "lost pages were redirtied: {m:?}");
+            assert_eq!(m["end_unclean_pages"], 0.0, "every page ends clean: {m:?}");
+            assert_eq!(m["server_uncommitted_bytes"], 0.0, "{m:?}");
+            assert_eq!(m["server_durable_bytes"], (300u64 << 20) as f64, "{m:?}");
+        }
+    }
+
+    /// Without a restart the same dd ends durable with nothing redirtied.
+    #[test]
+    fn dd_without_restart_is_durable() {
+        let r = run(&dd_spec(UnstableAccounting::Fixed, &[]), &mut |_| {}).expect("run");
+        let m = &r.metrics;
+        assert!(m["commits"] >= 1.0);
+        assert_eq!((m["server_lost_bytes"], m["verifier_redirtied"]), (0.0, 0.0));
+        assert_eq!(m["end_unclean_pages"], 0.0);
+        assert_eq!(m["server_durable_bytes"], (300u64 << 20) as f64);
+    }
+
+    /// The experiment in progress loads, with the NFS client's 1 MiB WRITEs.
+    #[test]
+    fn commit_batching_experiment_loads() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../experiments/in-progress/nfs-commit-batching.toml");
+        let e = ebb_sim::experiment::Experiment::load(&path).expect("loads");
+        assert_eq!(e.run_names(), ["nfs/legacy-2020", "nfs/fixed"]);
+        let runs = e.runs(&ebb_sim::experiment::ExpandOptions::default());
+        assert!(runs.iter().all(|r| r.config.backends[0].max_write_pages == 256));
+    }
+}
