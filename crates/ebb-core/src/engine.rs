@@ -117,7 +117,12 @@ pub(crate) struct InodeMeta {
     pub(crate) writeback_index: u64,
     pub(crate) inflight: BTreeSet<IoId>,
     pub(crate) commit_inflight: Option<IoId>,
-    pub(crate) commit_wanted: bool,
+    /// Two-phase backends: each writepages call leaves a mark at its last write; a COMMIT goes
+    /// out once every write up to the oldest mark has completed (the kernel's NFS commits after
+    /// the writes of each writepages call, even with later writes in flight).
+    pub(crate) commit_marks: VecDeque<IoId>,
+    /// Commit as soon as no COMMIT is in flight (sync, or a call that left nothing in flight).
+    pub(crate) commit_now: bool,
     pub(crate) handles: u32,
     pub(crate) err_seq: u64,
     pub(crate) err: Option<IoError>,
@@ -420,7 +425,8 @@ impl Engine {
             writeback_index: 0,
             inflight: BTreeSet::new(),
             commit_inflight: None,
-            commit_wanted: false,
+            commit_marks: VecDeque::new(),
+            commit_now: false,
             handles: 0,
             err_seq: 0,
             err: None,
@@ -718,24 +724,33 @@ impl Engine {
 
     // ----- commits (two-phase backends) -----
 
-    /// Sends a COMMIT for `inode` when it wants one, has unstable pages and no write in flight.
+    /// Sends a COMMIT for `inode` when one is due: a writepages call's writes have all
+    /// completed, a sync or fsync asks, and no COMMIT is in flight already.
     pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
-        let Some(meta) = self.inodes.get(&inode) else { return };
+        let Some(meta) = self.inodes.get_mut(&inode) else { return };
+        if meta.commit_inflight.is_some() {
+            return;
+        }
+        let mut due = false;
+        while let Some(&mark) = meta.commit_marks.front() {
+            if meta.inflight.range(..=mark).next().is_some() {
+                break;
+            }
+            meta.commit_marks.pop_front();
+            due = true;
+        }
         let fsync_wants = self
             .fsyncs
             .values()
             .any(|f| f.inode == inode && matches!(f.phase, FsyncPhase::Committing));
-        if !(meta.commit_wanted || fsync_wants)
-            || meta.commit_inflight.is_some()
-            || !meta.inflight.is_empty()
-        {
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        if !(due || meta.commit_now || fsync_wants) {
             return;
         }
+        meta.commit_now = false;
         let b = meta.backend;
         let pages =
             maps.with(inode, |m| if m.counts().unstable > 0 { m.begin_commit() } else { 0 });
-        let meta = self.inodes.get_mut(&inode).expect("known");
-        meta.commit_wanted = false;
         if pages == 0 {
             return;
         }
@@ -780,6 +795,7 @@ impl Engine {
         if out.inode_became_dirty {
             self.mark_inode_dirty(inode);
         }
+        self.maybe_commit(inode, maps);
         self.fsync_progress(inode, maps);
         self.sync_progress(b, maps);
         self.wake_memory_waiters(maps);
@@ -902,7 +918,7 @@ impl Engine {
             let pending_commit = unstable.iter().any(|i| self.inodes[i].commit_inflight.is_some());
             if !unstable.is_empty() || pending_commit {
                 for i in unstable {
-                    self.inodes.get_mut(&i).expect("known").commit_wanted = true;
+                    self.inodes.get_mut(&i).expect("known").commit_now = true;
                     self.maybe_commit(i, maps);
                 }
                 // Keep waiting: the commits' completions call back here. Track them by the

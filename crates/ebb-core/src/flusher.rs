@@ -361,17 +361,13 @@ impl Engine {
             m.set_inode_dirty(c.dirty > 0);
             c
         });
-        if self
-            .inodes
-            .get(&inode)
-            .is_some_and(|m| !m.inflight.is_empty() || m.commit_inflight.is_some())
-        {
-            // Two-phase backends: commit once the writes of this call complete.
-            self.inodes.get_mut(&inode).expect("known").commit_wanted = true;
-        } else {
-            self.inodes.get_mut(&inode).expect("known").commit_wanted = counts.unstable > 0;
-            self.maybe_commit(inode, maps);
+        // Two-phase backends: commit once the writes of this call have completed.
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        match meta.inflight.last().copied() {
+            Some(last) => meta.commit_marks.push_back(last),
+            None => meta.commit_now |= counts.unstable > 0,
         }
+        self.maybe_commit(inode, maps);
         let meta = self.inodes.get_mut(&inode).expect("known");
         meta.syncing = None;
         if counts.dirty == 0 {
