@@ -860,12 +860,15 @@ fn build_case(
                 };
                 fail(&bkey(field), error.to_string())
             })?;
-        let (rotational, write_cache) = match built.params() {
-            DeviceParams::Disk(p) => (true, p.write_cache_bytes > 0),
-            DeviceParams::Raid0(p) => (true, p.member.write_cache_bytes > 0),
-            DeviceParams::Flash(p) => (false, p.write_cache_bytes > 0),
+        // The device's own command queue depth sizes writeback throttling (blk_queue_depth).
+        let (rotational, write_cache, hw_queue_depth) = match built.params() {
+            DeviceParams::Disk(p) => (true, p.write_cache_bytes > 0, p.queue_depth),
+            DeviceParams::Raid0(p) => {
+                (true, p.member.write_cache_bytes > 0, p.member.queue_depth * p.member_count)
+            }
+            DeviceParams::Flash(p) => (false, p.write_cache_bytes > 0, p.queue_depth),
             // Server memory is no device write cache: the client never flushes it.
-            DeviceParams::Nfs(_) => (false, false),
+            DeviceParams::Nfs(_) => (false, false, 32),
         };
         let mut backend = BackendConfig::new(raw_backend.name.clone());
         if let DeviceParams::Nfs(p) = built.params() {
@@ -874,6 +877,7 @@ fn build_case(
         }
         backend.rotational = raw_backend.rotational.unwrap_or(rotational);
         backend.write_cache = raw_backend.write_cache.unwrap_or(write_cache);
+        backend.hw_queue_depth = hw_queue_depth.max(1);
         set(&mut backend.min_ratio, raw_backend.min_ratio);
         set(&mut backend.max_ratio, raw_backend.max_ratio);
         set(&mut backend.strict_limit, raw_backend.strict_limit);
