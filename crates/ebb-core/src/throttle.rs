@@ -579,10 +579,7 @@ impl Engine {
         }
         // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
         // flusher re-evaluates the background threshold on every entry, so no call is needed.
-        let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
-        w.nr_dirtied_pause = ratelimit;
-        w.ratelimit =
-            if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
+        self.set_legacy_ratelimit(w, b);
         let paused = self.now.saturating_since(w.call_start);
         self.record(TraceEvent::LegacyBalanceDirtyPages {
             writer: w.id,
@@ -632,7 +629,7 @@ impl Engine {
         let nr_reclaimable = self.global.writable() + self.global.unstable();
         let nr_writeback = self.global.writeback();
         if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
-            return self.bw2010_finish(w, b, false);
+            return self.bw2010_finish(w, b);
         }
         w.call_throttled = true;
         let wbd = self.read_backend(b, &g);
@@ -666,7 +663,7 @@ impl Engine {
         let nr = self.global.writable() + self.global.unstable() + self.global.writeback();
         let exceeded = wbd.dirty > a || nr > g.thresh;
         if !exceeded {
-            return self.bw2010_finish(w, b, false);
+            return self.bw2010_finish(w, b);
         }
         self.wbs[b.index()].dirty_exceeded = true;
         if paused {
@@ -677,16 +674,21 @@ impl Engine {
         Verdict::Sleep { until: self.now + Duration::from_jiffies((self.hz / 5).max(1), self.hz) }
     }
 
-    fn bw2010_finish(&mut self, w: &mut Writer, b: BackendId, exceeded: bool) -> Verdict {
-        if !exceeded {
-            self.wbs[b.index()].dirty_exceeded = false;
-        }
-        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
-        // flusher re-evaluates the background threshold on every entry, so no call is needed.
+    /// The 2.6.3x entry ratelimit: `ratelimit_pages`, or 8 pages while the backend is over
+    /// its limit.
+    fn set_legacy_ratelimit(&self, w: &mut Writer, b: BackendId) {
         let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
         w.nr_dirtied_pause = ratelimit;
         w.ratelimit =
             if self.wbs[b.index()].dirty_exceeded { DIRTY_EXCEEDED_RATELIMIT } else { ratelimit };
+    }
+
+    /// The 2010 call ends below its limits: the backend is no longer exceeded.
+    fn bw2010_finish(&mut self, w: &mut Writer, b: BackendId) -> Verdict {
+        self.wbs[b.index()].dirty_exceeded = false;
+        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
+        // flusher re-evaluates the background threshold on every entry, so no call is needed.
+        self.set_legacy_ratelimit(w, b);
         self.end_call(w)
     }
 }
