@@ -153,6 +153,8 @@ pub(crate) struct Wb {
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
+    /// Client congestion state (`BackendConfig::congestion_pages`).
+    pub(crate) congested: bool,
 }
 
 pub(crate) enum IoKind {
@@ -267,6 +269,7 @@ impl Engine {
                     b.write_cache,
                 ),
                 write_inflight: 0,
+                congested: false,
             })
             .collect();
         let mem = Memory::new(&config);

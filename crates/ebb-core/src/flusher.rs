@@ -105,9 +105,10 @@ pub(crate) struct Flusher {
     /// in between.
     pub(crate) wait_slot: bool,
     pub(crate) wake_periodic: bool,
-    /// A background work ended without writing a page: like the kernel's flusher, sleep until
-    /// the next wakeup (the next entry into the engine) instead of starting another at once.
-    pub(crate) bg_starved: bool,
+    /// Woken for background writeback (`wb_start_background_writeback`): a background work
+    /// may start. The flusher sleeps again when a background work ends, as the kernel's does,
+    /// so how often writers wake it (which depends on the accounting policy) matters.
+    pub(crate) awake: bool,
     pub(crate) last_old_flush: Instant,
     pub(crate) timer: Option<Instant>,
     /// Syncs waiting for every write up to this IO to finish.
@@ -126,7 +127,7 @@ impl Flusher {
             start_all: false,
             wait_slot: false,
             wake_periodic: false,
-            bg_starved: false,
+            awake: false,
             last_old_flush: now,
             timer: None,
             sync_waits: BTreeMap::new(),
@@ -195,7 +196,6 @@ impl Engine {
     }
 
     fn drive<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
-        self.wbs[b.index()].flusher.bg_starved = false;
         // Bounded: each turn either issues IO, finishes a submitter or stops.
         for turn in 0.. {
             assert!(turn < 1_000_000, "backend {b}: submission loop does not settle");
@@ -222,6 +222,25 @@ impl Engine {
             let class =
                 self.wbs[b.index()].submitters.get(&issuer).map(|s| wbt_class(issuer, s.class));
             let wb = &mut self.wbs[b.index()];
+            let congestion = match self.cfg.backends[b.index()].congestion_pages {
+                u64::MAX => (16 * crate::memory::isqrt(self.mem.total())).min(65_536),
+                pages => pages,
+            };
+            if congestion > 0 {
+                // Client congestion (NFS): on at the limit, off below 3/4 of it.
+                let writeback = wb.counters.writeback();
+                if writeback >= congestion {
+                    wb.congested = true;
+                } else if writeback < congestion * 3 / 4 {
+                    wb.congested = false;
+                }
+            }
+            if wb.congested && class == Some(crate::wbt::WbtClass::Background) {
+                // A non-integrity writepages call returns at once while congested.
+                let sub = wb.submitters.remove(&issuer).expect("submitter");
+                finished.push((issuer, sub));
+                continue;
+            }
             if let Some(class) = class
                 && !wb.wbt.may_issue(class, wb.write_inflight, now)
             {
@@ -477,6 +496,16 @@ impl Engine {
         self.wbs[b.index()].flusher.works.push_back(work);
     }
 
+    /// Wakes the flusher for background writeback (`wb_start_background_writeback`).
+    pub(crate) fn wake_flusher(&mut self, b: BackendId) {
+        self.wbs[b.index()].flusher.awake = true;
+    }
+
+    /// Whether the backend's flusher is running a work (`writeback_in_progress`).
+    pub(crate) fn writeback_in_progress(&self, b: BackendId) -> bool {
+        self.wbs[b.index()].flusher.current.is_some()
+    }
+
     /// Asks the flusher to write everything dirty (reclaim's `wakeup_flusher_threads`).
     pub(crate) fn start_all(&mut self, b: BackendId) {
         self.wbs[b.index()].flusher.start_all = true;
@@ -580,7 +609,7 @@ impl Engine {
             f.last_old_flush = now;
             (!f.dirty.is_empty() || !f.more_io.is_empty())
                 .then(|| Work::new(Reason::Periodic, nr_dirty, now))
-        } else if over_bg && !f.bg_starved {
+        } else if over_bg && f.awake {
             Some(Work::new(Reason::Background, u64::MAX, now))
         } else {
             None
@@ -656,8 +685,9 @@ impl Engine {
 
     fn finish_work<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
         let Some(work) = self.wbs[b.index()].flusher.current.take() else { return };
-        if work.written == 0 && (work.for_background || work.for_kupdate) {
-            self.wbs[b.index()].flusher.bg_starved = true;
+        if work.for_background {
+            // One background pass per wakeup.
+            self.wbs[b.index()].flusher.awake = false;
         }
         self.record(TraceEvent::WritebackWritten {
             bdi: b,

@@ -72,6 +72,8 @@ const BW2010_BANDWIDTH: u64 = 100 << 20;
 pub(crate) struct Global {
     /// Dirty + writeback + unstable: what throttling limits.
     pub(crate) dirty: u64,
+    /// What writeback could reduce: dirty pages, plus unstable under legacy-2020.
+    pub(crate) reclaimable: u64,
     pub(crate) thresh: u64,
     pub(crate) bg_thresh: u64,
     pub(crate) limit: u64,
@@ -120,8 +122,10 @@ impl Engine {
         self.stats.global_counter_reads += 1;
         let t = self.global_thresholds();
         let g = &self.global;
+        let legacy = self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
         Global {
             dirty: g.writable() + g.writeback() + g.unstable(),
+            reclaimable: g.writable() + if legacy { g.unstable() } else { 0 },
             thresh: t.thresh,
             bg_thresh: t.bg_thresh,
             limit: limits::hard_limit(t.thresh, self.dirty_limit),
@@ -279,8 +283,9 @@ impl Engine {
         let now_j = self.now.jiffies(hz);
         let strict = self.cfg.backends[b.index()].strict_limit;
         let g = self.read_global();
-        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
-        // flusher re-evaluates the background threshold on every entry, so no call is needed.
+        if g.reclaimable > g.bg_thresh && !self.writeback_in_progress(b) {
+            self.wake_flusher(b);
+        }
         let wbd = if strict { Some(self.read_backend(b, &g)) } else { None };
         let (dirty, thresh, bg) = match wbd {
             Some(d) => (d.dirty, d.thresh, d.bg_thresh),
@@ -294,6 +299,15 @@ impl Engine {
             return self.end_call(w);
         }
         w.call_throttled = true;
+        // Past freerun writeback must run. Before the 2020 fix this woke the flusher
+        // unconditionally; with the fix (`fixed`, "writeback scheduled only above the
+        // thresholds", the posting `004_*`) only while the reclaimable pages exceed thresh, so
+        // a client full of unstable pages waits for COMMITs instead of writing tiny batches.
+        let legacy_accounting =
+            self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
+        if !self.writeback_in_progress(b) && (legacy_accounting || g.reclaimable > g.thresh) {
+            self.wake_flusher(b);
+        }
         let wbd = match wbd {
             Some(d) => d,
             None => self.read_backend(b, &g),
@@ -577,8 +591,12 @@ impl Engine {
         if !still {
             self.wbs[b.index()].dirty_exceeded = false;
         }
-        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
-        // flusher re-evaluates the background threshold on every entry, so no call is needed.
+        // 2.6.3x: nr_reclaimable counts dirty and unstable pages.
+        let t = self.global_thresholds();
+        let reclaimable = self.global.writable() + self.global.unstable();
+        if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
+            self.wake_flusher(b);
+        }
         self.set_legacy_ratelimit(w, b);
         let paused = self.now.saturating_since(w.call_start);
         self.record(TraceEvent::LegacyBalanceDirtyPages {
@@ -686,8 +704,12 @@ impl Engine {
     /// The 2010 call ends below its limits: the backend is no longer exceeded.
     fn bw2010_finish(&mut self, w: &mut Writer, b: BackendId) -> Verdict {
         self.wbs[b.index()].dirty_exceeded = false;
-        // The kernel wakes the flusher here (`wb_start_background_writeback`); this engine's
-        // flusher re-evaluates the background threshold on every entry, so no call is needed.
+        // 2.6.3x: nr_reclaimable counts dirty and unstable pages.
+        let t = self.global_thresholds();
+        let reclaimable = self.global.writable() + self.global.unstable();
+        if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
+            self.wake_flusher(b);
+        }
         self.set_legacy_ratelimit(w, b);
         self.end_call(w)
     }

@@ -872,8 +872,10 @@ fn build_case(
         };
         let mut backend = BackendConfig::new(raw_backend.name.clone());
         if let DeviceParams::Nfs(p) = built.params() {
-            // The NFS client assembles WRITE RPCs of up to wsize.
+            // The NFS client assembles WRITE RPCs of up to wsize, and stops a writepages call
+            // while too much is in flight to the server (nfs_congestion_kb, from memory).
             backend.max_write_pages = (p.wsize_bytes / ebb_core::PAGE_SIZE) as u32;
+            backend.congestion_pages = u64::MAX;
         }
         backend.rotational = raw_backend.rotational.unwrap_or(rotational);
         backend.write_cache = raw_backend.write_cache.unwrap_or(write_cache);

@@ -101,7 +101,13 @@ fn same_inputs_same_actions() {
 #[test]
 fn reclaim_policies_differ_in_who_writes() {
     let run = |policy: ReclaimPolicy| {
-        let mut c = config(32, ThrottlePolicy::Ioless);
+        // Each reclaim policy with the throttling of its era (before v3.2: legacy).
+        let throttle = if policy == ReclaimPolicy::Legacy {
+            ThrottlePolicy::Legacy
+        } else {
+            ThrottlePolicy::Ioless
+        };
+        let mut c = config(32, throttle);
         c.reclaim = policy;
         c.dirty_ratio = 90;
         c.dirty_background_ratio = 80;
