@@ -37,6 +37,7 @@ fn main() {
             sample_interval: Duration::from_millis(100),
             steady_from: Duration::from_secs(20),
             trace_dir: None,
+            faults: Vec::new(),
         };
         let t = WallClock::now();
         let r = run(&spec, &mut |_| {}).expect("run");

@@ -534,6 +534,7 @@ impl Experiment {
                     sample_interval: case.sample_interval,
                     steady_from,
                     trace_dir,
+                    faults: Vec::new(),
                 });
             }
         }

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use ebb_core::{
     Action, BackendId, Config, Duration, Engine, Event, GroupId, HandleId, InodeId, Instant,
-    IoClass, IoId, MapStore, NextStep, PageMaps, RequestId, Stability, TraceEvent, Verdict, Writer,
-    WriterId, write_pages,
+    IoClass, IoError, IoId, MapStore, NextStep, PageMaps, RequestId, Stability, TraceEvent,
+    Verdict, Writer, WriterId, write_pages,
 };
 
 use crate::device::{Device, DeviceRequest, IoOp};
@@ -100,6 +100,22 @@ pub struct RunSpec {
     pub steady_from: Duration,
     /// Where to write `trace.txt` and `trace.json`, if anywhere.
     pub trace_dir: Option<PathBuf>,
+    /// Faults injected by the environment (never by the engine).
+    pub faults: Vec<Fault>,
+}
+
+/// A fault window: writes to `backend` that complete in `[from, until)` fail with `errno`
+/// (`until: None` = forever), whatever the device did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// Backend index.
+    pub backend: usize,
+    /// The errno writes fail with (5 EIO, 28 ENOSPC, 30 EROFS, ...).
+    pub errno: i32,
+    /// Start of the window.
+    pub from: Duration,
+    /// End of the window, if it ends.
+    pub until: Option<Duration>,
 }
 
 /// One named time series, for plots: (seconds, value).
@@ -232,6 +248,8 @@ struct Sim<'a> {
     max_limit: u64,
     trace: Option<Tracer>,
     readers: Vec<Reader>,
+    fsync_errors: u64,
+    fsync_errno: i32,
     read_latency: LatencyHistogram,
     read_started: BTreeMap<RequestId, (usize, Instant)>,
     rng: Prng,
@@ -422,6 +440,8 @@ impl<'a> Sim<'a> {
             max_limit: 0,
             trace,
             readers,
+            fsync_errors: 0,
+            fsync_errno: 0,
             read_latency: LatencyHistogram::new(),
             read_started: BTreeMap::new(),
             rng: rng.fork(),
@@ -516,7 +536,11 @@ impl<'a> Sim<'a> {
                     let i = writer.0 as usize;
                     self.queue.push(self.now, Ev::Resume(i));
                 }
-                Action::FsyncDone { request, .. } => {
+                Action::FsyncDone { request, result } => {
+                    if let Err(e) = result {
+                        self.fsync_errors += 1;
+                        self.fsync_errno = e.errno;
+                    }
                     if let Some(i) =
                         self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
                     {
@@ -569,6 +593,16 @@ impl<'a> Sim<'a> {
         self.reschedule(b);
     }
 
+    /// The errno of the fault window covering `now` on backend `b`, if any.
+    fn fault(&self, b: usize) -> Option<i32> {
+        let t = self.now.saturating_since(Instant::ZERO);
+        self.spec
+            .faults
+            .iter()
+            .find(|f| f.backend == b && f.from <= t && f.until.is_none_or(|u| t < u))
+            .map(|f| f.errno)
+    }
+
     fn reschedule(&mut self, b: usize) {
         if let Some(t) = self.devices[b].next_event_time()
             && self.scheduled[b].is_none_or(|cur| t < cur)
@@ -593,7 +627,11 @@ impl<'a> Sim<'a> {
                         Some(verifier) => Stability::Unstable { verifier },
                         None => Stability::Stable,
                     };
-                    Event::WriteDone { io, result: Ok(stability) }
+                    let result = match self.fault(b) {
+                        Some(errno) => Err(IoError { errno }),
+                        None => Ok(stability),
+                    };
+                    Event::WriteDone { io, result }
                 }
                 Some(IoPending::Read(io)) => Event::ReadDone { io, result: Ok(()) },
                 Some(IoPending::Commit(io)) => {
@@ -911,9 +949,12 @@ impl<'a> Sim<'a> {
             m.insert("server_lost_bytes".into(), sum(|s| s.lost_bytes));
             m.insert("server_restarts".into(), sum(|s| s.restarts));
             m.insert("verifier_redirtied".into(), stats.verifier_redirtied as f64);
-            let mi = self.engine.meminfo();
-            m.insert("end_unclean_pages".into(), (mi.dirty + mi.writeback + mi.unstable) as f64);
         }
+        let mi = self.engine.meminfo();
+        m.insert("end_unclean_pages".into(), (mi.dirty + mi.writeback + mi.unstable) as f64);
+        m.insert("write_errors".into(), stats.write_errors as f64);
+        m.insert("fsync_errors".into(), self.fsync_errors as f64);
+        m.insert("fsync_errno".into(), f64::from(self.fsync_errno));
         if !self.read_latency.is_empty() {
             for (name, value) in self.read_latency.percentiles_us("read_lat_us") {
                 m.insert(name, value);

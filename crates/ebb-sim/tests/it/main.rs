@@ -554,6 +554,7 @@ mod runs {
             sample_interval: Duration::from_millis(100),
             steady_from: Duration::from_secs(2),
             trace_dir: Some(dir.to_path_buf()),
+            faults: Vec::new(),
         }
     }
 
@@ -635,6 +636,54 @@ mod runs {
         };
         let (off, on) = (tail(ebb_core::WbtMode::Off), tail(ebb_core::WbtMode::On));
         assert!(on <= off, "p99.9 with wbt {on} us, without {off} us");
+    }
+
+    fn dd_with_fault(
+        dir: &std::path::Path,
+        errno: i32,
+        until: Option<u64>,
+    ) -> ebb_sim::run::RunResult {
+        let dd = Workload::Dd {
+            backend: 0,
+            size_bytes: 200 << 20,
+            bs_bytes: 1 << 20,
+            start: Duration::ZERO,
+            fsync: true,
+            think: Duration::ZERO,
+        };
+        let mut s = spec(3, dir, vec![dd]);
+        s.trace_dir = None;
+        s.faults = vec![ebb_sim::run::Fault {
+            backend: 0,
+            errno,
+            from: Duration::from_millis(200),
+            until: until.map(Duration::from_millis),
+        }];
+        run(&s, &mut |_| {}).expect("run")
+    }
+
+    /// Writes failing with EIO for two seconds: the pages are retried, everything ends clean
+    /// on the device, and the writer's fsync reports the error exactly once.
+    #[test]
+    fn transient_write_errors_lose_nothing() {
+        let dir = std::env::temp_dir().join(format!("ebb-sim-eio-{}", std::process::id()));
+        let r = dd_with_fault(&dir, 5, Some(2_200));
+        assert!(r.metrics["write_errors"] > 0.0, "the fault hit writes");
+        assert_eq!(r.metrics["end_unclean_pages"], 0.0, "every page ended written");
+        assert_eq!(r.metrics["fsync_errors"], 1.0);
+        assert_eq!(r.metrics["fsync_errno"], 5.0);
+    }
+
+    /// ENOSPC forever: nothing dirty is freed silently (the failed pages stay held in memory)
+    /// and the error reaches the writer through fsync.
+    #[test]
+    fn enospc_forever_keeps_the_data_and_reports_it() {
+        let dir = std::env::temp_dir().join(format!("ebb-sim-enospc-{}", std::process::id()));
+        let r = dd_with_fault(&dir, 28, None);
+        assert!(r.metrics["write_errors"] > 0.0);
+        assert!(r.metrics["end_unclean_pages"] > 0.0, "held pages are kept, not dropped");
+        assert_eq!(r.metrics["fsync_errors"], 1.0);
+        assert_eq!(r.metrics["fsync_errno"], 28.0);
     }
 
     /// The experiment in progress still loads (it is not run by reproduce yet).
@@ -760,6 +809,7 @@ mod nfs {
             sample_interval: Duration::from_millis(100),
             steady_from: Duration::from_secs(1),
             trace_dir: None,
+            faults: Vec::new(),
         }
     }
 
