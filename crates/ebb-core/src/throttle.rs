@@ -591,13 +591,7 @@ impl Engine {
         if !still {
             self.wbs[b.index()].dirty_exceeded = false;
         }
-        // 2.6.3x: nr_reclaimable counts dirty and unstable pages.
-        let t = self.global_thresholds();
-        let reclaimable = self.global.writable() + self.global.unstable();
-        if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
-            self.wake_flusher(b);
-        }
-        self.set_legacy_ratelimit(w, b);
+        self.end_legacy_call(w, b, t.bg_thresh);
         let paused = self.now.saturating_since(w.call_start);
         self.record(TraceEvent::LegacyBalanceDirtyPages {
             writer: w.id,
@@ -692,9 +686,14 @@ impl Engine {
         Verdict::Sleep { until: self.now + Duration::from_jiffies((self.hz / 5).max(1), self.hz) }
     }
 
-    /// The 2.6.3x entry ratelimit: `ratelimit_pages`, or 8 pages while the backend is over
-    /// its limit.
-    fn set_legacy_ratelimit(&self, w: &mut Writer, b: BackendId) {
+    /// The end of a 2.6.3x-style call (legacy and 2010 policies): wake the flusher if the
+    /// reclaimable pages (dirty and unstable, as 2.6.3x counted them) exceed `bg_thresh`, and
+    /// set the entry ratelimit: `ratelimit_pages`, or 8 pages while the backend is over its limit.
+    fn end_legacy_call(&mut self, w: &mut Writer, b: BackendId, bg_thresh: u64) {
+        let reclaimable = self.global.writable() + self.global.unstable();
+        if !self.writeback_in_progress(b) && reclaimable > bg_thresh {
+            self.wake_flusher(b);
+        }
         let ratelimit = limits::legacy_ratelimit_pages(self.mem.total(), self.cfg.nr_cpus);
         w.nr_dirtied_pause = ratelimit;
         w.ratelimit =
@@ -704,13 +703,8 @@ impl Engine {
     /// The 2010 call ends below its limits: the backend is no longer exceeded.
     fn bw2010_finish(&mut self, w: &mut Writer, b: BackendId) -> Verdict {
         self.wbs[b.index()].dirty_exceeded = false;
-        // 2.6.3x: nr_reclaimable counts dirty and unstable pages.
-        let t = self.global_thresholds();
-        let reclaimable = self.global.writable() + self.global.unstable();
-        if !self.writeback_in_progress(b) && reclaimable > t.bg_thresh {
-            self.wake_flusher(b);
-        }
-        self.set_legacy_ratelimit(w, b);
+        let bg_thresh = self.global_thresholds().bg_thresh;
+        self.end_legacy_call(w, b, bg_thresh);
         self.end_call(w)
     }
 }
