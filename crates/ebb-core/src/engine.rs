@@ -457,6 +457,16 @@ impl Engine {
         self.inodes.get(&inode).map(|m| m.backend)
     }
 
+    /// The frames a read in flight fills: page `first_page + i` of [`Action::Read`] goes into
+    /// `frames[i]`. `None` if `io` is not a read in flight. The driver copies the data in before
+    /// it reports [`Event::ReadDone`]; nothing else uses these frames meanwhile.
+    pub fn read_frames(&self, io: IoId) -> Option<&[FrameId]> {
+        match &self.ios.get(&io)?.kind {
+            IoKind::Read { frames, .. } => Some(frames),
+            _ => None,
+        }
+    }
+
     /// The last write error recorded for a file, if any (queryable error state).
     pub fn inode_error(&self, inode: InodeId) -> Option<IoError> {
         self.inodes.get(&inode).and_then(|m| m.err)
@@ -1048,21 +1058,22 @@ impl Engine {
     fn read_done<M: PageMaps>(&mut self, io: IoId, result: Result<(), IoError>, maps: &mut M) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Read { run, mut frames } = record.kind else { panic!("io {io} is not a read") };
+        let IoKind::Read { run, frames } = record.kind else { panic!("io {io} is not a read") };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
         let latency = self.now.saturating_since(record.issued);
         self.wbs[b.index()].wbt.on_read_done(self.now, latency, Some(io.0));
+        let mut unused = frames;
         if result.is_ok() {
-            frames.reverse();
-            let inserted = maps.with(inode, |m| m.insert_clean(run.first, &mut frames, run.count));
+            let (inserted, rest) = maps.with(inode, |m| m.insert_clean(run.first, &unused));
+            unused = rest;
             let n = inserted.len() as i64;
             for (frame, index) in inserted {
                 self.mem.add_to_lru(frame, inode, index);
             }
             self.account(inode, Counters { resident: n, ..Counters::default() });
         }
-        for frame in frames {
+        for frame in unused {
             self.mem.release(frame);
         }
         if let Some(meta) = self.inodes.get_mut(&inode) {

@@ -717,33 +717,31 @@ impl PageMap {
         hits
     }
 
-    /// Inserts clean pages read from the backend at `first..`, one frame each from `frames`.
-    /// Pages that became resident meanwhile keep their contents; their frames are pushed back
-    /// onto `frames` unused. Returns the `(frame, index)` pairs inserted.
+    /// Inserts clean pages read from the backend: page `first + i` gets `frames[i]`, the frame
+    /// the driver filled with that page's data. Pages that became resident meanwhile (written,
+    /// or read by another request) keep their contents, and their frames come back unused.
+    /// Returns the `(frame, index)` pairs inserted and the unused frames.
     pub fn insert_clean(
         &mut self,
         first: u64,
-        frames: &mut Vec<FrameId>,
-        count: u64,
-    ) -> Vec<(FrameId, u64)> {
-        let mut inserted = Vec::new();
-        for index in first..first + count {
+        frames: &[FrameId],
+    ) -> (Vec<(FrameId, u64)>, Vec<FrameId>) {
+        let mut inserted = Vec::with_capacity(frames.len());
+        let mut unused = Vec::new();
+        for (index, &frame) in (first..).zip(frames) {
             let no = index >> CHUNK_SHIFT;
             let chunk = self.chunk_for(no, true).expect("created");
             let offset = (index & (CHUNK_PAGES - 1)) as usize;
             if self.chunks[chunk as usize].slots[offset].state != 0 {
+                unused.push(frame);
                 continue;
             }
-            let Some(frame) = frames.pop() else {
-                self.release_if_empty(no, chunk);
-                break;
-            };
             self.chunks[chunk as usize].slots[offset] =
                 Slot { frame: frame.0, state: 0, flags: 0, verifier: 0 };
             self.transition(chunk, offset, PageState::Clean as u8);
             inserted.push((frame, index));
         }
-        inserted
+        (inserted, unused)
     }
 
     /// Evicts the clean page at `index`, returning its frame; `None` if it is not clean.

@@ -132,8 +132,11 @@ fn lookup_insert_and_evict() {
     let mut missing = Vec::new();
     assert_eq!(map.lookup(0, 10, &mut missing), 2);
     assert_eq!(missing, vec![Run { first: 0, count: 4 }, Run { first: 6, count: 4 }]);
-    let inserted = map.insert_clean(0, &mut reserve, 10);
+    let batch: Vec<FrameId> = reserve.drain(..10).collect();
+    let (inserted, unused) = map.insert_clean(0, &batch);
     assert_eq!(inserted.len(), 8);
+    assert_eq!(unused, vec![batch[4], batch[5]]);
+    assert!(inserted.contains(&(batch[7], 7)), "page first + i gets frames[i]");
     assert!(map.page(4).unwrap().flags & flag::REFERENCED != 0);
     assert_eq!(map.evict(4), None);
     assert!(map.evict(0).is_some());
