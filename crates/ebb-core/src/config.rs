@@ -389,6 +389,151 @@ impl Config {
     }
 }
 
+/// Parses a knob value, naming the knob when it is malformed.
+fn parse_knob<T: FromStr>(knob: &str, value: &str, what: &str) -> Result<T, ConfigError> {
+    value.trim().parse().map_err(|_| ConfigError::new(knob, format!("{value:?} is not {what}")))
+}
+
+/// Parses a byte count with an optional binary suffix (`K`, `M`, `G`, `T`, with or without `iB`).
+pub fn parse_bytes(knob: &str, value: &str) -> Result<u64, ConfigError> {
+    let v = value.trim();
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = v[digits.len()..].to_ascii_lowercase();
+    let shift = match suffix.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(ConfigError::new(
+                knob,
+                format!("{value:?}: unknown size suffix {suffix:?} (use K, M, G or T)"),
+            ));
+        }
+    };
+    let n: u64 = parse_knob(knob, digits, "a byte count")?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| ConfigError::new(knob, format!("{value:?} does not fit in 64 bits")))
+}
+
+impl BackendConfig {
+    /// Names of the knobs [`BackendConfig::set_knob`] accepts.
+    pub const KNOBS: &'static [&'static str] = &[
+        "min_ratio",
+        "max_ratio",
+        "strict_limit",
+        "queue_depth",
+        "max_write_pages",
+        "hw_queue_depth",
+        "congestion_pages",
+        "rotational",
+        "write_cache",
+        "wbt",
+        "wbt_lat_usec",
+        "wbt_window_usec",
+    ];
+
+    /// Sets a per-backend knob by its `/sys/class/bdi` (or block queue) name. Values are checked
+    /// for form here and for sense by [`Config::validate`].
+    pub fn set_knob(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        match name {
+            "min_ratio" => self.min_ratio = parse_knob(name, value, "a percentage")?,
+            "max_ratio" => self.max_ratio = parse_knob(name, value, "a percentage")?,
+            "strict_limit" => self.strict_limit = parse_bool(name, value)?,
+            "queue_depth" => self.queue_depth = parse_knob(name, value, "a request count")?,
+            "max_write_pages" => self.max_write_pages = parse_knob(name, value, "a page count")?,
+            "hw_queue_depth" => self.hw_queue_depth = parse_knob(name, value, "a request count")?,
+            "congestion_pages" => self.congestion_pages = parse_knob(name, value, "a page count")?,
+            "rotational" => self.rotational = parse_bool(name, value)?,
+            "write_cache" => self.write_cache = parse_bool(name, value)?,
+            "wbt" => self.wbt = value.trim().parse()?,
+            "wbt_lat_usec" => self.wbt_lat_usec = Some(parse_knob(name, value, "microseconds")?),
+            "wbt_window_usec" => self.wbt_window_usec = parse_knob(name, value, "microseconds")?,
+            _ => return Err(unknown_knob(name)),
+        }
+        Ok(())
+    }
+}
+
+fn parse_bool(knob: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(ConfigError::new(knob, format!("{value:?} is not a boolean (1/0, on/off)"))),
+    }
+}
+
+fn unknown_knob(name: &str) -> ConfigError {
+    ConfigError::new(
+        name,
+        format!(
+            "unknown knob; cache knobs: {}; backend knobs: {}",
+            Config::KNOBS.join(", "),
+            BackendConfig::KNOBS.join(", ")
+        ),
+    )
+}
+
+impl Config {
+    /// Names of the knobs [`Config::set_knob`] accepts (besides the backend knobs).
+    pub const KNOBS: &'static [&'static str] = &[
+        "hz",
+        "nr_cpus",
+        "memory_bytes",
+        "dirty_ratio",
+        "dirty_bytes",
+        "dirty_background_ratio",
+        "dirty_background_bytes",
+        "dirty_expire_centisecs",
+        "dirty_writeback_centisecs",
+        "min_free_kbytes",
+        "watermark_scale_factor",
+        "throttle",
+        "reclaim",
+        "unstable_accounting",
+        "trace",
+    ];
+
+    /// Sets a knob by its `/proc/sys/vm` name (byte knobs accept K/M/G/T suffixes). A backend
+    /// knob (see [`BackendConfig::KNOBS`]) is set on every backend. Values are checked for form
+    /// here and for sense by [`Config::validate`].
+    pub fn set_knob(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        match name {
+            "hz" => self.hz = parse_knob(name, value, "a tick rate")?,
+            "nr_cpus" => self.nr_cpus = parse_knob(name, value, "a CPU count")?,
+            "memory_bytes" => self.memory_bytes = parse_bytes(name, value)?,
+            "dirty_ratio" => self.dirty_ratio = parse_knob(name, value, "a percentage")?,
+            "dirty_bytes" => self.dirty_bytes = parse_bytes(name, value)?,
+            "dirty_background_ratio" => {
+                self.dirty_background_ratio = parse_knob(name, value, "a percentage")?
+            }
+            "dirty_background_bytes" => self.dirty_background_bytes = parse_bytes(name, value)?,
+            "dirty_expire_centisecs" => {
+                self.dirty_expire_centisecs = parse_knob(name, value, "centiseconds")?
+            }
+            "dirty_writeback_centisecs" => {
+                self.dirty_writeback_centisecs = parse_knob(name, value, "centiseconds")?
+            }
+            "min_free_kbytes" => self.min_free_kbytes = Some(parse_knob(name, value, "KiB")?),
+            "watermark_scale_factor" => {
+                self.watermark_scale_factor = parse_knob(name, value, "a factor")?
+            }
+            "throttle" => self.throttle = value.trim().parse()?,
+            "reclaim" => self.reclaim = value.trim().parse()?,
+            "unstable_accounting" => self.unstable_accounting = value.trim().parse()?,
+            "trace" => self.trace = parse_bool(name, value)?,
+            _ if BackendConfig::KNOBS.contains(&name) => {
+                for b in &mut self.backends {
+                    b.set_knob(name, value)?;
+                }
+            }
+            _ => return Err(unknown_knob(name)),
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +582,28 @@ mod tests {
             let err = c.validate().expect_err(knob);
             assert!(err.knob.ends_with(knob), "case {i}: {err}");
         }
+    }
+
+    /// Knobs set by name parse their values and report the knob when a value is malformed.
+    #[test]
+    fn knobs_by_name() {
+        let mut c = base();
+        c.set_knob("dirty_bytes", "64M").unwrap();
+        assert_eq!(c.dirty_bytes, 64 << 20);
+        c.set_knob("throttle", "legacy").unwrap();
+        assert_eq!(c.throttle, ThrottlePolicy::Legacy);
+        c.set_knob("wbt_lat_usec", "5000").unwrap();
+        assert_eq!(c.backends[0].wbt_lat_usec, Some(5000));
+        c.set_knob("strict_limit", "on").unwrap();
+        assert!(c.backends[0].strict_limit);
+        let err = c.set_knob("dirty_ratio", "lots").unwrap_err();
+        assert_eq!(err.knob, "dirty_ratio");
+        let err = c.set_knob("dirty_bytes", "5Q").unwrap_err();
+        assert!(err.reason.contains("suffix"), "{err}");
+        let err = c.set_knob("dirty_ration", "5").unwrap_err();
+        assert!(err.reason.contains("unknown knob"), "{err}");
+        c.set_knob("dirty_ratio", "150").unwrap();
+        assert_eq!(c.validate().unwrap_err().knob, "dirty_ratio");
     }
 
     /// Policy names parse from their contract names and reject others with the knob's name.

@@ -1,1 +1,379 @@
-//! The real-time driver of ebb-core: threads, the monotonic clock, real backends, and the public API (open, read, write, fsync, sync, close, drain, stats).
+//! The real-time driver of ebb-core: threads, the monotonic clock, real backends, and the
+//! public API (open, read, write, fsync, sync, close, drain, stats).
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let ebb = ebb_runtime::Builder::new()
+//!     .memory(512 << 20)
+//!     .knob("dirty_ratio", "20")?
+//!     .directory("/srv/data")?
+//!     .build()?;
+//! let mut f = ebb.open("log", ebb_backend::OpenOptions { create: true, truncate: false })?;
+//! f.write_all(b"hello")?;
+//! f.fsync()?;
+//! f.close()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The engine decides everything (when writers pause, what the flushers write, which pages
+//! reclaim frees, when wbt holds background writes); this crate only carries it out with real
+//! threads, real time and real IO. See `shared.rs` for the locks and threads.
+#![deny(unsafe_code)]
+
+mod device;
+mod file;
+mod frames;
+mod shared;
+mod stats;
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ebb_backend::{Backend, BackendFile, DirBackend, OpenOptions};
+use ebb_core::{BackendConfig, BackendId, Config, ConfigError, Engine, Event, PAGE_SIZE, WriterId};
+use parking_lot::Mutex;
+
+pub use device::DeviceInfo;
+pub use file::{File, ThrottleStats};
+pub use stats::{BdiStat, DrainProgress, EngineCounters, MemInfoStat, RuntimeStats};
+
+use shared::{BackendSlot, FileKey, FileState, Shared, from_io_error, handle_id};
+
+/// Builds an [`Ebb`]: memory budget, kernel knobs, backends.
+pub struct Builder {
+    memory: u64,
+    knobs: Vec<(String, String)>,
+    backends: Vec<(String, Arc<dyn Backend>, BackendConfig)>,
+    io_threads: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// A cache of 256 MiB with the kernel's default knobs and no backend yet.
+    pub fn new() -> Builder {
+        Builder { memory: 256 << 20, knobs: Vec::new(), backends: Vec::new(), io_threads: 8 }
+    }
+
+    /// The memory budget in bytes; the cache never holds more (at least 4 MiB).
+    pub fn memory(mut self, bytes: u64) -> Builder {
+        self.memory = bytes;
+        self
+    }
+
+    /// Sets a knob by its kernel name (`dirty_ratio`, `dirty_bytes`, `dirty_background_ratio`,
+    /// `dirty_background_bytes`, `dirty_expire_centisecs`, `dirty_writeback_centisecs`,
+    /// `throttle`, `reclaim`, `unstable_accounting`, and the per-backend `min_ratio`,
+    /// `max_ratio`, `strict_limit`, `wbt`, `wbt_lat_usec`, ... applied to every backend). A
+    /// malformed value or unknown name is refused here; impossible combinations at `build`.
+    pub fn knob(mut self, name: &str, value: &str) -> Result<Builder, ConfigError> {
+        let mut probe = Config::new(self.memory.max(4 << 20), BackendConfig::new("probe"));
+        probe.set_knob(name, value)?;
+        self.knobs.push((name.to_owned(), value.to_owned()));
+        Ok(self)
+    }
+
+    /// Adds a backend; the first one is the default of [`Ebb::open`].
+    pub fn backend(self, name: &str, backend: Arc<dyn Backend>) -> Builder {
+        self.backend_with(name, backend, BackendConfig::new(name))
+    }
+
+    /// Adds a backend with explicit writeback settings.
+    pub fn backend_with(
+        mut self,
+        name: &str,
+        backend: Arc<dyn Backend>,
+        mut config: BackendConfig,
+    ) -> Builder {
+        let caps = backend.capabilities();
+        let max_pages = (caps.max_io_bytes / PAGE_SIZE).clamp(1, 65_536) as u32;
+        config.max_write_pages = config.max_write_pages.min(max_pages);
+        config.name = name.to_owned();
+        self.backends.push((name.to_owned(), backend, config));
+        self
+    }
+
+    /// Adds a directory of files written with `O_DIRECT`, named after its path, with the
+    /// settings the kernel would give its block device (rotational, write cache, queue depth).
+    pub fn directory(self, path: impl AsRef<Path>) -> io::Result<Builder> {
+        let path = path.as_ref();
+        let backend = DirBackend::open(path)?;
+        let name = path.display().to_string();
+        let mut config = BackendConfig::new(name.clone());
+        DeviceInfo::for_path(path).apply(&mut config);
+        Ok(self.backend_with(&name, Arc::new(backend), config))
+    }
+
+    /// IO worker threads (default 8): the most writes and reads in flight to the backends.
+    pub fn io_threads(mut self, n: usize) -> Builder {
+        self.io_threads = n.clamp(1, 1024);
+        self
+    }
+
+    /// Starts the cache. Errors: `InvalidInput` naming the knob for impossible settings, or
+    /// when no backend was added.
+    pub fn build(self) -> io::Result<Ebb> {
+        let mut backends = self.backends.into_iter();
+        let Some((name, backend, config0)) = backends.next() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no backend was added"));
+        };
+        let mut config = Config::new(self.memory, config0);
+        config.nr_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let mut slots = vec![BackendSlot { name, caps: backend.capabilities(), backend }];
+        for (name, backend, bc) in backends {
+            config.backends.push(bc);
+            slots.push(BackendSlot { name, caps: backend.capabilities(), backend });
+        }
+        for (name, value) in &self.knobs {
+            config.set_knob(name, value).map_err(config_error)?;
+        }
+        config.validate().map_err(config_error)?;
+        let clock = std::time::Instant::now();
+        let engine = Engine::new(config, ebb_core::Instant::ZERO).map_err(config_error)?;
+        let (shared, threads) = Shared::start(engine, slots, self.io_threads, clock);
+        Ok(Ebb {
+            inner: Arc::new(Inner {
+                shared,
+                threads: Mutex::new(threads),
+                io_threads: self.io_threads,
+            }),
+        })
+    }
+}
+
+fn config_error(e: ConfigError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("ebb configuration: {e}"))
+}
+
+pub(crate) struct Inner {
+    pub(crate) shared: Arc<Shared>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    io_threads: usize,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Like an unmount: write everything back (bounded), then stop the threads.
+        let _ = drain(&self.shared, std::time::Duration::from_secs(60), &mut |_| {});
+        self.shared.stop(self.io_threads);
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A writeback cache in front of one or more backends. Cheap to clone; the cache stops (after
+/// writing everything back, for at most a minute) when the last clone and the last [`File`]
+/// are dropped. Use [`Ebb::drain`] to bound and watch that.
+#[derive(Clone)]
+pub struct Ebb {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Ebb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ebb").field("backends", &self.backend_names()).finish()
+    }
+}
+
+impl Ebb {
+    /// A builder.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// The backends' names, the default first.
+    pub fn backend_names(&self) -> Vec<String> {
+        self.shared().backends.iter().map(|b| b.name.clone()).collect()
+    }
+
+    fn backend_id(&self, name: &str) -> io::Result<BackendId> {
+        self.shared()
+            .backends
+            .iter()
+            .position(|b| b.name == name)
+            .map(|i| BackendId(i as u32))
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("no backend named {name:?}"))
+            })
+    }
+
+    /// Opens (or creates) the file `name` of the default backend.
+    pub fn open(&self, name: &str, opts: OpenOptions) -> io::Result<File> {
+        self.open_on(BackendId(0), name, opts)
+    }
+
+    /// Opens (or creates) the file `name` of the backend named `backend`.
+    pub fn open_in(&self, backend: &str, name: &str, opts: OpenOptions) -> io::Result<File> {
+        let b = self.backend_id(backend)?;
+        self.open_on(b, name, opts)
+    }
+
+    fn open_on(&self, b: BackendId, name: &str, opts: OpenOptions) -> io::Result<File> {
+        let slot = &self.shared().backends[b.index()];
+        let backend = slot.backend.clone();
+        let file = self.open_key(b, FileKey::Name(name.to_owned()), || backend.open(name, opts))?;
+        if opts.truncate && !file.is_empty() {
+            file.set_len(0)?;
+        }
+        Ok(file)
+    }
+
+    /// A file the caller opened (e.g. a FUSE inode's path, opened with `O_DIRECT`), cached
+    /// under `key`: every attach with the same key shares one cached file. `backend` names the
+    /// builder backend whose writeback accounting it belongs to.
+    pub fn attach(&self, backend: &str, key: u64, file: Arc<dyn BackendFile>) -> io::Result<File> {
+        let b = self.backend_id(backend)?;
+        self.open_key(b, FileKey::Id(key), || Ok(file))
+    }
+
+    fn open_key(
+        &self,
+        b: BackendId,
+        key: FileKey,
+        opener: impl FnOnce() -> io::Result<Arc<dyn BackendFile>>,
+    ) -> io::Result<File> {
+        let shared = self.shared();
+        let _g = shared.open_lock.lock();
+        let known = shared.core.lock().keys.get(&(b, key.clone())).copied();
+        let fs = match known.and_then(|inode| shared.file(inode)) {
+            Some(fs) => fs,
+            None => {
+                let file = opener()?;
+                let size = file.size()?;
+                let mut core = shared.core.lock();
+                let inode = ebb_core::InodeId(core.next_inode);
+                core.next_inode += 1;
+                core.keys.insert((b, key), inode);
+                drop(core);
+                let fs = Arc::new(FileState {
+                    inode,
+                    backend: b,
+                    file,
+                    map: Mutex::new(ebb_core::PageMap::new()),
+                    size: size.into(),
+                    size_lock: Mutex::new(()),
+                    truncate_lock: Mutex::new(()),
+                    needs_sync: false.into(),
+                });
+                shared.files.write().insert(inode, fs.clone());
+                fs
+            }
+        };
+        let handle = handle_id(shared);
+        let inode = fs.inode;
+        shared.enter(|core, maps, now| {
+            core.engine.handle(now, Event::Open { handle, inode, backend: b }, maps)
+        });
+        let writer = WriterId(shared.next_id() as u32);
+        Ok(File::new(self.clone(), fs, handle, writer))
+    }
+
+    /// Removes the file `name` of the default backend: its cached pages are dropped (open handles
+    /// keep working on the unlinked file, as with a file descriptor) and the backend file removed.
+    pub fn remove(&self, name: &str) -> io::Result<()> {
+        let shared = self.shared();
+        let _g = shared.open_lock.lock();
+        let key = (BackendId(0), FileKey::Name(name.to_owned()));
+        let inode = shared.core.lock().keys.remove(&key);
+        if let Some(inode) = inode {
+            shared.enter(|core, maps, now| {
+                core.engine.handle(now, Event::Truncate { inode, first_page: 0 }, maps)
+            });
+            if let Some(fs) = shared.file(inode) {
+                fs.size.store(0, Ordering::Release);
+            }
+        }
+        shared.backends[0].backend.remove(name)
+    }
+
+    /// Makes everything dirty now durable, on every backend (`sync(2)`).
+    pub fn sync(&self) -> io::Result<()> {
+        let shared = self.shared();
+        let slot = shared.request(|request| Event::Sync { request });
+        let engine_result = slot.wait().map_err(from_io_error);
+        let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
+        let mut first_err = engine_result.err();
+        for fs in files {
+            if let Err(e) = file::sync_backend_file(&fs) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Stops accepting writes (they fail with `ReadOnlyFilesystem`), writes everything back and
+    /// syncs it, calling `progress` about every 100 ms. Fails with `TimedOut` (naming what is
+    /// left) past `deadline`, or with the write error that keeps data from the backend.
+    pub fn drain(
+        &self,
+        deadline: std::time::Duration,
+        progress: &mut dyn FnMut(&DrainProgress),
+    ) -> io::Result<()> {
+        drain(self.shared(), deadline, progress)
+    }
+
+    /// The cache's state, shaped like `/proc/meminfo` and `/sys/class/bdi/*/stats`.
+    pub fn stats(&self) -> RuntimeStats {
+        let core = self.shared().core.lock();
+        stats::collect(&core.engine)
+    }
+}
+
+fn drain(
+    shared: &Shared,
+    deadline: std::time::Duration,
+    progress: &mut dyn FnMut(&DrainProgress),
+) -> io::Result<()> {
+    shared.draining.store(true, Ordering::Release);
+    let start = std::time::Instant::now();
+    let slot = shared.request(|request| Event::Sync { request });
+    let report = |done: bool| {
+        let core = shared.core.lock();
+        let m = core.engine.meminfo();
+        DrainProgress {
+            elapsed_ms: start.elapsed().as_millis() as u64,
+            dirty_pages: m.dirty,
+            writeback_pages: m.writeback,
+            unstable_pages: m.unstable,
+            written_pages: m.written,
+            done,
+        }
+    };
+    let result = loop {
+        if let Some(r) = slot.wait_for(std::time::Duration::from_millis(100)) {
+            break r;
+        }
+        let p = report(false);
+        progress(&p);
+        if start.elapsed() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "drain deadline passed with {} dirty, {} writeback and {} unstable pages not \
+                     yet durable",
+                    p.dirty_pages, p.writeback_pages, p.unstable_pages
+                ),
+            ));
+        }
+    };
+    let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
+    let mut first_err = result.map_err(from_io_error).err();
+    for fs in files {
+        if let Err(e) = file::sync_backend_file(&fs) {
+            first_err.get_or_insert(e);
+        }
+    }
+    progress(&report(true));
+    first_err.map_or(Ok(()), Err)
+}

@@ -1,0 +1,65 @@
+//! What the kernel knows about the block device under a directory, read from sysfs, so a
+//! directory backend gets the writeback settings the kernel would give it: rotational or solid
+//! state (selects the wbt latency target, 75 ms or 2 ms), a volatile write cache, the request
+//! queue depth and the largest single IO.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use ebb_core::BackendConfig;
+
+/// The device facts found, each `None` when sysfs does not say (a virtual filesystem, a
+/// container without /sys).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// `/sys/dev/block/M:m` of the device (or of its whole disk for a partition).
+    pub sysfs: Option<PathBuf>,
+    /// `queue/rotational`.
+    pub rotational: Option<bool>,
+    /// `queue/write_cache` says "write back".
+    pub write_cache: Option<bool>,
+    /// `queue/nr_requests`.
+    pub nr_requests: Option<u32>,
+    /// `queue/max_sectors_kb`.
+    pub max_sectors_kb: Option<u32>,
+}
+
+impl DeviceInfo {
+    /// Looks up the device holding `path`.
+    pub fn for_path(path: &Path) -> DeviceInfo {
+        let Ok(meta) = std::fs::metadata(path) else { return DeviceInfo::default() };
+        let dev = meta.dev();
+        // Linux's encoding of dev_t.
+        let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
+        let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
+        let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+        let queue = if base.join("queue").is_dir() {
+            base.join("queue")
+        } else if base.join("../queue").is_dir() {
+            base.join("../queue")
+        } else {
+            return DeviceInfo::default();
+        };
+        let read = |name: &str| std::fs::read_to_string(queue.join(name)).ok();
+        DeviceInfo {
+            sysfs: Some(base),
+            rotational: read("rotational").map(|s| s.trim() == "1"),
+            write_cache: read("write_cache").map(|s| s.trim() == "write back"),
+            nr_requests: read("nr_requests").and_then(|s| s.trim().parse().ok()),
+            max_sectors_kb: read("max_sectors_kb").and_then(|s| s.trim().parse().ok()),
+        }
+    }
+
+    /// Applies what was found to a backend's configuration (unknown facts keep the defaults).
+    pub fn apply(&self, config: &mut BackendConfig) {
+        if let Some(r) = self.rotational {
+            config.rotational = r;
+        }
+        if let Some(w) = self.write_cache {
+            config.write_cache = w;
+        }
+        if let Some(n) = self.nr_requests {
+            config.queue_depth = n.clamp(1, 65_536);
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! An open file: positional and streaming read and write through the cache, fsync, truncate,
+//! close.
+//!
+//! Writes follow ebb-core's writer path: under the file's page-map lock alone, `write_pages`
+//! dirties pages against this handle's [`Writer`] and the bytes are copied into their frames;
+//! the engine is entered only when the writer owes a throttle check (every `nr_dirtied_pause`
+//! pages), and the calling thread then sleeps for the pause the engine decides. A page under
+//! writeback is never modified: the writer waits for its write to end (stable pages), which is
+//! what lets IO threads copy frames out without a lock.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ebb_core::{
+    Event, GroupId, HandleId, InodeId, NextStep, PAGE_SIZE, Run, Verdict, Writer, WriterId,
+    write_pages,
+};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+
+use crate::Ebb;
+use crate::shared::{FileState, PAGE, from_io_error, read_page_direct};
+
+/// Pages one step of a write or read covers at most (bounds the time a page map is locked).
+const STEP_PAGES: u64 = 1024;
+
+/// The throttling state of one handle: the kernel keeps it per task; ebb keeps it per handle.
+pub(crate) struct WriterState {
+    pub(crate) writer: Writer,
+    /// Pauses (sleeps the engine asked for), microseconds.
+    pub(crate) pauses: Histogram<u64>,
+    /// Time spent waiting for pages under writeback or for memory, microseconds.
+    pub(crate) waits: Histogram<u64>,
+}
+
+/// What a handle's writer has been through: pause percentiles in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ThrottleStats {
+    /// Pages this handle dirtied.
+    pub pages_dirtied: u64,
+    /// Pauses taken.
+    pub pauses: u64,
+    /// Pause percentiles, microseconds: 50, 90, 99, 99.9 and the maximum.
+    pub pause_us_p50: u64,
+    /// 90th percentile.
+    pub pause_us_p90: u64,
+    /// 99th percentile.
+    pub pause_us_p99: u64,
+    /// 99.9th percentile.
+    pub pause_us_p99_9: u64,
+    /// Longest pause.
+    pub pause_us_max: u64,
+    /// Total time paused or waiting, microseconds.
+    pub stalled_us: u64,
+    /// Waits for a page under writeback or for memory.
+    pub waits: u64,
+    /// Longest such wait, microseconds.
+    pub wait_us_max: u64,
+}
+
+/// An open file of an [`Ebb`] cache. `Send + Sync`: positional calls take `&self`; the
+/// `std::io` traits use the handle's own cursor.
+pub struct File {
+    pub(crate) ebb: Ebb,
+    pub(crate) fs: Arc<FileState>,
+    pub(crate) handle: HandleId,
+    pub(crate) writer: Mutex<WriterState>,
+    pub(crate) pos: u64,
+    pub(crate) closed: bool,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("inode", &self.fs.inode)
+            .field("handle", &self.handle)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl File {
+    pub(crate) fn new(ebb: Ebb, fs: Arc<FileState>, handle: HandleId, writer: WriterId) -> File {
+        let hist = || Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds");
+        File {
+            ebb,
+            fs,
+            handle,
+            writer: Mutex::new(WriterState {
+                writer: Writer::new(writer, GroupId(0)),
+                pauses: hist(),
+                waits: hist(),
+            }),
+            pos: 0,
+            closed: false,
+        }
+    }
+
+    fn inode(&self) -> InodeId {
+        self.fs.inode
+    }
+
+    /// The file's logical size, including data not yet written back.
+    pub fn len(&self) -> u64 {
+        self.fs.size.load(Ordering::Acquire)
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes all of `buf` at `offset` into the cache and returns `buf.len()`. The calling
+    /// thread may sleep: that is dirty throttling, sized by the engine to keep dirty data near
+    /// its setpoint. Errors: `ReadOnlyFilesystem` once the cache is draining, `InvalidInput` for
+    /// a range past the largest file offset; write-back errors come later, from `fsync`/`close`.
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let shared = &self.ebb.inner.shared;
+        if shared.draining.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the ebb cache is draining and accepts no more writes",
+            ));
+        }
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "write of {} bytes at {offset} ends past the largest offset",
+                        buf.len()
+                    ),
+                )
+            })?;
+        let _ = end;
+        let mut ws = self.writer.lock();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let first = pos / PAGE_SIZE;
+            let in_page = (pos % PAGE_SIZE) as usize;
+            let rest = buf.len() - done;
+            let count = ((in_page + rest).div_ceil(PAGE) as u64).min(STEP_PAGES);
+            let last = first + count - 1;
+            let covered_end = (pos + rest as u64).min((first + count) * PAGE_SIZE);
+            let head_partial = in_page != 0 || covered_end < (first + 1) * PAGE_SIZE;
+            let tail_partial = last != first && !covered_end.is_multiple_of(PAGE_SIZE);
+            // A partial page that is not cached but holds data gets its old bytes first (the
+            // kernel's write_begin read), outside the lock.
+            let size = self.fs.size.load(Ordering::Acquire);
+            let (need_head, need_tail) = {
+                let map = self.fs.map.lock();
+                let need = |p: u64| map.page(p).is_none() && p * PAGE_SIZE < size;
+                (head_partial && need(first), tail_partial && need(last))
+            };
+            let head_base = if need_head { Some(read_page_direct(&self.fs, first)?) } else { None };
+            let tail_base = if need_tail { Some(read_page_direct(&self.fs, last)?) } else { None };
+
+            let mut map = self.fs.map.lock();
+            let fresh_head = head_partial && map.page(first).is_none();
+            let fresh_tail = tail_partial && map.page(last).is_none();
+            let step = write_pages(&mut ws.writer, self.inode(), &mut map, first, count);
+            let frames = &shared.frames;
+            let mut copied = 0usize;
+            for page in first..first + step.consumed {
+                let frame = map.page(page).expect("a page just dirtied is resident").frame;
+                let page_start = page * PAGE_SIZE;
+                let from = pos.max(page_start);
+                let to = covered_end.min(page_start + PAGE_SIZE);
+                let src = &buf[done + (from - pos) as usize..done + (to - pos) as usize];
+                let base = if page == first && fresh_head {
+                    Some(head_base.as_deref())
+                } else if page == last && fresh_tail {
+                    Some(tail_base.as_deref())
+                } else {
+                    None
+                };
+                frames.with(frame, |bytes| {
+                    if let Some(base) = base {
+                        match base {
+                            Some(old) => bytes.copy_from_slice(old),
+                            None => bytes.fill(0),
+                        }
+                    }
+                    let at = (from - page_start) as usize;
+                    bytes[at..at + src.len()].copy_from_slice(src);
+                });
+                copied = (to - pos) as usize;
+            }
+            if copied > 0 {
+                self.fs.size.fetch_max(pos + copied as u64, Ordering::AcqRel);
+            }
+            drop(map);
+            done += copied;
+            if step.inode_became_dirty {
+                shared.enter(|core, _, now| core.engine.inode_dirtied(now, self.inode()));
+            }
+            match step.next {
+                NextStep::Done => {}
+                NextStep::Check => self.throttle(&mut ws, None),
+                NextStep::Busy(page) => self.throttle(&mut ws, Some(page)),
+            }
+        }
+        Ok(buf.len())
+    }
+
+    /// A throttle check (or a wait for a page under writeback), obeyed until it says proceed.
+    fn throttle(&self, ws: &mut WriterState, busy: Option<u64>) {
+        let shared = &self.ebb.inner.shared;
+        let inode = self.inode();
+        let (mut verdict, mut slot) =
+            shared.writer_call(&mut ws.writer, |e, now, w, maps| match busy {
+                None => e.balance_dirty_pages(now, w, maps),
+                Some(page) => e.wait_for_page(now, w, inode, page, maps),
+            });
+        loop {
+            match verdict {
+                Verdict::Proceed { .. } => return,
+                Verdict::Sleep { until } => {
+                    let now = shared.now();
+                    let pause = until.saturating_since(now);
+                    let _ = ws.pauses.record(pause.as_micros().max(1));
+                    std::thread::sleep(std::time::Duration::from_nanos(pause.as_nanos()));
+                }
+                Verdict::Wait => {
+                    let start = std::time::Instant::now();
+                    if let Some(s) = slot.take() {
+                        let _ = s.wait();
+                    }
+                    let _ = ws.waits.record((start.elapsed().as_micros() as u64).max(1));
+                }
+            }
+            (verdict, slot) = shared
+                .writer_call(&mut ws.writer, |e, now, w, maps| e.throttle_continue(now, w, maps));
+        }
+    }
+
+    /// Reads into `buf` from `offset`; returns fewer bytes only at the end of the file. Pages not
+    /// in the cache are read through it (with readahead for sequential readers).
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let size = self.len();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = buf.len().min((size - offset) as usize);
+        let shared = &self.ebb.inner.shared;
+        let mut done = 0usize;
+        let mut missing = Vec::new();
+        let mut misses_in_a_row = 0;
+        while done < len {
+            let pos = offset + done as u64;
+            let first = pos / PAGE_SIZE;
+            let in_page = (pos % PAGE_SIZE) as usize;
+            let count = ((in_page + len - done).div_ceil(PAGE) as u64).min(STEP_PAGES);
+            let end = (offset + len as u64).min((first + count) * PAGE_SIZE);
+            let gap: Option<Run> = {
+                let mut map = self.fs.map.lock();
+                missing.clear();
+                map.lookup(first, count, &mut missing);
+                let upto = missing.first().map_or(first + count, |r| r.first);
+                if upto > first {
+                    misses_in_a_row = 0;
+                }
+                for page in first..upto {
+                    let frame = map.page(page).expect("lookup said resident").frame;
+                    let page_start = page * PAGE_SIZE;
+                    let from = pos.max(page_start);
+                    let to = end.min(page_start + PAGE_SIZE);
+                    let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+                    shared.frames.read(frame, (from - page_start) as usize, dst);
+                    done = (to - offset) as usize;
+                }
+                missing.first().copied()
+            };
+            let Some(gap) = gap else { continue };
+            if misses_in_a_row >= 3 {
+                // The cache could not keep the page (memory is short): read it straight from
+                // the backend; a page not in the cache is not dirty, so the backend is current.
+                let page = read_page_direct(&self.fs, gap.first)?;
+                let page_start = gap.first * PAGE_SIZE;
+                let from = pos.max(page_start);
+                let to = end.min(page_start + PAGE_SIZE);
+                buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
+                    &page[(from - page_start) as usize..(to - page_start) as usize],
+                );
+                done = (to - offset) as usize;
+                misses_in_a_row = 0;
+                continue;
+            }
+            let inode = self.inode();
+            let slot = shared.request(|request| Event::Read {
+                inode,
+                first_page: gap.first,
+                pages: gap.count,
+                request,
+            });
+            if let Err(e) = slot.wait() {
+                if done > 0 {
+                    return Ok(done);
+                }
+                return Err(from_io_error(e));
+            }
+            misses_in_a_row += 1;
+        }
+        Ok(len)
+    }
+
+    /// Sets the file's size. Shrinking drops cached pages past the end (waiting for any write of
+    /// them in flight) and trims the backend file; growing adds a hole that reads as zeros.
+    pub fn set_len(&self, size: u64) -> io::Result<()> {
+        if size > i64::MAX as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("size {size} is past the largest file offset"),
+            ));
+        }
+        let fs = &self.fs;
+        let _t = fs.truncate_lock.lock();
+        // Pending dirtying of this handle goes to the engine first, so the truncate sees it.
+        {
+            let mut ws = self.writer.lock();
+            self.ebb
+                .inner
+                .shared
+                .enter(|core, maps, now| core.engine.flush_writer(now, &mut ws.writer, maps));
+        }
+        let old = fs.size.swap(size, Ordering::AcqRel);
+        if size < old {
+            let keep = size.div_ceil(PAGE_SIZE);
+            if !size.is_multiple_of(PAGE_SIZE) {
+                let map = fs.map.lock();
+                if let Some(p) = map.page(size / PAGE_SIZE) {
+                    let at = (size % PAGE_SIZE) as usize;
+                    self.ebb.inner.shared.frames.with(p.frame, |b| b[at..].fill(0));
+                }
+            }
+            let inode = self.inode();
+            self.ebb.inner.shared.enter(|core, maps, now| {
+                core.engine.handle(now, Event::Truncate { inode, first_page: keep }, maps)
+            });
+            // Writes of dropped pages already in flight must end before the backend is trimmed,
+            // or they would extend it again with stale bytes.
+            loop {
+                let busy = {
+                    let map = fs.map.lock();
+                    map.counts().writeback > 0
+                        && map
+                            .pages()
+                            .any(|(i, p)| i >= keep && p.state == ebb_core::PageState::Writeback)
+                };
+                if !busy {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        let _g = fs.size_lock.lock();
+        fs.file.set_size(fs.size.load(Ordering::Acquire))?;
+        fs.needs_sync.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes everything written to this file durable: writes its dirty pages, waits for them
+    /// (and a COMMIT on two-phase backends), trims and syncs the backend file. Reports a write
+    /// error once per handle (errseq), even one from writeback long ago.
+    pub fn fsync(&self) -> io::Result<()> {
+        let shared = &self.ebb.inner.shared;
+        {
+            let mut ws = self.writer.lock();
+            shared.enter(|core, maps, now| core.engine.flush_writer(now, &mut ws.writer, maps));
+        }
+        let handle = self.handle;
+        let slot = shared.request(|request| Event::Fsync { handle, request });
+        slot.wait().map_err(from_io_error)?;
+        sync_backend_file(&self.fs)
+    }
+
+    /// What this handle's writer has been through (pauses, waits).
+    pub fn throttle_stats(&self) -> ThrottleStats {
+        let ws = self.writer.lock();
+        let p = &ws.pauses;
+        let q = |x: f64| if p.is_empty() { 0 } else { p.value_at_quantile(x) };
+        ThrottleStats {
+            pages_dirtied: ws.writer.total_dirtied(),
+            pauses: p.len(),
+            pause_us_p50: q(0.5),
+            pause_us_p90: q(0.9),
+            pause_us_p99: q(0.99),
+            pause_us_p99_9: q(0.999),
+            pause_us_max: if p.is_empty() { 0 } else { p.max() },
+            stalled_us: ws.writer.total_stalled().as_micros(),
+            waits: ws.waits.len(),
+            wait_us_max: if ws.waits.is_empty() { 0 } else { ws.waits.max() },
+        }
+    }
+
+    /// Closes the handle, reporting a write error this handle has not seen yet.
+    pub fn close(mut self) -> io::Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let shared = &self.ebb.inner.shared;
+        {
+            let mut ws = self.writer.lock();
+            shared.enter(|core, maps, now| core.engine.writer_exit(now, &mut ws.writer, maps));
+        }
+        let handle = self.handle;
+        let slot = shared.request(|request| Event::Close { handle, request });
+        slot.wait().map_err(from_io_error)
+    }
+}
+
+/// Trims the backend file to the logical size and syncs it if it was written since.
+pub(crate) fn sync_backend_file(fs: &FileState) -> io::Result<()> {
+    {
+        let _g = fs.size_lock.lock();
+        let size = fs.size.load(Ordering::Acquire);
+        if fs.file.size()? > size {
+            fs.file.set_size(size)?;
+        }
+    }
+    if fs.needs_sync.swap(false, Ordering::AcqRel)
+        && let Err(e) = fs.file.sync()
+    {
+        fs.needs_sync.store(true, Ordering::Release);
+        return Err(e);
+    }
+    Ok(())
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        // A handle dropped without `close` loses only the chance to see an error (as close(2)
+        // ignored); its data stays in the cache and is written back.
+        let _ = self.close_inner();
+    }
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.write_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// The data is in the cache already; durability is `fsync`'s job.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let base = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len().checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        let pos = base.filter(|&p| p <= i64::MAX as u64).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "seek to a negative or too large offset")
+        })?;
+        self.pos = pos;
+        Ok(pos)
+    }
+}

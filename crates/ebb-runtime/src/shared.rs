@@ -1,0 +1,489 @@
+//! The driver: the engine behind one lock, page maps behind per-file locks, and the threads that
+//! carry out the engine's actions.
+//!
+//! # Locks and their order
+//!
+//! `Shared::core` (the engine and the driver's request tables) is entered once per throttle
+//! check, per IO completion, per timer and per request; never per page. Each file's page map has
+//! its own lock: writers dirty pages and copy bytes under it alone (ebb-core's writer path), and
+//! the engine takes it through [`PageMaps`] while it holds `core`. The order is always
+//! `core` -> `files` (read) -> one page map -> one frame; a thread holding a page map never asks
+//! for `core`. The per-file `size_lock` is taken alone or with a page map never held.
+//!
+//! # Threads
+//!
+//! * IO workers (`io_threads`, default 8) take jobs from one queue: a write gathers the frames
+//!   of its run into an aligned buffer and writes it at once (the core sized the run; the
+//!   backend's request slots pace it), a read fills the frames the core assigned, a commit
+//!   commits; each reports its completion to the engine.
+//! * The timer thread sleeps until the engine's `poll_timeout` (flusher periods, wbt windows,
+//!   retries) and delivers `Event::Timer`. Any entry that brings the timeout forward wakes it.
+//! * Callers' threads are the writers and readers: they sleep for the pauses the engine decides
+//!   and wait for the answers to their requests.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crossbeam::channel::{Receiver, Sender};
+use ebb_backend::{AlignedBuf, Backend, BackendFile, Capabilities};
+use ebb_core::{
+    Action, BackendId, Engine, Event, FrameId, HandleId, InodeId, IoError, IoId, PAGE_SIZE,
+    PageMap, PageMaps, RequestId, Stability, Verdict, Writer, WriterId,
+};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::frames::FramePool;
+
+pub(crate) const PAGE: usize = PAGE_SIZE as usize;
+
+/// How a cached file is named: by a backend file name (`Ebb::open`) or by the caller's key
+/// (`Ebb::attach`, e.g. a FUSE inode number).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum FileKey {
+    Name(String),
+    Id(u64),
+}
+
+/// One backend the runtime writes to.
+pub(crate) struct BackendSlot {
+    pub(crate) name: String,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) caps: Capabilities,
+}
+
+/// A cached file: its pages, its backend file and its logical size.
+pub(crate) struct FileState {
+    pub(crate) inode: InodeId,
+    pub(crate) backend: BackendId,
+    pub(crate) file: Arc<dyn BackendFile>,
+    pub(crate) map: Mutex<PageMap>,
+    /// The logical size: the backend's size at open, moved by writes and `set_len`. Writeback
+    /// writes whole pages and trims the backend file back to this.
+    pub(crate) size: AtomicU64,
+    /// Serialises trims of the backend file against `set_len`.
+    pub(crate) size_lock: Mutex<()>,
+    /// Serialises `set_len` calls.
+    pub(crate) truncate_lock: Mutex<()>,
+    /// Written since the backend file was last synced.
+    pub(crate) needs_sync: AtomicBool,
+}
+
+/// A one-shot answer a thread waits for.
+pub(crate) struct Slot {
+    done: Mutex<Option<Result<(), IoError>>>,
+    cv: Condvar,
+}
+
+impl Slot {
+    pub(crate) fn new() -> Arc<Slot> {
+        Arc::new(Slot { done: Mutex::new(None), cv: Condvar::new() })
+    }
+
+    fn set(&self, result: Result<(), IoError>) {
+        *self.done.lock() = Some(result);
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn wait(&self) -> Result<(), IoError> {
+        let mut done = self.done.lock();
+        loop {
+            if let Some(r) = *done {
+                return r;
+            }
+            self.cv.wait(&mut done);
+        }
+    }
+
+    /// Waits at most `d`; `None` if no answer came.
+    pub(crate) fn wait_for(&self, d: std::time::Duration) -> Option<Result<(), IoError>> {
+        let mut done = self.done.lock();
+        if done.is_none() {
+            self.cv.wait_for(&mut done, d);
+        }
+        *done
+    }
+}
+
+/// State under the engine lock.
+pub(crate) struct Core {
+    pub(crate) engine: Engine,
+    next_request: u64,
+    requests: BTreeMap<RequestId, Arc<Slot>>,
+    writers: BTreeMap<WriterId, Arc<Slot>>,
+    /// When the timer thread plans to wake (`None` while it is awake).
+    timer_wake: Option<ebb_core::Instant>,
+    pub(crate) keys: BTreeMap<(BackendId, FileKey), InodeId>,
+    pub(crate) next_inode: u64,
+}
+
+enum Job {
+    Write { io: IoId, inode: InodeId, first: u64, pages: u64 },
+    Read { io: IoId, inode: InodeId, first: u64, frames: Vec<FrameId> },
+    Commit { io: IoId, inode: InodeId },
+    Stop,
+}
+
+/// Everything the threads share.
+pub(crate) struct Shared {
+    pub(crate) core: Mutex<Core>,
+    timer_cv: Condvar,
+    pub(crate) files: RwLock<BTreeMap<InodeId, Arc<FileState>>>,
+    pub(crate) frames: FramePool,
+    clock: std::time::Instant,
+    jobs: Sender<Job>,
+    pub(crate) backends: Vec<BackendSlot>,
+    pub(crate) draining: AtomicBool,
+    shutdown: AtomicBool,
+    ids: AtomicU64,
+    /// Serialises opens so two opens of one file share one cache entry.
+    pub(crate) open_lock: Mutex<()>,
+}
+
+/// The page maps as the engine sees them: one lock per file.
+pub(crate) struct Maps<'a> {
+    files: &'a RwLock<BTreeMap<InodeId, Arc<FileState>>>,
+}
+
+impl PageMaps for Maps<'_> {
+    fn with<R>(&mut self, inode: InodeId, f: impl FnOnce(&mut PageMap) -> R) -> R {
+        let files = self.files.read();
+        match files.get(&inode) {
+            Some(fs) => f(&mut fs.map.lock()),
+            // The engine only asks for files the runtime registered; an unknown one has no pages.
+            None => f(&mut PageMap::new()),
+        }
+    }
+}
+
+/// Converts an OS error to the errno the engine records.
+pub(crate) fn to_io_error(e: &io::Error) -> IoError {
+    IoError { errno: e.raw_os_error().unwrap_or(ebb_core::event::errno::EIO) }
+}
+
+/// Converts an engine error to `std::io::Error` (the kind follows from the errno).
+pub(crate) fn from_io_error(e: IoError) -> io::Error {
+    io::Error::from_raw_os_error(e.errno)
+}
+
+impl Shared {
+    pub(crate) fn start(
+        engine: Engine,
+        backends: Vec<BackendSlot>,
+        io_threads: usize,
+        clock: std::time::Instant,
+    ) -> (Arc<Shared>, Vec<std::thread::JoinHandle<()>>) {
+        let (tx, rx) = crossbeam::channel::unbounded();
+        let frames = FramePool::new(engine.config().memory_pages());
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Core {
+                engine,
+                next_request: 1,
+                requests: BTreeMap::new(),
+                writers: BTreeMap::new(),
+                timer_wake: None,
+                keys: BTreeMap::new(),
+                next_inode: 1,
+            }),
+            timer_cv: Condvar::new(),
+            files: RwLock::new(BTreeMap::new()),
+            frames,
+            clock,
+            jobs: tx,
+            backends,
+            draining: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            ids: AtomicU64::new(1),
+            open_lock: Mutex::new(()),
+        });
+        let mut threads = Vec::new();
+        for i in 0..io_threads.max(1) {
+            let (s, rx): (Arc<Shared>, Receiver<Job>) = (shared.clone(), rx.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("ebb-io-{i}"))
+                    .spawn(move || s.io_worker(&rx))
+                    .expect("spawning an IO thread"),
+            );
+        }
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("ebb-timer".into())
+                .spawn(move || s.timer_loop())
+                .expect("spawning the timer thread"),
+        );
+        (shared, threads)
+    }
+
+    /// Stops the threads (after the last user handle is gone).
+    pub(crate) fn stop(&self, threads: usize) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        for _ in 0..threads {
+            let _ = self.jobs.send(Job::Stop);
+        }
+        let _core = self.core.lock();
+        self.timer_cv.notify_all();
+    }
+
+    pub(crate) fn now(&self) -> ebb_core::Instant {
+        ebb_core::Instant::from_nanos(self.clock.elapsed().as_nanos() as u64)
+    }
+
+    pub(crate) fn deadline(&self, t: ebb_core::Instant) -> std::time::Instant {
+        self.clock + std::time::Duration::from_nanos(t.as_nanos())
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn file(&self, inode: InodeId) -> Option<Arc<FileState>> {
+        self.files.read().get(&inode).cloned()
+    }
+
+    /// Enters the engine: runs `f` with the current time, then carries out every action.
+    pub(crate) fn enter<R>(
+        &self,
+        f: impl FnOnce(&mut Core, &mut Maps<'_>, ebb_core::Instant) -> R,
+    ) -> R {
+        let mut core = self.core.lock();
+        let now = self.now();
+        let mut maps = Maps { files: &self.files };
+        let r = f(&mut core, &mut maps, now);
+        self.dispatch(&mut core);
+        r
+    }
+
+    /// Sends `event` (built with a fresh request id) and returns the slot its answer fills.
+    pub(crate) fn request(&self, event: impl FnOnce(RequestId) -> Event) -> Arc<Slot> {
+        self.enter(|core, maps, now| {
+            let request = RequestId(core.next_request);
+            core.next_request += 1;
+            let slot = Slot::new();
+            core.requests.insert(request, slot.clone());
+            core.engine.handle(now, event(request), maps);
+            slot
+        })
+    }
+
+    /// Runs a writer call; on `Wait`, registers the slot the `Resume` will fill before the
+    /// engine lock is released.
+    pub(crate) fn writer_call(
+        &self,
+        w: &mut Writer,
+        f: impl FnOnce(&mut Engine, ebb_core::Instant, &mut Writer, &mut Maps<'_>) -> Verdict,
+    ) -> (Verdict, Option<Arc<Slot>>) {
+        self.enter(|core, maps, now| {
+            let v = f(&mut core.engine, now, w, maps);
+            let slot = (v == Verdict::Wait).then(|| {
+                let s = Slot::new();
+                core.writers.insert(w.id, s.clone());
+                s
+            });
+            (v, slot)
+        })
+    }
+
+    fn dispatch(&self, core: &mut Core) {
+        while let Some(action) = core.engine.poll_action() {
+            match action {
+                Action::Write { io, inode, first_page, pages, .. } => {
+                    let _ = self.jobs.send(Job::Write { io, inode, first: first_page, pages });
+                }
+                Action::Read { io, inode, first_page, .. } => {
+                    let frames = core.engine.read_frames(io).map(<[_]>::to_vec).unwrap_or_default();
+                    let _ = self.jobs.send(Job::Read { io, inode, first: first_page, frames });
+                }
+                Action::Commit { io, inode, .. } => {
+                    let _ = self.jobs.send(Job::Commit { io, inode });
+                }
+                Action::Resume { writer } => {
+                    if let Some(slot) = core.writers.remove(&writer) {
+                        slot.set(Ok(()));
+                    }
+                }
+                Action::FsyncDone { request, result }
+                | Action::SyncDone { request, result }
+                | Action::CloseDone { request, result }
+                | Action::ReadDone { request, result } => {
+                    if let Some(slot) = core.requests.remove(&request) {
+                        slot.set(result);
+                    }
+                }
+            }
+        }
+        if let Some(t) = core.engine.poll_timeout()
+            && core.timer_wake.is_some_and(|w| t < w)
+        {
+            self.timer_cv.notify_all();
+        }
+    }
+
+    fn timer_loop(&self) {
+        let mut core = self.core.lock();
+        while !self.shutdown.load(Ordering::SeqCst) {
+            let now = self.now();
+            match core.engine.poll_timeout() {
+                Some(t) if t <= now => {
+                    let mut maps = Maps { files: &self.files };
+                    core.engine.handle(now, Event::Timer, &mut maps);
+                    self.dispatch(&mut core);
+                    // A timeout the engine could not act on yet must not spin the thread.
+                    if core.engine.poll_timeout().is_some_and(|t| t <= now) {
+                        core.timer_wake = Some(now);
+                        self.timer_cv.wait_for(&mut core, std::time::Duration::from_millis(1));
+                    }
+                }
+                Some(t) => {
+                    core.timer_wake = Some(t);
+                    let deadline = self.deadline(t);
+                    self.timer_cv.wait_until(&mut core, deadline);
+                }
+                None => {
+                    core.timer_wake = Some(ebb_core::Instant::from_nanos(u64::MAX));
+                    self.timer_cv.wait_for(&mut core, std::time::Duration::from_secs(1));
+                }
+            }
+            core.timer_wake = None;
+        }
+    }
+
+    fn io_worker(&self, rx: &Receiver<Job>) {
+        let mut buf = AlignedBuf::zeroed(128 * PAGE);
+        while let Ok(job) = rx.recv() {
+            match job {
+                Job::Stop => break,
+                Job::Write { io, inode, first, pages } => {
+                    let result = self.do_write(inode, first, pages, &mut buf);
+                    self.enter(|core, maps, now| {
+                        core.engine.handle(now, Event::WriteDone { io, result }, maps)
+                    });
+                }
+                Job::Read { io, inode, first, frames } => {
+                    let result = self.do_read(inode, first, &frames, &mut buf);
+                    self.enter(|core, maps, now| {
+                        core.engine.handle(now, Event::ReadDone { io, result }, maps)
+                    });
+                }
+                Job::Commit { io, inode } => {
+                    let result = match self.file(inode) {
+                        Some(fs) => {
+                            fs.file.commit(0, 0).map(|r| r.verifier).map_err(|e| to_io_error(&e))
+                        }
+                        None => Ok(0),
+                    };
+                    self.enter(|core, maps, now| {
+                        core.engine.handle(now, Event::CommitDone { io, result }, maps)
+                    });
+                }
+            }
+        }
+    }
+
+    fn grow(buf: &mut AlignedBuf, len: usize) {
+        if buf.len() < len {
+            *buf = AlignedBuf::zeroed(len.next_multiple_of(128 * PAGE));
+        }
+    }
+
+    /// Writes pages `first..first + pages` (all under writeback) to the backend.
+    fn do_write(
+        &self,
+        inode: InodeId,
+        first: u64,
+        pages: u64,
+        buf: &mut AlignedBuf,
+    ) -> Result<Stability, IoError> {
+        let Some(fs) = self.file(inode) else {
+            return Err(IoError { errno: ebb_core::event::errno::EIO });
+        };
+        let frames: Vec<Option<FrameId>> = {
+            let map = fs.map.lock();
+            (first..first + pages).map(|i| map.page(i).map(|p| p.frame)).collect()
+        };
+        let len = pages as usize * PAGE;
+        Self::grow(buf, len);
+        for (i, frame) in frames.iter().enumerate() {
+            let dst = &mut buf[i * PAGE..(i + 1) * PAGE];
+            match frame {
+                Some(f) => self.frames.read(*f, 0, dst),
+                None => dst.fill(0),
+            }
+        }
+        let offset = first * PAGE_SIZE;
+        let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
+        let mut stability = Stability::Stable;
+        let mut at = 0;
+        while at < len {
+            let end = (at + max).min(len);
+            match fs.file.write_at(&buf[at..end], offset + at as u64) {
+                Ok(reply) => {
+                    if let ebb_backend::Stability::Unstable { verifier } = reply.stability {
+                        stability = Stability::Unstable { verifier };
+                    }
+                }
+                Err(e) => return Err(to_io_error(&e)),
+            }
+            at = end;
+        }
+        fs.needs_sync.store(true, Ordering::Release);
+        // Writeback writes whole pages: trim what lies past the logical size.
+        let end = offset + len as u64;
+        if end > fs.size.load(Ordering::Acquire) {
+            let _g = fs.size_lock.lock();
+            let size = fs.size.load(Ordering::Acquire);
+            if end > size {
+                fs.file.set_size(size).map_err(|e| to_io_error(&e))?;
+            }
+        }
+        Ok(stability)
+    }
+
+    /// Reads pages from `first` into the frames the engine assigned (page `first + i` into
+    /// `frames[i]`); bytes past the end of the backend file read as zeros.
+    fn do_read(
+        &self,
+        inode: InodeId,
+        first: u64,
+        frames: &[FrameId],
+        buf: &mut AlignedBuf,
+    ) -> Result<(), IoError> {
+        let Some(fs) = self.file(inode) else { return Ok(()) };
+        let len = frames.len() * PAGE;
+        Self::grow(buf, len);
+        let offset = first * PAGE_SIZE;
+        let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
+        let mut at = 0;
+        while at < len {
+            let end = (at + max).min(len);
+            let n = fs
+                .file
+                .read_at(&mut buf[at..end], offset + at as u64)
+                .map_err(|e| to_io_error(&e))?;
+            if at + n < end {
+                buf[at + n..len].fill(0);
+                break;
+            }
+            at = end;
+        }
+        for (i, &frame) in frames.iter().enumerate() {
+            self.frames.write(frame, 0, &buf[i * PAGE..(i + 1) * PAGE]);
+        }
+        Ok(())
+    }
+}
+
+/// Reads one page straight from the backend (for a partial write of a page not in the cache).
+pub(crate) fn read_page_direct(fs: &FileState, page: u64) -> io::Result<AlignedBuf> {
+    let mut buf = AlignedBuf::zeroed(PAGE);
+    let n = fs.file.read_at(&mut buf, page * PAGE_SIZE)?;
+    buf[n..].fill(0);
+    Ok(buf)
+}
+
+/// Allocates an id for a handle.
+pub(crate) fn handle_id(shared: &Shared) -> HandleId {
+    HandleId(shared.next_id())
+}

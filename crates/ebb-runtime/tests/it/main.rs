@@ -1,0 +1,5 @@
+//! The runtime against real threads, real time and real backends.
+
+mod crash;
+mod errors;
+mod io;
