@@ -139,35 +139,51 @@ struct MountArgs {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
-    /// A streaming writer through ebb beside raw O_DIRECT writes.
+    /// A streaming writer through ebb beside raw O_DIRECT writes to the same filesystem.
     Stream {
         /// Directory on the filesystem to test.
         #[arg(long)]
         dir: PathBuf,
-        /// Bytes to write, e.g. 4GiB.
-        #[arg(long)]
-        size: Option<String>,
+        /// Bytes each run writes, e.g. 4GiB.
+        #[arg(long, default_value = "2GiB")]
+        size: String,
+        /// ebb's memory budget.
+        #[arg(long, default_value = "256MiB")]
+        memory: String,
+        /// Rounds of (raw, ebb); the means are reported.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// A random 4 KiB reader beside a streaming writer.
+    /// A random 4 KiB reader beside a streaming writer: idle, ebb with wbt on and off, and
+    /// the kernel's buffered path.
     ReadUnderWrite {
         /// Directory on the filesystem to test.
         #[arg(long)]
         dir: PathBuf,
         /// Seconds per mode.
-        #[arg(long)]
-        seconds: Option<u64>,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Size of the file read at random.
+        #[arg(long, default_value = "1GiB")]
+        read_size: String,
+        /// ebb's memory budget.
+        #[arg(long, default_value = "256MiB")]
+        memory: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// The cost of the per-write throttle path.
+    /// The cost of the per-write path into the cache (no throttling), 1 to N threads.
     WritePath {
-        /// Writer threads.
-        #[arg(long)]
-        threads: Option<usize>,
+        /// Largest thread count; 1, 2, 4, ... up to it are measured.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Bytes each thread writes per pass.
+        #[arg(long, default_value = "256MiB")]
+        size: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -205,7 +221,7 @@ fn main() -> ExitCode {
 
 /// 2 for configuration and usage errors, 1 for everything else.
 fn exit_code(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<NotAvailable>().is_some() {
+    if error.downcast_ref::<NotAvailable>().is_some() || error.downcast_ref::<Usage>().is_some() {
         return 2;
     }
     match error.downcast_ref::<ReproduceError>() {
@@ -242,15 +258,74 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(finish(&outcome))
         }
         Command::Mount(_) => Err(NotAvailable("mount").into()),
-        Command::Bench(BenchCommand::Stream { .. }) => Err(NotAvailable("bench stream").into()),
-        Command::Bench(BenchCommand::ReadUnderWrite { .. }) => {
-            Err(NotAvailable("bench read-under-write").into())
-        }
-        Command::Bench(BenchCommand::WritePath { .. }) => {
-            Err(NotAvailable("bench write-path").into())
-        }
+        Command::Bench(command) => bench(command),
         Command::Stat(_) => Err(NotAvailable("stat").into()),
     }
+}
+
+/// A size argument (`4GiB`, `512M`, `1048576`).
+fn size_arg(flag: &str, value: &str) -> anyhow::Result<u64> {
+    ebb_core::config::parse_bytes(flag, value).map_err(|e| Usage(e.to_string()).into())
+}
+
+/// A usage error (exit code 2).
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    ebb_runtime::bench::write_json(path, value)?;
+    Ok(())
+}
+
+fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    use ebb_runtime::bench;
+    match command {
+        BenchCommand::Stream { dir, size, memory, rounds, json } => {
+            let opts = bench::StreamOptions {
+                dir,
+                size: size_arg("--size", &size)?,
+                memory: size_arg("--memory", &memory)?,
+                block: 1 << 20,
+                rounds,
+            };
+            let result = bench::stream(&opts)?;
+            print_json(&result, json.as_deref())?;
+        }
+        BenchCommand::ReadUnderWrite { dir, seconds, read_size, memory, json } => {
+            let opts = bench::ReadUnderWriteOptions {
+                dir,
+                seconds: seconds.max(1) as f64,
+                read_file_size: size_arg("--read-size", &read_size)?,
+                write_file_size: 4 << 30,
+                memory: size_arg("--memory", &memory)?,
+            };
+            let result =
+                bench::read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
+            print_json(&result, json.as_deref())?;
+        }
+        BenchCommand::WritePath { threads, size, json } => {
+            let mut counts = vec![1];
+            while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
+                counts.push(counts.last().copied().unwrap_or(1) * 2);
+            }
+            let opts = bench::WritePathOptions {
+                threads: counts,
+                bytes_per_thread: size_arg("--size", &size)?,
+            };
+            let result = bench::write_path(&opts)?;
+            print_json(&result, json.as_deref())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the comparison and the report's path; the exit code says whether all checks held.

@@ -311,6 +311,39 @@ impl File {
         Ok(len)
     }
 
+    /// Reads straight from the backend, bypassing the cache, like an `O_DIRECT` read: for
+    /// callers that keep their own buffers. The read counts for writeback throttling (its
+    /// latency is what wbt protects). Pages of the range that are in the cache are newer than
+    /// the backend, so a range touching one is served by [`File::read_at`] instead. Offsets and
+    /// lengths must meet the backend's alignment (4 KiB for a directory), else `InvalidInput`.
+    pub fn read_direct_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let first = offset / PAGE_SIZE;
+        let last = (offset + buf.len() as u64 - 1) / PAGE_SIZE;
+        let cached = {
+            let map = self.fs.map.lock();
+            map.counts().resident > 0 && (first..=last).any(|p| map.page(p).is_some())
+        };
+        if cached {
+            return self.read_at(buf, offset);
+        }
+        let shared = &self.ebb.inner.shared;
+        let backend = self.fs.backend;
+        let id = shared.next_id();
+        shared.enter(|core, maps, now| {
+            core.engine.handle(now, Event::DirectReadStart { backend, id }, maps)
+        });
+        let start = std::time::Instant::now();
+        let result = self.fs.file.read_at(buf, offset);
+        let latency = ebb_core::Duration::from_nanos(start.elapsed().as_nanos() as u64);
+        shared.enter(|core, maps, now| {
+            core.engine.handle(now, Event::DirectRead { backend, id, latency }, maps)
+        });
+        result
+    }
+
     /// Sets the file's size. Shrinking drops cached pages past the end (waiting for any write of
     /// them in flight) and trims the backend file; growing adds a hole that reads as zeros.
     pub fn set_len(&self, size: u64) -> io::Result<()> {

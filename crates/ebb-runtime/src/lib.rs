@@ -20,6 +20,7 @@
 //! threads, real time and real IO. See `shared.rs` for the locks and threads.
 #![deny(unsafe_code)]
 
+pub mod bench;
 mod device;
 mod file;
 mod frames;

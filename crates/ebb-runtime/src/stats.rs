@@ -108,6 +108,8 @@ pub struct EngineCounters {
     pub throttle_checks: u64,
     /// Checks that went past the freerun point.
     pub throttled_calls: u64,
+    /// Reads of shared counters made by throttle checks (two per check is the goal).
+    pub global_counter_reads: u64,
     /// Flusher writepages calls.
     pub writepages_calls: u64,
     /// Writes issued and their pages.
@@ -209,6 +211,7 @@ pub(crate) fn collect(engine: &Engine) -> RuntimeStats {
     let counters = EngineCounters {
         throttle_checks: s.throttle_checks,
         throttled_calls: s.throttled_calls,
+        global_counter_reads: s.global_counter_reads,
         writepages_calls: s.writepages_calls,
         writes: s.writes,
         write_pages: s.write_pages,

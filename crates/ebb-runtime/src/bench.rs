@@ -1,0 +1,481 @@
+//! The runtime's benchmarks (`ebb bench`): what ebb costs and gives on this machine, measured
+//! beside the kernel's own paths in the same run.
+//!
+//! * [`stream`]: a streaming writer through ebb into a directory beside raw `O_DIRECT`
+//!   sequential writes to the same filesystem (the ceiling ebb's writeback can reach).
+//! * [`read_under_write`]: a random 4 KiB `O_DIRECT` reader of one file while a streaming
+//!   writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with wbt off,
+//!   and the kernel's path (the writer's buffered writes through the page cache).
+//! * [`write_path`]: nanoseconds per 4 KiB write into the cache with no throttling, from 1 to N
+//!   threads, and the shared-counter reads per throttle check.
+//!
+//! Results are plain numbers; nothing here asserts a speed.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ebb_backend::{AlignedBuf, Backend, BackendFile, DirBackend, MemBackend, OpenOptions};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::Builder;
+
+const CREATE: OpenOptions = OpenOptions { create: true, truncate: true };
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Options of [`stream`].
+#[derive(Clone, Debug)]
+pub struct StreamOptions {
+    /// Directory on the filesystem under test.
+    pub dir: PathBuf,
+    /// Bytes each run writes.
+    pub size: u64,
+    /// ebb's memory budget.
+    pub memory: u64,
+    /// Bytes per write call.
+    pub block: usize,
+    /// Rounds (raw then ebb, alternating); the means are reported.
+    pub rounds: u32,
+}
+
+/// What [`stream`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamResult {
+    /// Through ebb: bytes over the time from the first write to the end of fsync.
+    pub write_mb_s: f64,
+    /// Raw `O_DIRECT` sequential writes, same block size, ended by fdatasync.
+    pub raw_mb_s: f64,
+    /// `write_mb_s / raw_mb_s`.
+    pub ratio: f64,
+    /// The ebb writer's pauses (dirty throttling), milliseconds.
+    pub pause_ms_p50: f64,
+    /// 99th percentile pause.
+    pub pause_ms_p99: f64,
+    /// Longest pause.
+    pub pause_ms_max: f64,
+    /// Pauses taken.
+    pub pauses: u64,
+    /// Bytes per run.
+    pub bytes: u64,
+    /// ebb's memory budget.
+    pub memory_bytes: u64,
+    /// Each round's (raw, ebb) MB/s.
+    pub rounds: Vec<(f64, f64)>,
+}
+
+fn dir_backend(dir: &Path) -> io::Result<DirBackend> {
+    DirBackend::open(dir)
+}
+
+fn raw_stream(dir: &Path, size: u64, block: usize) -> io::Result<f64> {
+    let backend = dir_backend(dir)?;
+    let file = backend.open("ebb-bench-raw", CREATE)?;
+    let mut buf = AlignedBuf::zeroed(block);
+    buf.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    let start = Instant::now();
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(block as u64) as usize;
+        file.write_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    file.sync()?;
+    let secs = start.elapsed().as_secs_f64();
+    drop(file);
+    backend.remove("ebb-bench-raw")?;
+    Ok(size as f64 / MIB / secs)
+}
+
+fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
+    let ebb = Builder::new().memory(opts.memory).directory(&opts.dir)?.build()?;
+    let file = ebb.open("ebb-bench-stream", CREATE)?;
+    let buf: Vec<u8> = (0..opts.block).map(|i| i as u8).collect();
+    let start = Instant::now();
+    let mut at = 0;
+    while at < opts.size {
+        let n = (opts.size - at).min(opts.block as u64) as usize;
+        file.write_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    file.fsync()?;
+    let secs = start.elapsed().as_secs_f64();
+    let stats = file.throttle_stats();
+    file.close()?;
+    ebb.remove("ebb-bench-stream")?;
+    Ok((opts.size as f64 / MIB / secs, stats))
+}
+
+/// Streams `size` bytes through ebb and with raw `O_DIRECT` writes, alternating.
+pub fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
+    let mut rounds = Vec::new();
+    let mut pauses: Option<crate::ThrottleStats> = None;
+    for _ in 0..opts.rounds.max(1) {
+        let raw = raw_stream(&opts.dir, opts.size, opts.block)?;
+        let (through_ebb, stats) = ebb_stream(opts)?;
+        rounds.push((raw, through_ebb));
+        pauses = Some(stats);
+    }
+    let n = rounds.len() as f64;
+    let raw_mb_s = rounds.iter().map(|r| r.0).sum::<f64>() / n;
+    let write_mb_s = rounds.iter().map(|r| r.1).sum::<f64>() / n;
+    let p = pauses.unwrap_or_default();
+    Ok(StreamResult {
+        write_mb_s,
+        raw_mb_s,
+        ratio: write_mb_s / raw_mb_s,
+        pause_ms_p50: p.pause_us_p50 as f64 / 1000.0,
+        pause_ms_p99: p.pause_us_p99 as f64 / 1000.0,
+        pause_ms_max: p.pause_us_max as f64 / 1000.0,
+        pauses: p.pauses,
+        bytes: opts.size,
+        memory_bytes: opts.memory,
+        rounds,
+    })
+}
+
+/// Options of [`read_under_write`].
+#[derive(Clone, Debug)]
+pub struct ReadUnderWriteOptions {
+    /// Directory on the filesystem under test.
+    pub dir: PathBuf,
+    /// Length of each mode.
+    pub seconds: f64,
+    /// Size of the file the reader reads at random.
+    pub read_file_size: u64,
+    /// The writer wraps around at this size.
+    pub write_file_size: u64,
+    /// ebb's memory budget.
+    pub memory: u64,
+}
+
+/// One mode of [`read_under_write`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ModeResult {
+    /// Read latency percentiles, microseconds.
+    pub read_lat_us_p50: u64,
+    /// 90th.
+    pub read_lat_us_p90: u64,
+    /// 99th.
+    pub read_lat_us_p99: u64,
+    /// 99.9th.
+    pub read_lat_us_p99_9: u64,
+    /// 99.99th.
+    pub read_lat_us_p99_99: u64,
+    /// Slowest read.
+    pub read_lat_us_max: u64,
+    /// Reads done.
+    pub reads: u64,
+    /// The writer: bytes over the time from its first write to the end of its fsync (0 when
+    /// there is no writer).
+    pub write_mb_s: f64,
+}
+
+/// What [`read_under_write`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReadUnderWriteResult {
+    /// `idle`, `ebb_wbt_on`, `ebb_wbt_off`, `kernel`.
+    pub modes: BTreeMap<String, ModeResult>,
+    /// Seconds per mode.
+    pub seconds: f64,
+    /// ebb's memory budget.
+    pub memory_bytes: u64,
+    /// The wbt latency target ebb used, microseconds.
+    pub wbt_lat_usec: u64,
+}
+
+fn mode_result(h: &Histogram<u64>, write_mb_s: f64) -> ModeResult {
+    let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
+    ModeResult {
+        read_lat_us_p50: q(0.5),
+        read_lat_us_p90: q(0.9),
+        read_lat_us_p99: q(0.99),
+        read_lat_us_p99_9: q(0.999),
+        read_lat_us_p99_99: q(0.9999),
+        read_lat_us_max: if h.is_empty() { 0 } else { h.max() },
+        reads: h.len(),
+        write_mb_s,
+    }
+}
+
+/// Random 4 KiB reads until `stop`; `read` performs one read at an offset.
+fn reader(
+    pages: u64,
+    stop: &AtomicBool,
+    mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+) -> io::Result<Histogram<u64>> {
+    let mut h = Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
+    let mut buf = AlignedBuf::zeroed(4096);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    while !stop.load(Ordering::Relaxed) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % pages) * 4096;
+        let t = Instant::now();
+        read(&mut buf, off)?;
+        let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+    }
+    Ok(h)
+}
+
+/// A streaming writer of 1 MiB blocks for `seconds`, then `finish`; returns MB/s.
+fn writer(
+    seconds: f64,
+    wrap: u64,
+    mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
+    finish: impl FnOnce() -> io::Result<()>,
+) -> io::Result<f64> {
+    let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 31) as u8).collect();
+    let start = Instant::now();
+    let mut written = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        write(&block, written % wrap)?;
+        written += block.len() as u64;
+    }
+    finish()?;
+    Ok(written as f64 / MIB / start.elapsed().as_secs_f64())
+}
+
+fn prepare_read_file(dir: &Path, size: u64) -> io::Result<Arc<dyn BackendFile>> {
+    let backend = dir_backend(dir)?;
+    let name = "ebb-bench-read";
+    if backend.exists(name)? {
+        let f = backend.open(name, OpenOptions { create: false, truncate: false })?;
+        if f.size()? == size {
+            return Ok(f);
+        }
+    }
+    let f = backend.open(name, CREATE)?;
+    let mut buf = AlignedBuf::zeroed(1 << 20);
+    buf.iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7) as u8);
+    let mut at = 0;
+    while at < size {
+        f.write_at(&buf, at)?;
+        at += buf.len() as u64;
+    }
+    f.sync()?;
+    Ok(f)
+}
+
+/// Runs the four modes one after the other.
+pub fn read_under_write(
+    opts: &ReadUnderWriteOptions,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<ReadUnderWriteResult> {
+    let size = opts.read_file_size.max(1 << 20) / (1 << 20) * (1 << 20);
+    let pages = size / 4096;
+    progress("preparing the read file");
+    let read_file = prepare_read_file(&opts.dir, size)?;
+    let mut modes = BTreeMap::new();
+    let secs = opts.seconds;
+
+    progress("idle: the reader alone");
+    let stop = AtomicBool::new(false);
+    let h = std::thread::scope(|s| {
+        let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+        r.join().expect("reader thread")
+    })?;
+    modes.insert("idle".to_owned(), mode_result(&h, 0.0));
+
+    let mut wbt_lat = 0;
+    for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
+        progress(mode);
+        let ebb = Builder::new()
+            .memory(opts.memory)
+            .knob("wbt", wbt)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+            .directory(&opts.dir)?
+            .build()?;
+        {
+            let core = ebb.inner.shared.core.lock();
+            wbt_lat = wbt_lat.max(core.engine.config().backends[0].wbt_target_usec());
+        }
+        let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
+        let wf = ebb.open("ebb-bench-write", CREATE)?;
+        let stop = AtomicBool::new(false);
+        let (h, mb_s) = std::thread::scope(|s| {
+            let r = s.spawn(|| reader(pages, &stop, |b, o| rf.read_direct_at(b, o)));
+            let w = writer(
+                secs,
+                opts.write_file_size,
+                |b, o| wf.write_at(b, o).map(drop),
+                || {
+                    stop.store(true, Ordering::Relaxed);
+                    wf.fsync()
+                },
+            );
+            stop.store(true, Ordering::Relaxed);
+            (r.join().expect("reader thread"), w)
+        });
+        modes.insert(mode.to_owned(), mode_result(&h?, mb_s?));
+        drop(rf);
+        wf.close()?;
+        ebb.remove("ebb-bench-write")?;
+    }
+
+    progress("kernel: buffered writer through the page cache");
+    let path = opts.dir.join("ebb-bench-kernel-write");
+    let kf = std::fs::File::create(&path)?;
+    let stop = AtomicBool::new(false);
+    let (h, mb_s) = std::thread::scope(|s| {
+        let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
+        let w = writer(
+            secs,
+            opts.write_file_size,
+            |b, o| {
+                use std::os::unix::fs::FileExt;
+                kf.write_all_at(b, o)
+            },
+            || {
+                stop.store(true, Ordering::Relaxed);
+                kf.sync_data()
+            },
+        );
+        stop.store(true, Ordering::Relaxed);
+        (r.join().expect("reader thread"), w)
+    });
+    modes.insert("kernel".to_owned(), mode_result(&h?, mb_s?));
+    drop(kf);
+    std::fs::remove_file(&path)?;
+    Ok(ReadUnderWriteResult {
+        modes,
+        seconds: secs,
+        memory_bytes: opts.memory,
+        wbt_lat_usec: wbt_lat,
+    })
+}
+
+/// Options of [`write_path`].
+#[derive(Clone, Debug)]
+pub struct WritePathOptions {
+    /// Thread counts to measure, e.g. `[1, 2, 4]`.
+    pub threads: Vec<usize>,
+    /// Bytes each thread writes per pass.
+    pub bytes_per_thread: u64,
+}
+
+/// One thread count of [`write_path`].
+#[derive(Clone, Debug, Serialize)]
+pub struct WritePathRun {
+    /// Threads writing at once, each to its own file.
+    pub threads: usize,
+    /// Wall time per 4 KiB write, per thread, dirtying clean cached pages (the second pass,
+    /// after a sync): the full dirtying path without the page faults of new memory.
+    pub ns_per_write: f64,
+    /// All threads' writes per second in that pass.
+    pub writes_per_s: f64,
+    /// The first pass: pages new to the cache, including the first touch of their memory
+    /// (page faults, which dominate on a VM).
+    pub ns_per_write_cold: f64,
+    /// All threads' writes per second in the first pass.
+    pub writes_per_s_cold: f64,
+    /// Shared-counter reads per throttle check.
+    pub global_counter_reads_per_check: f64,
+    /// Throttle checks made.
+    pub throttle_checks: u64,
+    /// Checks that throttled (should be 0: the run stays under the freerun point).
+    pub throttled_calls: u64,
+}
+
+/// What [`write_path`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct WritePathResult {
+    /// One entry per thread count.
+    pub runs: Vec<WritePathRun>,
+    /// The first run's figures, under the contract's names.
+    pub ns_per_write: f64,
+    /// All threads' writes per second in the first run.
+    pub writes_per_s: f64,
+    /// Shared-counter reads per throttle check in the first run.
+    pub global_counter_reads_per_check: f64,
+    /// Writes per second with 2 threads over 1 thread, when both were measured.
+    pub scaling_1_to_2: Option<f64>,
+}
+
+/// Measures the write path into a memory backend with limits high enough that nobody throttles.
+pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
+    let mut runs = Vec::new();
+    for &threads in &opts.threads {
+        let per = opts.bytes_per_thread / 4096 * 4096;
+        let total = per * threads as u64;
+        // Freerun point above everything written: memory 4x the data, dirty limits at 90/80%.
+        let memory = (total * 4).max(64 << 20);
+        let ebb = Builder::new()
+            .memory(memory)
+            .knob("dirty_ratio", "90")
+            .and_then(|b| b.knob("dirty_background_ratio", "80"))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+            .backend("mem", Arc::new(MemBackend::new()))
+            .build()?;
+        let files: Vec<crate::File> =
+            (0..threads).map(|t| ebb.open(&format!("w{t}"), CREATE)).collect::<io::Result<_>>()?;
+        let pass = |files: &[crate::File]| -> io::Result<f64> {
+            let start = Instant::now();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = files
+                    .iter()
+                    .map(|f| {
+                        s.spawn(move || -> io::Result<()> {
+                            let page = [0x5au8; 4096];
+                            let mut at = 0;
+                            while at < per {
+                                f.write_at(&page, at)?;
+                                at += 4096;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| h.join().expect("writer thread"))
+            })?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        let cold = pass(&files)?;
+        ebb.sync()?;
+        let warm = pass(&files)?;
+        let writes = (per / 4096) as f64;
+        let stats = ebb.stats().counters;
+        runs.push(WritePathRun {
+            threads,
+            ns_per_write: warm * 1e9 / writes,
+            writes_per_s: writes * threads as f64 / warm,
+            ns_per_write_cold: cold * 1e9 / writes,
+            writes_per_s_cold: writes * threads as f64 / cold,
+            global_counter_reads_per_check: stats.global_counter_reads as f64
+                / stats.throttle_checks.max(1) as f64,
+            throttle_checks: stats.throttle_checks,
+            throttled_calls: stats.throttled_calls,
+        });
+        for f in files {
+            f.close()?;
+        }
+    }
+    let first = runs.first().cloned().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "write-path needs at least one thread count")
+    })?;
+    let by = |n: usize| runs.iter().find(|r| r.threads == n).map(|r| r.writes_per_s);
+    let scaling_1_to_2 = by(1).zip(by(2)).map(|(one, two)| two / one);
+    Ok(WritePathResult {
+        ns_per_write: first.ns_per_write,
+        writes_per_s: first.writes_per_s,
+        global_counter_reads_per_check: first.global_counter_reads_per_check,
+        scaling_1_to_2,
+        runs,
+    })
+}
+
+/// Writes `value` as pretty JSON to `path` (or nowhere).
+pub fn write_json(path: Option<&Path>, value: &impl Serialize) -> io::Result<()> {
+    if let Some(path) = path {
+        let mut f = std::fs::File::create(path)?;
+        serde_json::to_writer_pretty(&mut f, value).map_err(io::Error::other)?;
+        writeln!(f)?;
+    }
+    Ok(())
+}
