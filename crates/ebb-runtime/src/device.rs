@@ -61,5 +61,10 @@ impl DeviceInfo {
         if let Some(n) = self.nr_requests {
             config.queue_depth = n.clamp(1, 65_536);
         }
+        // The block layer splits writes at max_sectors_kb; the flusher's writes need be no
+        // larger. (The kernel's writeback chunk is bigger, but each request is this size.)
+        if let Some(kb) = self.max_sectors_kb {
+            config.max_write_pages = (kb / 4).clamp(1, 65_536);
+        }
     }
 }

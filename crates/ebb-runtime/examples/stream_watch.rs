@@ -1,0 +1,61 @@
+//! Streams into a directory through ebb and prints the cache's state every 100 ms, to see
+//! where a streaming writer's time goes: `cargo run --release -p ebb-runtime --example
+//! stream_watch -- DIR [GiB [MiB]]`.
+#![expect(clippy::print_stdout, reason = "an example that prints what it sees")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let dir = args.next().expect("usage: stream_watch DIR [GiB]");
+    let gib: u64 = args.next().map_or(2, |s| s.parse().expect("GiB"));
+    let mem_mib: u64 = args.next().map_or(256, |s| s.parse().expect("MiB"));
+    let threads: usize =
+        std::env::var("EBB_IO_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let ebb = ebb_runtime::Builder::new()
+        .memory(mem_mib << 20)
+        .io_threads(threads)
+        .directory(&dir)?
+        .build()?;
+    let file = ebb.open("watch", ebb_backend::OpenOptions { create: true, truncate: true })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (ebb, stop) = (ebb.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let mut last = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                let s = ebb.stats();
+                let b = &s.bdi[0];
+                println!(
+                    "{:6.1}s dirty {:6} MB wb {:5} MB thresh {} bg {} written {:6} MB (+{:5} MB/s) bw {:5} MB/s ratelimit {:5} MB/s inflight {} wbt {}/{} step {}",
+                    start.elapsed().as_secs_f64(),
+                    s.meminfo.dirty_kb / 1024,
+                    s.meminfo.writeback_kb / 1024,
+                    s.meminfo.dirty_thresh_kb / 1024,
+                    s.meminfo.background_thresh_kb / 1024,
+                    b.written_kb / 1024,
+                    (b.written_kb - last) / 1024 * 10,
+                    b.write_bandwidth_kbps / 1024,
+                    b.dirty_ratelimit_kbps / 1024,
+                    b.inflight,
+                    b.wbt_background,
+                    b.wbt_max_depth,
+                    b.wbt_step,
+                );
+                last = b.written_kb;
+            }
+        })
+    };
+    let block = vec![7u8; 1 << 20];
+    for i in 0..gib * 1024 {
+        file.write_at(&block, i << 20)?;
+    }
+    file.fsync()?;
+    stop.store(true, Ordering::Relaxed);
+    watcher.join().expect("watcher");
+    println!("{:?}", file.throttle_stats());
+    Ok(())
+}
