@@ -457,6 +457,13 @@ impl Engine {
         self.inodes.get(&inode).map(|m| m.backend)
     }
 
+    /// Whether `inode` has no IO in flight (writes, reads, commit): a driver may forget it.
+    pub fn inode_idle(&self, inode: InodeId) -> bool {
+        self.inodes.get(&inode).is_none_or(|m| {
+            m.inflight.is_empty() && m.reading.is_empty() && m.commit_inflight.is_none()
+        })
+    }
+
     /// The frames a read in flight fills: page `first_page + i` of [`Action::Read`] goes into
     /// `frames[i]`. `None` if `io` is not a read in flight. The driver copies the data in before
     /// it reports [`Event::ReadDone`]; nothing else uses these frames meanwhile.

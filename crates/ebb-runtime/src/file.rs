@@ -450,7 +450,9 @@ impl File {
         }
         let handle = self.handle;
         let slot = shared.request(|request| Event::Close { handle, request });
-        slot.wait().map_err(from_io_error)
+        let result = slot.wait().map_err(from_io_error);
+        shared.handle_closed(&self.fs);
+        result
     }
 }
 

@@ -255,7 +255,7 @@ impl Ebb {
                 let mut core = shared.core.lock();
                 let inode = ebb_core::InodeId(core.next_inode);
                 core.next_inode += 1;
-                core.keys.insert((b, key), inode);
+                core.keys.insert((b, key.clone()), inode);
                 drop(core);
                 let fs = Arc::new(FileState {
                     inode,
@@ -266,11 +266,14 @@ impl Ebb {
                     size_lock: Mutex::new(()),
                     truncate_lock: Mutex::new(()),
                     needs_sync: false.into(),
+                    key: (b, key),
+                    handles: 0.into(),
                 });
                 shared.files.write().insert(inode, fs.clone());
                 fs
             }
         };
+        fs.handles.fetch_add(1, Ordering::AcqRel);
         let handle = handle_id(shared);
         let inode = fs.inode;
         shared.enter(|core, maps, now| {

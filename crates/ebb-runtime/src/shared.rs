@@ -68,6 +68,10 @@ pub(crate) struct FileState {
     pub(crate) truncate_lock: Mutex<()>,
     /// Written since the backend file was last synced.
     pub(crate) needs_sync: AtomicBool,
+    /// How it is named (to forget it when it leaves the cache).
+    pub(crate) key: (BackendId, FileKey),
+    /// Open handles.
+    pub(crate) handles: std::sync::atomic::AtomicU32,
 }
 
 /// A one-shot answer a thread waits for.
@@ -116,7 +120,15 @@ pub(crate) struct Core {
     timer_wake: Option<ebb_core::Instant>,
     pub(crate) keys: BTreeMap<(BackendId, FileKey), InodeId>,
     pub(crate) next_inode: u64,
+    /// Files with no open handle, oldest first; beyond [`CLOSED_CACHED`] the oldest clean ones
+    /// leave the cache (their pages are dropped and their backend file closed).
+    pub(crate) closed: std::collections::VecDeque<InodeId>,
 }
+
+/// Closed files kept cached (with their backend file descriptors) before the oldest clean one is
+/// forgotten. The kernel keeps closed files' pages until reclaim; ebb bounds the open
+/// descriptors instead.
+pub(crate) const CLOSED_CACHED: usize = 512;
 
 enum Job {
     Write { io: IoId, inode: InodeId, first: u64, pages: u64 },
@@ -185,6 +197,7 @@ impl Shared {
                 timer_wake: None,
                 keys: BTreeMap::new(),
                 next_inode: 1,
+                closed: std::collections::VecDeque::new(),
             }),
             timer_cv: Condvar::new(),
             files: RwLock::new(BTreeMap::new()),
@@ -237,6 +250,44 @@ impl Shared {
 
     pub(crate) fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A handle of `fs` closed; if it was the last, the file joins the closed list, and the
+    /// oldest closed files beyond [`CLOSED_CACHED`] that hold nothing unwritten and no unseen
+    /// error leave the cache.
+    pub(crate) fn handle_closed(&self, fs: &FileState) {
+        if fs.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let mut core = self.core.lock();
+        core.closed.push_back(fs.inode);
+        let mut kept = std::collections::VecDeque::new();
+        while core.closed.len() + kept.len() > CLOSED_CACHED {
+            let Some(inode) = core.closed.pop_front() else { break };
+            let Some(victim) = self.file(inode) else { continue };
+            if victim.handles.load(Ordering::Acquire) > 0 {
+                continue; // reopened: no longer closed
+            }
+            let c = victim.map.lock().counts();
+            if c.dirty + c.writeback + c.unstable > 0
+                || core.engine.inode_error(inode).is_some()
+                || !core.engine.inode_idle(inode)
+            {
+                kept.push_back(inode);
+                continue;
+            }
+            let now = self.now();
+            let mut maps = Maps { files: &self.files };
+            core.engine.handle(now, Event::Truncate { inode, first_page: 0 }, &mut maps);
+            self.dispatch(&mut core);
+            if core.keys.get(&victim.key) == Some(&inode) {
+                core.keys.remove(&victim.key);
+            }
+            self.files.write().remove(&inode);
+        }
+        while let Some(inode) = kept.pop_back() {
+            core.closed.push_front(inode);
+        }
     }
 
     pub(crate) fn file(&self, inode: InodeId) -> Option<Arc<FileState>> {

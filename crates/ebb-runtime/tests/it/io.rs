@@ -250,3 +250,34 @@ fn drain_writes_everything_then_refuses_writes() {
     let err = f.write_at(b"late", 0).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::ReadOnlyFilesystem);
 }
+
+/// Closed files stay cached up to a bound; beyond it the oldest clean ones are forgotten (their
+/// descriptors closed) and read back correctly from the backend when reopened.
+#[test]
+fn closed_files_are_forgotten_beyond_a_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let ebb = Builder::new().memory(64 << 20).directory(dir.path()).unwrap().build().unwrap();
+    let open_in_dir = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir.path()))
+            .count()
+    };
+    for i in 0..700u32 {
+        let f = ebb.open(&format!("f{i}"), CREATE).unwrap();
+        f.write_at(&i.to_le_bytes(), 0).unwrap();
+        f.close().unwrap();
+    }
+    ebb.sync().unwrap();
+    // Closing one more file lets the cache forget the oldest clean ones.
+    ebb.open("last", CREATE).unwrap().close().unwrap();
+    let fds = open_in_dir();
+    assert!(fds <= 520, "{fds} backend files still open after closing 701 files");
+    for i in [0u32, 1, 350, 699] {
+        let f = ebb.open(&format!("f{i}"), OpenOptions { create: false, truncate: false }).unwrap();
+        let mut got = [0u8; 4];
+        assert_eq!(f.read_at(&mut got, 0).unwrap(), 4);
+        assert_eq!(u32::from_le_bytes(got), i, "file f{i} after being forgotten");
+    }
+}
