@@ -158,8 +158,17 @@ pub(crate) struct Wb {
 }
 
 pub(crate) enum IoKind {
-    Write { run: Run, issuer: Issuer },
-    Read { run: Run, frames: Vec<FrameId> },
+    Write {
+        run: Run,
+        issuer: Issuer,
+    },
+    /// `keep_below`: a truncate while the read was in flight; pages at or past it are stale
+    /// and not inserted.
+    Read {
+        run: Run,
+        frames: Vec<FrameId>,
+        keep_below: u64,
+    },
     Commit,
 }
 
@@ -1030,7 +1039,7 @@ impl Engine {
                     IoRecord {
                         backend: b,
                         inode,
-                        kind: IoKind::Read { run: gap, frames },
+                        kind: IoKind::Read { run: gap, frames, keep_below: u64::MAX },
                         issued: self.now,
                     },
                 );
@@ -1065,20 +1074,26 @@ impl Engine {
     fn read_done<M: PageMaps>(&mut self, io: IoId, result: Result<(), IoError>, maps: &mut M) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Read { run, frames } = record.kind else { panic!("io {io} is not a read") };
+        let IoKind::Read { run, mut frames, keep_below } = record.kind else {
+            panic!("io {io} is not a read")
+        };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
         let latency = self.now.saturating_since(record.issued);
         self.wbs[b.index()].wbt.on_read_done(self.now, latency, Some(io.0));
-        let mut unused = frames;
+        // Pages a truncate dropped while the read was in flight hold stale bytes.
+        let fresh = keep_below.saturating_sub(run.first).min(frames.len() as u64) as usize;
+        let mut unused = frames.split_off(fresh);
         if result.is_ok() {
-            let (inserted, rest) = maps.with(inode, |m| m.insert_clean(run.first, &unused));
-            unused = rest;
+            let (inserted, rest) = maps.with(inode, |m| m.insert_clean(run.first, &frames));
+            unused.extend(rest);
             let n = inserted.len() as i64;
             for (frame, index) in inserted {
                 self.mem.add_to_lru(frame, inode, index);
             }
             self.account(inode, Counters { resident: n, ..Counters::default() });
+        } else {
+            unused.extend(frames);
         }
         for frame in unused {
             self.mem.release(frame);
@@ -1114,6 +1129,20 @@ impl Engine {
             return;
         }
         let out = maps.with(inode, |m| m.truncate(first_page));
+        // Reads in flight past the cut would bring back bytes the truncate removed.
+        let reading: Vec<IoId> = self.inodes[&inode]
+            .reading
+            .values()
+            .filter(|&&(end, _)| end > first_page)
+            .map(|&(_, io)| io)
+            .collect();
+        for io in reading {
+            if let Some(IoRecord { kind: IoKind::Read { keep_below, .. }, .. }) =
+                self.ios.get_mut(&io)
+            {
+                *keep_below = (*keep_below).min(first_page);
+            }
+        }
         for &frame in &out.freed_frames {
             self.mem.unlink(frame);
             self.mem.release(frame);

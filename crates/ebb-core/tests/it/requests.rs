@@ -71,6 +71,25 @@ fn reads_fill_the_cache() {
     assert_eq!(h.engine.stats().reads, reads);
 }
 
+/// A truncate while a read is in flight: the pages past the cut do not come back when the read
+/// completes (they would hold bytes the truncate removed), and their frames are released.
+#[test]
+fn truncate_during_a_read_keeps_stale_pages_out() {
+    let mut h = Harness::new(config(256, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    h.request(Event::Open { handle: HandleId(50), inode: InodeId(50), backend: BackendId(0) });
+    h.request(Event::Read { inode: InodeId(50), first_page: 0, pages: 64, request: RequestId(1) });
+    // The read is in flight now: cut the file at page 10.
+    h.request(Event::Truncate { inode: InodeId(50), first_page: 10 });
+    h.run_until(secs(1));
+    assert_eq!(h.done_requests.get(&RequestId(1)), Some(&Ok(())));
+    let map = h.maps.get(InodeId(50)).unwrap();
+    assert_eq!(map.counts().clean, 10, "only pages before the cut are inserted");
+    assert!(map.pages().all(|(i, _)| i < 10));
+    let writers: Vec<&Writer> = Vec::new();
+    h.engine.check_accounting(&h.maps, &writers).unwrap();
+    assert_eq!(h.engine.meminfo().cached, 10, "the stale pages' frames went back to free memory");
+}
+
 /// Truncate drops dirty pages from the counters at once and keeps accounting exact.
 #[test]
 fn truncate_drops_dirty_pages() {
