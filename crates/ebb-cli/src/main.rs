@@ -153,6 +153,10 @@ enum BenchCommand {
         /// Rounds of (raw, ebb); the means are reported.
         #[arg(long, default_value_t = 2)]
         rounds: u32,
+        /// Bytes streamed through the cache before each timed run (its bandwidth estimate
+        /// converges over a few seconds).
+        #[arg(long, default_value = "4GiB")]
+        warmup: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -289,13 +293,14 @@ fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> 
 fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
     use ebb_runtime::bench;
     match command {
-        BenchCommand::Stream { dir, size, memory, rounds, json } => {
+        BenchCommand::Stream { dir, size, memory, rounds, warmup, json } => {
             let opts = bench::StreamOptions {
                 dir,
                 size: size_arg("--size", &size)?,
                 memory: size_arg("--memory", &memory)?,
                 block: 1 << 20,
                 rounds,
+                warmup: size_arg("--warmup", &warmup)?,
             };
             let result = bench::stream(&opts)?;
             print_json(&result, json.as_deref())?;
