@@ -43,7 +43,7 @@
 //! | `sata-2010` | [`DiskParams::sata_2010`] | 7200 rpm disk, ~60 MB/s, ~8.5 ms seeks, 16 MiB cache |
 //! | `raid0-4x-sata-2010` | [`Raid0Params::raid0_4x_sata_2010`] | 4 such disks, 512 KiB chunk |
 //! | `laptop-ssd` | [`FlashParams::laptop_ssd_2016`] | SATA SSD, NCQ 32, ~520/400 MB/s |
-//! | `nvme` | [`FlashParams::nvme`] | ~3 GB/s read, ~2 GB/s write, depth 1023 |
+//! | `nvme` | [`FlashParams::nvme`] | ~3 GB/s read, ~2 GB/s write, depth 1023, no write cache |
 //! | `usb-stick` | [`FlashParams::usb_stick`] | ~20/6 MB/s, depth 1, no cache |
 //! | `nfs-server` | [`NfsParams::gigabit_2020`] | NFS server over 1 Gbit/s: UNSTABLE writes, COMMIT, restarts |
 //!

@@ -327,7 +327,7 @@ fn laptop_ssd_ranges() {
 
 #[test]
 fn nvme_ranges() {
-    // Goal: the NVMe drive reads at ~3 GB/s, writes at ~2 GB/s past its cache, serves a lone
+    // Goal: the NVMe drive reads at ~3 GB/s, writes through at ~2 GB/s, serves a lone
     // 4 KiB read in ~80 us, and makes a read wait behind queued writes.
     let read = sequential_bandwidth("nvme", IoOp::Read, 512 * KIB, 4096 * MIB);
     assert!((2700.0..=3100.0).contains(&read), "read {read:.0} MB/s");
