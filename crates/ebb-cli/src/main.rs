@@ -153,9 +153,9 @@ enum BenchCommand {
         /// Rounds of (raw, ebb); the means are reported.
         #[arg(long, default_value_t = 2)]
         rounds: u32,
-        /// Bytes streamed through the cache before each timed run (its bandwidth estimate
-        /// converges over a few seconds).
-        #[arg(long, default_value = "4GiB")]
+        /// At most this many bytes are streamed through the cache before each timed run, until
+        /// its bandwidth estimate settles (it converges over several seconds).
+        #[arg(long, default_value = "16GiB")]
         warmup: String,
         /// Write the results as JSON here.
         #[arg(long)]

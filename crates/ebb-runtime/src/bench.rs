@@ -40,9 +40,9 @@ pub struct StreamOptions {
     pub block: usize,
     /// Rounds (raw then ebb, alternating); the means are reported.
     pub rounds: u32,
-    /// Bytes streamed through the same cache before the timed run, so its bandwidth estimate
-    /// has converged (the kernel starts it at 100 MB/s and averages over about 3 s; a long-lived
-    /// cache is past that, a fresh one is not).
+    /// At most this many bytes are streamed through the same cache before the timed run, until
+    /// its bandwidth estimate and ratelimit settle (the kernel starts the estimate at 100 MB/s
+    /// and moves it about 5% per 200 ms: a long-lived cache is past that, a fresh one is not).
     pub warmup: u64,
 }
 
@@ -100,11 +100,26 @@ fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
     let ebb = Builder::new().memory(opts.memory).directory(&opts.dir)?.build()?;
     let buf: Vec<u8> = (0..opts.block).map(|i| i as u8).collect();
     if opts.warmup > 0 {
+        // Stream until the bandwidth estimate and the ratelimit have each moved less than 5% in
+        // the last second (at most `warmup` bytes).
         let warm = ebb.open("ebb-bench-warmup", CREATE)?;
         let mut at = 0;
+        let sample = || {
+            let s = ebb.stats();
+            (s.bdi[0].avg_write_bandwidth_kbps as f64, s.bdi[0].dirty_ratelimit_kbps as f64)
+        };
+        let mut last = (Instant::now(), sample());
         while at < opts.warmup {
             warm.write_at(&buf, at)?;
             at += buf.len() as u64;
+            if last.0.elapsed() >= Duration::from_secs(1) {
+                let now = sample();
+                let moved = |a: f64, b: f64| (a - b).abs() > 0.05 * b.max(1.0);
+                if !moved(now.0, last.1.0) && !moved(now.1, last.1.1) {
+                    break;
+                }
+                last = (Instant::now(), now);
+            }
         }
         warm.fsync()?;
         warm.close()?;
