@@ -116,7 +116,7 @@ impl Backend for DirBackend {
         Ok(Arc::new(DirFile {
             name: name.to_owned(),
             fd,
-            dir: Arc::clone(&self.dir),
+            dir: Some(Arc::clone(&self.dir)),
             capabilities: self.capabilities(),
             name_sync_pending: AtomicBool::new(created),
         }))
@@ -149,12 +149,48 @@ impl Backend for DirBackend {
     }
 }
 
+/// Opens the existing regular file at `path` (any path, for example a FUSE filesystem's
+/// backing file or `/proc/self/fd/N`) read-write with `O_DIRECT`, as the file type of
+/// [`DirBackend`] with the same rules (4096-aligned offsets and lengths, any buffer address).
+///
+/// If the file's filesystem refuses `O_DIRECT` (`EINVAL` at open), the file is opened with
+/// buffered IO instead (and then accepts any alignment). `sync`
+/// makes the data durable; making the name durable is left to the caller (who created it).
+pub fn open_direct_path(path: &Path) -> io::Result<Arc<dyn BackendFile>> {
+    let flags = OFlags::RDWR | OFlags::CLOEXEC;
+    let (fd, direct) = match rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty()) {
+        Ok(fd) => (fd, true),
+        Err(Errno::INVAL) => (rustix::fs::open(path, flags, Mode::empty())?, false),
+        Err(errno) => return Err(errno.into()),
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(Arc::new(DirFile {
+        name: path.display().to_string(),
+        fd,
+        dir: None,
+        capabilities: Capabilities {
+            two_phase: false,
+            direct_io: direct,
+            alignment: if direct { PAGE_SIZE as u64 } else { 1 },
+            max_io_bytes: MAX_IO_BYTES,
+        },
+        name_sync_pending: AtomicBool::new(false),
+    }))
+}
+
 /// One open file of a [`DirBackend`].
 struct DirFile {
     name: String,
     fd: OwnedFd,
-    /// The directory, to make a newly created name durable on the first sync.
-    dir: Arc<OwnedFd>,
+    /// The directory, to make a newly created name durable on the first sync (`None` for a
+    /// file opened by path with [`open_direct_path`], whose name its caller manages).
+    dir: Option<Arc<OwnedFd>>,
     capabilities: Capabilities,
     name_sync_pending: AtomicBool,
 }
@@ -217,8 +253,9 @@ impl BackendFile for DirFile {
 
     fn sync(&self) -> io::Result<()> {
         retry_interrupted(|| rustix::fs::fdatasync(&self.fd))?;
-        if self.name_sync_pending.swap(false, Ordering::AcqRel)
-            && let Err(errno) = retry_interrupted(|| rustix::fs::fsync(&*self.dir))
+        if let Some(dir) = &self.dir
+            && self.name_sync_pending.swap(false, Ordering::AcqRel)
+            && let Err(errno) = retry_interrupted(|| rustix::fs::fsync(&**dir))
         {
             self.name_sync_pending.store(true, Ordering::Release);
             return Err(errno.into());

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | [`Backend`], [`BackendFile`] | the blocking trait pair (namespace, per-file IO) |
 //! | [`DirBackend`] | a directory of files opened with `O_DIRECT` (the default backend) |
+//! | [`open_direct_path`] | one file of any path opened like a `DirBackend` file (for ebb-fuse) |
 //! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
 //! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
@@ -32,6 +33,6 @@ pub use backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, ServerRestart, Stability,
     WriteReply,
 };
-pub use dir::DirBackend;
+pub use dir::{DirBackend, open_direct_path};
 pub use faulty::{FaultOp, FaultPlan, FaultyBackend};
 pub use mem::MemBackend;

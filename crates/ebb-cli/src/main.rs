@@ -2,8 +2,9 @@
 //!
 //! `ebb reproduce` runs every experiment in `experiments/` and `ebb sim` one experiment file,
 //! both through `ebb_sim::reproduce`; they print each published figure beside ours and the
-//! path of `report.html`. `mount`, `bench` and `stat` are declared with their documented
-//! arguments and report that they are not available yet.
+//! path of `report.html`. `ebb mount` serves a directory through ebb with FUSE until SIGINT or
+//! SIGTERM (`ebb_fuse::run`), and `ebb stat` prints a running mount's stats (JSON, read from
+//! the `user.ebb.stats` extended attribute of the mount's root).
 //!
 //! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
 //! report could not be completed; 2 for usage and configuration errors (bad arguments, an
@@ -135,6 +136,13 @@ struct MountArgs {
     /// Unstable page accounting: legacy-2020 | fixed.
     #[arg(long = "unstable_accounting", alias = "unstable-accounting")]
     unstable_accounting: Option<String>,
+    /// Any knob by its kernel name, e.g. `--knob dirty_ratio=10` (repeatable; applied after
+    /// the named options above).
+    #[arg(long, value_name = "NAME=VALUE")]
+    knob: Vec<String>,
+    /// Serve file data with plain buffered IO on DIR instead of through ebb (for comparisons).
+    #[arg(long, hide = true)]
+    passthrough: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -228,6 +236,13 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<NotAvailable>().is_some() || error.downcast_ref::<Usage>().is_some() {
         return 2;
     }
+    // `ebb mount` reports impossible settings (a bad knob value) as InvalidInput.
+    if error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::InvalidInput)
+    {
+        return 2;
+    }
     match error.downcast_ref::<ReproduceError>() {
         Some(ReproduceError::Experiment(_)) => 2,
         _ => 1,
@@ -261,9 +276,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 with_progress(|progress| reproduce::sim(&args.experiment, &options, progress))?;
             Ok(finish(&outcome))
         }
-        Command::Mount(_) => Err(NotAvailable("mount").into()),
+        Command::Mount(args) => {
+            let config = mount_config(*args)?;
+            ebb_fuse::run(&config)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(command) => bench(command),
-        Command::Stat(_) => Err(NotAvailable("stat").into()),
+        Command::Stat(args) => {
+            println!("{}", ebb_fuse::read_stats(&args.mountpoint)?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -395,4 +417,49 @@ fn with_progress<T>(
     let result = work(&callback);
     bar.finish_and_clear();
     Ok(result?)
+}
+
+/// The mount's configuration from its arguments; knobs keep their kernel names.
+fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
+    let memory = match &args.memory {
+        Some(text) => Some(size_arg("--memory", text)?),
+        None => None,
+    };
+    let mut knobs: Vec<(String, String)> = Vec::new();
+    let mut named = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            knobs.push((name.to_owned(), value));
+        }
+    };
+    named("dirty_ratio", args.dirty_ratio.map(|v| v.to_string()));
+    named("dirty_bytes", args.dirty_bytes);
+    named("dirty_background_ratio", args.dirty_background_ratio.map(|v| v.to_string()));
+    named("dirty_background_bytes", args.dirty_background_bytes);
+    named("dirty_expire_centisecs", args.dirty_expire_centisecs.map(|v| v.to_string()));
+    named("dirty_writeback_centisecs", args.dirty_writeback_centisecs.map(|v| v.to_string()));
+    named("min_ratio", args.min_ratio.map(|v| v.to_string()));
+    named("max_ratio", args.max_ratio.map(|v| v.to_string()));
+    named("strict_limit", args.strict_limit.then(|| "1".to_owned()));
+    named("wbt_lat_usec", args.wbt_lat_usec.map(|v| v.to_string()));
+    named("throttle", args.throttle);
+    named("wbt", args.wbt);
+    named("reclaim", args.reclaim);
+    named("unstable_accounting", args.unstable_accounting);
+    for knob in &args.knob {
+        let Some((name, value)) = knob.split_once('=') else {
+            return Err(Usage(format!("--knob {knob:?}: expected NAME=VALUE")).into());
+        };
+        knobs.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(ebb_fuse::MountConfig {
+        backend: args.backend,
+        mountpoint: args.mountpoint,
+        memory,
+        knobs,
+        data: if args.passthrough {
+            ebb_fuse::DataMode::Passthrough
+        } else {
+            ebb_fuse::DataMode::Ebb
+        },
+    })
 }

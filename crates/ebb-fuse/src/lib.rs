@@ -1,1 +1,426 @@
-//! A FUSE filesystem whose file data goes through ebb's cache and writeback (built on ebb-runtime).
+//! A FUSE filesystem whose file data goes through ebb's cache and writeback (built on
+//! ebb-runtime): `ebb mount --backend DIR MOUNTPOINT`.
+//!
+//! The mount is a passthrough of DIR (names, directories, links, permissions and times are
+//! DIR's own), except that file data is read and written through ebb: writes land in ebb's
+//! cache, are throttled and written back by ebb's policies, and `stat` reports the size ebb
+//! knows. See [`fs`](crate) internals for inodes, threads and the no-double-caching rule.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`MountConfig`] | DIR, mountpoint, memory, knobs |
+//! | [`Mount`] | a running mount: stats, stop writes, drain, unmount |
+//! | [`run`] | what `ebb mount` does: mount, serve until SIGINT/SIGTERM, drain, unmount |
+//! | [`read_stats`] | what `ebb stat` does: the live stats of a mount |
+//! | [`clear_stale_mount`] | removes the dead mount a crashed `ebb mount` left behind |
+//!
+//! # Stats
+//!
+//! A running mount serves its runtime's stats (JSON, the fields of `ebb_runtime`'s stats) as
+//! the extended attribute [`STATS_XATTR`] (`user.ebb.stats`) of the mount's root directory:
+//! `getfattr --only-values -n user.ebb.stats MOUNTPOINT` shows the same as `ebb stat`.
+//!
+//! # Shutdown
+//!
+//! [`run`] waits for SIGINT or SIGTERM (blocked in every thread and taken with `sigwait` by
+//! one). The first makes every write and namespace change fail with `EROFS`, drains all data
+//! to DIR printing progress on stderr, then unmounts (lazily if a process still uses the
+//! mount). A second signal during the drain unmounts lazily and exits at once with status 1,
+//! printing what was not written. If the mount is unmounted from outside (`umount`), the data
+//! is drained the same way. A crash (SIGKILL) leaves a dead mount (`ENOTCONN`); the next
+//! start finds it in `/proc/self/mountinfo` and detaches it.
+
+mod data;
+mod fs;
+mod pool;
+mod runtime;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{RecvTimeoutError, unbounded};
+use nix::sys::signal::{SigSet, Signal};
+
+pub use crate::fs::STATS_XATTR;
+use crate::fs::{EbbFs, LOOP_THREADS, Shared};
+
+/// What data path a mount uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMode {
+    /// ebb's cache and writeback (the product).
+    #[default]
+    Ebb,
+    /// No cache of ours: positional buffered IO on the backing files (the kernel's page cache
+    /// of DIR does the caching). For comparisons and for testing the filesystem on its own.
+    Passthrough,
+}
+
+/// How to mount.
+#[derive(Debug, Clone, Default)]
+pub struct MountConfig {
+    /// The directory whose files the mount serves and writes to.
+    pub backend: PathBuf,
+    /// An existing empty directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Cache budget in bytes (`None`: the runtime's default).
+    pub memory: Option<u64>,
+    /// Kernel-named knobs (`dirty_ratio`, `wbt`, ...) and their values, in order.
+    pub knobs: Vec<(String, String)>,
+    /// The data path.
+    pub data: DataMode,
+}
+
+/// A mounted filesystem. Dropping it without [`Mount::unmount`] detaches the mount lazily and
+/// writes nothing back.
+pub struct Mount {
+    session: Option<fuser::BackgroundSession>,
+    shared: Arc<Shared>,
+    mountpoint: PathBuf,
+}
+
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount").field("mountpoint", &self.mountpoint).finish_non_exhaustive()
+    }
+}
+
+impl Mount {
+    /// Clears a stale mount at the mountpoint, builds the data path and mounts.
+    pub fn start(config: &MountConfig) -> io::Result<Mount> {
+        let backend = config.backend.canonicalize().map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("backend directory {}: {error}", config.backend.display()),
+            )
+        })?;
+        if !backend.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("backend {} is not a directory", backend.display()),
+            ));
+        }
+        if clear_stale_mount(&config.mountpoint)? {
+            eprintln!(
+                "ebb mount: cleared a stale mount at {} (left by a crashed ebb)",
+                config.mountpoint.display()
+            );
+        }
+        let mountpoint = config.mountpoint.canonicalize().map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("mountpoint {}: {error}", config.mountpoint.display()),
+            )
+        })?;
+        raise_fd_limit();
+        let data: Arc<dyn data::DataPath> = match config.data {
+            DataMode::Ebb => Arc::new(runtime::EbbData::new(&backend, config)?),
+            DataMode::Passthrough => Arc::new(data::PassthroughData),
+        };
+        Mount::start_with(&backend, &mountpoint, data)
+    }
+
+    /// Mounts `backend` on `mountpoint` (both canonical) with the data path `data`.
+    pub(crate) fn start_with(
+        backend: &Path,
+        mountpoint: &Path,
+        data: Arc<dyn data::DataPath>,
+    ) -> io::Result<Mount> {
+        let (fs, shared) = EbbFs::new(backend, data)?;
+        let mut options = fuser::Config::default();
+        options.mount_options = vec![
+            fuser::MountOption::FSName(format!("ebb:{}", backend.display())),
+            fuser::MountOption::Subtype("ebb".to_owned()),
+            fuser::MountOption::DefaultPermissions,
+            fuser::MountOption::NoAtime,
+        ];
+        options.acl = fuser::SessionACL::All;
+        options.n_threads = Some(LOOP_THREADS);
+        options.clone_fd = true;
+        let session = fuser::Session::new(fs, mountpoint, &options)
+            .and_then(fuser::Session::spawn)
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!("mounting on {}: {error}", mountpoint.display()),
+                )
+            })?;
+        Ok(Mount { session: Some(session), shared, mountpoint: mountpoint.to_path_buf() })
+    }
+
+    /// Where it is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The live stats (JSON), as `ebb stat` shows them.
+    pub fn stats_json(&self) -> String {
+        self.shared.data.stats_json()
+    }
+
+    /// From now on every write and namespace change fails with `EROFS`.
+    pub fn stop_writes(&self) {
+        self.shared.stop_writes();
+    }
+
+    /// Stops writes and writes everything to DIR, calling `progress` with a summary line and
+    /// whether it is the last as it goes. `ErrorKind::TimedOut` naming what is left after
+    /// `deadline`.
+    pub fn drain(
+        &self,
+        deadline: Duration,
+        progress: &mut dyn FnMut(&str, bool),
+    ) -> io::Result<()> {
+        self.shared.stop_writes();
+        self.shared.data.drain(deadline, progress)
+    }
+
+    /// What is not yet written to DIR, one line.
+    pub fn unwritten(&self) -> String {
+        self.shared.data.unwritten()
+    }
+
+    /// Whether the kernel side has gone (unmounted from outside).
+    pub fn is_finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|session| session.guard.is_finished())
+    }
+
+    /// Unmounts (lazily if busy), then writes everything to DIR and makes it durable.
+    pub fn unmount(mut self) -> io::Result<()> {
+        let detached = self.unmount_kernel_side()?;
+        if let Some(session) = self.session.take() {
+            if detached {
+                drop(session);
+            } else {
+                session.join()?;
+            }
+        }
+        let synced = self.shared.data.sync();
+        let closed = self.shared.close_anchors();
+        synced.and(closed)
+    }
+
+    /// Unmounts; returns whether it had to detach lazily (the mount was busy).
+    fn unmount_kernel_side(&self) -> io::Result<bool> {
+        if self.is_finished() {
+            return Ok(false);
+        }
+        use rustix::mount::{UnmountFlags, unmount};
+        match unmount(&self.mountpoint, UnmountFlags::empty()) {
+            Ok(()) => Ok(false),
+            Err(rustix::io::Errno::BUSY) => {
+                eprintln!(
+                    "ebb mount: {} is busy; detaching it (processes using it get errors)",
+                    self.mountpoint.display()
+                );
+                unmount(&self.mountpoint, UnmountFlags::DETACH)?;
+                Ok(true)
+            }
+            Err(rustix::io::Errno::INVAL) => Ok(false),
+            Err(errno) => Err(io::Error::new(
+                io::Error::from(errno).kind(),
+                format!("unmounting {}: {errno}", self.mountpoint.display()),
+            )),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            if !session.guard.is_finished() {
+                let _ =
+                    rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH);
+            }
+            drop(session);
+        }
+    }
+}
+
+/// If `mountpoint` holds a FUSE mount whose server is gone (`ENOTCONN`), detaches it and
+/// returns `true`. A live FUSE mount there is an error (`AlreadyExists`); no mount, `false`.
+pub fn clear_stale_mount(mountpoint: &Path) -> io::Result<bool> {
+    let absolute = absolute_without_following(mountpoint)?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let fuse_here = mountinfo.lines().any(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(separator) = fields.iter().position(|&field| field == "-") else {
+            return false;
+        };
+        fields.get(4).is_some_and(|&at| unescape_mountinfo(at) == absolute.as_os_str())
+            && fields.get(separator + 1).is_some_and(|fstype| fstype.starts_with("fuse"))
+    });
+    if !fuse_here {
+        return Ok(false);
+    }
+    match std::fs::metadata(&absolute) {
+        Err(error) if error.raw_os_error() == Some(libc::ENOTCONN) => {
+            rustix::mount::unmount(&absolute, rustix::mount::UnmountFlags::DETACH)?;
+            Ok(true)
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is already a live FUSE mount; unmount it first (umount {0})",
+                absolute.display()
+            ),
+        )),
+    }
+}
+
+/// `path` made absolute with its parent canonicalized but its last component not followed
+/// (a stale mountpoint cannot be resolved).
+fn absolute_without_following(path: &Path) -> io::Result<PathBuf> {
+    let absolute = std::path::absolute(path)?;
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
+        _ => Ok(absolute),
+    }
+}
+
+/// Mount points in mountinfo escape space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(field: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'\\'
+            && index + 3 < bytes.len()
+            && let Ok(value) = u8::from_str_radix(&field[index + 1..index + 4], 8)
+        {
+            out.push(value);
+            index += 4;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+}
+
+/// Open files hold a descriptor each (plus one per cached file): take the hard limit.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
+/// The live stats of the ebb mount at `mountpoint` (JSON).
+pub fn read_stats(mountpoint: &Path) -> io::Result<String> {
+    match fs::get_xattr(mountpoint, std::ffi::OsStr::new(STATS_XATTR)) {
+        Ok(value) => String::from_utf8(value)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "stats are not UTF-8")),
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} is not the root of an ebb mount", mountpoint.display()),
+        )),
+        Err(errno) => Err(io::Error::new(
+            io::Error::from(errno).kind(),
+            format!("reading the stats of {}: {errno}", mountpoint.display()),
+        )),
+    }
+}
+
+/// How long a drain may take before `run` gives up and reports what is left.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+
+/// What [`run`] waits for.
+enum Event {
+    Signal(Signal),
+    Drained(io::Result<()>),
+}
+
+/// Mounts, serves until SIGINT/SIGTERM or an outside unmount, drains and unmounts. Returns
+/// `Ok` when everything was written to DIR; exits the process with status 1 on a second signal.
+pub fn run(config: &MountConfig) -> io::Result<()> {
+    // Block the signals before any thread starts, so every thread inherits the mask and only
+    // the sigwait thread below receives them.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block().map_err(io::Error::from)?;
+    let mount = Arc::new(Mount::start(config)?);
+    eprintln!(
+        "ebb mount: {} on {} (ctrl-c or SIGTERM drains to {} and unmounts)",
+        config.backend.display(),
+        mount.mountpoint().display(),
+        config.backend.display()
+    );
+    let (sender, events) = unbounded();
+    let signal_sender = sender.clone();
+    std::thread::Builder::new().name("ebb-signals".to_owned()).spawn(move || {
+        while let Ok(signal) = signals.wait() {
+            if signal_sender.send(Event::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    })?;
+    let mut draining = false;
+    let start_drain = |reason: &str| {
+        eprintln!("ebb mount: {reason}: writes stopped, draining to DIR");
+        let mount = Arc::clone(&mount);
+        let sender = sender.clone();
+        std::thread::Builder::new().name("ebb-drain".to_owned()).spawn(move || {
+            let mut last = Instant::now() - Duration::from_secs(1);
+            let result = mount.drain(DRAIN_DEADLINE, &mut |line, done| {
+                if done || last.elapsed() >= Duration::from_millis(500) {
+                    eprintln!("ebb mount: drain: {line}");
+                    last = Instant::now();
+                }
+            });
+            drop(mount);
+            let _ = sender.send(Event::Drained(result));
+        })
+    };
+    loop {
+        match events.recv_timeout(Duration::from_millis(200)) {
+            Ok(Event::Signal(signal)) if !draining => {
+                draining = true;
+                start_drain(&format!("{signal}"))?;
+            }
+            Ok(Event::Signal(signal)) => {
+                eprintln!(
+                    "ebb mount: {signal} again: exiting now; not written to DIR: {}",
+                    mount.unwritten()
+                );
+                let _ =
+                    rustix::mount::unmount(mount.mountpoint(), rustix::mount::UnmountFlags::DETACH);
+                std::process::exit(1);
+            }
+            Ok(Event::Drained(result)) => {
+                if let Err(error) = result {
+                    eprintln!(
+                        "ebb mount: drain failed: {error}; not written: {}",
+                        mount.unwritten()
+                    );
+                    let _ = rustix::mount::unmount(
+                        mount.mountpoint(),
+                        rustix::mount::UnmountFlags::DETACH,
+                    );
+                    return Err(error);
+                }
+                break;
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if !draining && mount.is_finished() {
+                    draining = true;
+                    start_drain("unmounted from outside")?;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let mount = Arc::into_inner(mount)
+        .ok_or_else(|| io::Error::other("the mount is still in use after the drain"))?;
+    let mountpoint = mount.mountpoint().to_path_buf();
+    mount.unmount()?;
+    eprintln!("ebb mount: everything written; {} unmounted", mountpoint.display());
+    Ok(())
+}

@@ -248,6 +248,29 @@ fn dir_errors() {
     assert_eq!(names, ["f"]);
 }
 
+// A file opened by path (how ebb-fuse opens its backing files) follows DirBackend's rules:
+// O_DIRECT with 4096-aligned requests, data visible in the file, sync works, a directory or a
+// missing path is refused with a clear error.
+#[test]
+fn open_direct_path_rules() {
+    let root = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap();
+    let path = root.path().join("by-path");
+    std::fs::write(&path, b"").unwrap();
+    let file = ebb_backend::open_direct_path(&path).unwrap();
+    let error = file.write_at(&page(3)[..100], 0).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    file.write_at(&page(5), PAGE_SIZE as u64).unwrap();
+    file.sync().unwrap();
+    assert_eq!(file.size().unwrap(), 2 * PAGE_SIZE as u64);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert!(on_disk[..PAGE_SIZE].iter().all(|&b| b == 0));
+    assert!(on_disk[PAGE_SIZE..].iter().all(|&b| b == 5));
+    let error = ebb_backend::open_direct_path(&root.path().join("missing")).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(libc::ENOENT));
+    let error = ebb_backend::open_direct_path(root.path()).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(libc::EISDIR));
+}
+
 // The memory backend's errors carry Linux errnos too, and huge sizes fail instead of aborting.
 #[test]
 fn mem_errors() {

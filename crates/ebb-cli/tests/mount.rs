@@ -1,0 +1,180 @@
+//! `ebb mount` and `ebb stat` as a user runs them: the real binary, real signals, a real crash.
+//!
+//! Each test holds a [`Running`] guard: if the test fails, the guard kills the server and
+//! detaches the mount, so nothing is left mounted. A machine without `/dev/fuse` skips these
+//! tests with a message.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const EBB: &str = env!("CARGO_BIN_EXE_ebb");
+
+fn fuse_available() -> bool {
+    let available = Path::new("/dev/fuse").exists();
+    if !available {
+        eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
+    }
+    available
+}
+
+/// Fresh backend and mountpoint directories.
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::Builder::new().prefix("ebb-cli-mount").tempdir_in("/tmp").unwrap();
+    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    (root, dir, mnt)
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let target = mnt.to_str().unwrap();
+    mountinfo.lines().any(|line| line.split(' ').nth(4) == Some(target))
+}
+
+/// A running `ebb mount`; killed and detached on drop if still there.
+struct Running {
+    child: Option<Child>,
+    mnt: PathBuf,
+}
+
+impl Running {
+    fn start(dir: &Path, mnt: &Path, extra: &[&str]) -> Running {
+        let child = Command::new(EBB)
+            .args(["mount", "--backend", dir.to_str().unwrap(), mnt.to_str().unwrap()])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut running = Running { child: Some(child), mnt: mnt.to_path_buf() };
+        // Mounted once the root answers with its stats (a hang detector, not a speed check).
+        let start = Instant::now();
+        while ebb_fuse::read_stats(mnt).is_err() {
+            if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ebb mount exited with {status}: {}", running.stderr());
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "ebb mount did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        running
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
+    }
+
+    fn wait(&mut self) -> (ExitStatus, String) {
+        let status = self.child.as_mut().unwrap().wait().unwrap();
+        let stderr = self.stderr();
+        self.child = None;
+        (status, stderr)
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(stderr) = self.child.as_mut().and_then(|child| child.stderr.as_mut()) {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+// SIGTERM stops writes, drains everything to DIR (reporting progress) and unmounts; `ebb stat`
+// serves the runtime's fields while mounted.
+#[test]
+fn sigterm_drains_to_dir_and_unmounts() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    // Dirty data is kept (no periodic or background writeback) until the drain.
+    let knobs = ["--memory", "256MiB", "--knob", "dirty_expire_centisecs=360000"];
+    let mut running = Running::start(&dir, &mnt, &knobs);
+    let data = pattern(8 << 20, 3);
+    std::fs::write(mnt.join("f"), &data).unwrap();
+    let stat = Command::new(EBB).arg("stat").arg(&mnt).output().unwrap();
+    assert!(stat.status.success());
+    let stats: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap();
+    assert!(stats["meminfo"]["Dirtied"].as_u64().unwrap() >= 8 << 10, "{stats}");
+    running.signal("-TERM");
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("draining") && stderr.contains("unmounted"), "{stderr}");
+    assert!(!is_mounted(&mnt));
+    assert!(std::fs::read(dir.join("f")).unwrap() == data);
+}
+
+// A crash (SIGKILL) leaves a dead mount; the next start clears it and serves DIR again.
+#[test]
+fn a_crash_leaves_a_mount_the_next_start_clears() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let mut first = Running::start(&dir, &mnt, &[]);
+    std::fs::write(mnt.join("before"), b"synced").unwrap();
+    std::fs::File::open(mnt.join("before")).unwrap().sync_all().unwrap();
+    first.signal("-KILL");
+    let (status, _) = first.wait();
+    assert!(!status.success());
+    assert!(is_mounted(&mnt));
+    let error = std::fs::metadata(&mnt).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(libc::ENOTCONN));
+    let mut second = Running::start(&dir, &mnt, &[]);
+    assert_eq!(std::fs::read(mnt.join("before")).unwrap(), b"synced");
+    std::fs::write(mnt.join("after"), b"new").unwrap();
+    second.signal("-INT");
+    let (status, stderr) = second.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("cleared a stale mount"), "{stderr}");
+    assert!(!is_mounted(&mnt));
+    assert_eq!(std::fs::read(dir.join("after")).unwrap(), b"new");
+}
+
+// Bad input gets a clear error and the usage exit code; nothing is left mounted.
+#[test]
+fn bad_mount_and_stat_arguments_are_reported() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let output = Command::new(EBB)
+        .args(["mount", "--backend", dir.to_str().unwrap(), mnt.to_str().unwrap()])
+        .args(["--knob", "dirty_ratio=lots"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("dirty_ratio"), "{stderr}");
+    assert!(!is_mounted(&mnt));
+    let output = Command::new(EBB)
+        .args(["mount", "--backend", "/nonexistent-ebb-dir", mnt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("/nonexistent-ebb-dir"), "{stderr}");
+    let output = Command::new(EBB).arg("stat").arg(&dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("not the root of an ebb mount"), "{stderr}");
+}

@@ -1,0 +1,100 @@
+//! The data path of the mount: where file bytes go between a FUSE request and DIR.
+//!
+//! The filesystem code ([`crate::fs`]) sees only the two small traits here. [`EbbData`] puts
+//! ebb's runtime in between (the product); [`PassthroughData`] reads and writes the backing
+//! files directly with buffered IO (the kernel's page cache of DIR does the caching), which is
+//! what the mount used before the runtime existed and what the tests use to check the
+//! filesystem logic on its own.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+
+/// A cache that backing files are attached to.
+pub(crate) trait DataPath: Send + Sync {
+    /// A new handle on the cached file `key`, whose backing file is the regular file at
+    /// `path`. Every handle with the same key shares one cached file.
+    fn attach(&self, key: u64, path: &Path) -> io::Result<Box<dyn DataFile>>;
+    /// Writes every dirty byte to the backing files and makes it durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Stops new writes, writes everything, calling `progress` with a one-line summary and
+    /// whether it is the last as it goes; `ErrorKind::TimedOut` (naming what is left) after
+    /// `deadline`.
+    fn drain(&self, deadline: Duration, progress: &mut dyn FnMut(&str, bool)) -> io::Result<()>;
+    /// What is not yet written, one line (for the message of a forced exit).
+    fn unwritten(&self) -> String;
+    /// The cache's statistics as a JSON object.
+    fn stats_json(&self) -> String;
+}
+
+/// One handle on a cached file. Reads see every write made through any handle of the file.
+pub(crate) trait DataFile: Send + Sync {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// May sleep (dirty throttling).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    fn set_len(&self, size: u64) -> io::Result<()>;
+    /// The size the cache knows, which may be ahead of the backing file's.
+    fn len(&self) -> io::Result<u64>;
+    fn fsync(&self) -> io::Result<()>;
+    /// Closes the handle, reporting a write error not yet reported to it.
+    fn close(self: Box<Self>) -> io::Result<()>;
+}
+
+/// No cache of ours: positional IO on the backing file, buffered by the kernel.
+#[derive(Debug, Default)]
+pub(crate) struct PassthroughData;
+
+impl DataPath for PassthroughData {
+    fn attach(&self, _key: u64, path: &Path) -> io::Result<Box<dyn DataFile>> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Box::new(PassthroughFile(file)))
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        rustix::fs::sync();
+        Ok(())
+    }
+
+    fn drain(&self, _deadline: Duration, progress: &mut dyn FnMut(&str, bool)) -> io::Result<()> {
+        progress("passthrough: nothing of ours to drain; syncing the kernel's cache", true);
+        self.sync()
+    }
+
+    fn unwritten(&self) -> String {
+        "passthrough: no data of ours is held; the kernel's cache of DIR may be dirty".to_owned()
+    }
+
+    fn stats_json(&self) -> String {
+        "{\"data_path\": \"passthrough\"}".to_owned()
+    }
+}
+
+struct PassthroughFile(File);
+
+impl DataFile for PassthroughFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.0.write_at(buf, offset)
+    }
+
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.0.set_len(size)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn fsync(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+
+    fn close(self: Box<Self>) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,138 @@
+//! Tests that need the crate's insides: a data path whose writes wait at a gate stands for a
+//! writer that ebb throttles for as long as the test wants.
+
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::Mount;
+use crate::data::{DataFile, DataPath, PassthroughData};
+
+/// Writes whose data starts with `BLOCK` wait until the gate opens.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<(bool, usize)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn wait_for_blocked(&self, count: usize) {
+        let mut state = self.state.lock();
+        while state.1 < count {
+            self.changed.wait(&mut state);
+        }
+    }
+
+    fn open(&self) {
+        self.state.lock().0 = true;
+        self.changed.notify_all();
+    }
+}
+
+struct GatedData(Arc<Gate>);
+
+struct GatedFile(Box<dyn DataFile>, Arc<Gate>);
+
+impl DataPath for GatedData {
+    fn attach(&self, key: u64, path: &Path) -> io::Result<Box<dyn DataFile>> {
+        Ok(Box::new(GatedFile(PassthroughData.attach(key, path)?, Arc::clone(&self.0))))
+    }
+    fn sync(&self) -> io::Result<()> {
+        PassthroughData.sync()
+    }
+    fn drain(&self, deadline: Duration, progress: &mut dyn FnMut(&str, bool)) -> io::Result<()> {
+        PassthroughData.drain(deadline, progress)
+    }
+    fn unwritten(&self) -> String {
+        String::new()
+    }
+    fn stats_json(&self) -> String {
+        "{}".to_owned()
+    }
+}
+
+impl DataFile for GatedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if buf.starts_with(b"BLOCK") {
+            let mut state = self.1.state.lock();
+            state.1 += 1;
+            self.1.changed.notify_all();
+            while !state.0 {
+                self.1.changed.wait(&mut state);
+            }
+        }
+        self.0.write_at(buf, offset)
+    }
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.0.set_len(size)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn fsync(&self) -> io::Result<()> {
+        self.0.fsync()
+    }
+    fn close(self: Box<Self>) -> io::Result<()> {
+        self.0.close()
+    }
+}
+
+// While several writers are held inside their write (as ebb holds a throttled writer), other
+// processes still stat, create, write, read and list: a paused write holds only its own request.
+// (The 120 s bound is a hang detector, not a speed check: the work takes milliseconds.)
+#[test]
+fn held_writers_do_not_block_other_requests() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
+        return;
+    }
+    let root = tempfile::Builder::new().prefix("ebb-fuse-gate").tempdir_in("/tmp").unwrap();
+    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let gate = Arc::new(Gate::default());
+    let mount = Mount::start_with(&dir, &mnt, Arc::new(GatedData(Arc::clone(&gate)))).unwrap();
+    const HELD: usize = 3;
+    let writers: Vec<_> = (0..HELD)
+        .map(|i| {
+            let path = mnt.join(format!("held{i}"));
+            std::thread::spawn(move || {
+                let file = std::fs::File::create(path).unwrap();
+                file.write_all_at(b"BLOCKED WRITE", 0).unwrap();
+            })
+        })
+        .collect();
+    gate.wait_for_blocked(HELD);
+    let (done, finished) = mpsc::channel();
+    let other = mnt.clone();
+    std::thread::spawn(move || {
+        let path = other.join("free");
+        std::fs::write(&path, b"not held").unwrap();
+        let read = std::fs::read(&path).unwrap();
+        let listed = std::fs::read_dir(&other).unwrap().count();
+        let size = std::fs::metadata(&path).unwrap().len();
+        let _ = done.send((read, listed, size));
+    });
+    let (read, listed, size) = finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("requests of other processes must be served while writers are held");
+    assert_eq!(read, b"not held");
+    assert_eq!(listed, HELD + 1);
+    assert_eq!(size, 8);
+    gate.open();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    mount.unmount().unwrap();
+    for i in 0..HELD {
+        assert_eq!(std::fs::read(dir.join(format!("held{i}"))).unwrap(), b"BLOCKED WRITE");
+    }
+}

@@ -1,0 +1,422 @@
+//! Integration tests of ebb-fuse: real mounts (we run as root), driven through the kernel with
+//! ordinary file system calls.
+//!
+//! Every test mounts on a fresh temporary directory and holds the [`Mount`] until it ends; if
+//! the test fails, dropping the `Mount` detaches it, so no mount is left behind. A machine
+//! without `/dev/fuse` skips these tests with a message.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ebb_fuse::{DataMode, Mount, MountConfig};
+
+/// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint.
+struct Fixture {
+    _root: tempfile::TempDir,
+    dir: PathBuf,
+    mnt: PathBuf,
+    mount: Option<Mount>,
+}
+
+impl Fixture {
+    /// `None` (with a message) when this machine cannot mount FUSE.
+    fn new(data: DataMode, memory: Option<u64>, knobs: &[(&str, &str)]) -> Option<Fixture> {
+        if !Path::new("/dev/fuse").exists() {
+            eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
+            return None;
+        }
+        let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
+        let dir = root.path().join("dir");
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        let config = MountConfig {
+            backend: dir.clone(),
+            mountpoint: mnt.clone(),
+            memory,
+            knobs: knobs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            data,
+        };
+        let mount = Mount::start(&config).expect("mount");
+        Some(Fixture { _root: root, dir, mnt, mount: Some(mount) })
+    }
+
+    fn unmount(&mut self) {
+        self.mount.take().expect("mounted").unmount().expect("unmount");
+    }
+}
+
+/// The data paths to test: ebb's (the product) and the plain passthrough.
+fn modes() -> [DataMode; 2] {
+    [DataMode::Passthrough, DataMode::Ebb]
+}
+
+/// splitmix64: a small seeded generator (the sequence only has to be reproducible).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A size that is often tiny, often page-sized, sometimes large.
+    fn size(&mut self, max: u64) -> u64 {
+        match self.below(4) {
+            0 => 1 + self.below(100),
+            1 => 4096 * (1 + self.below(4)),
+            _ => 1 + self.below(max),
+        }
+    }
+
+    /// An offset that is often page-aligned, often arbitrary, sometimes near `end`.
+    fn offset(&mut self, end: u64, max: u64) -> u64 {
+        match self.below(4) {
+            0 => 4096 * self.below(max / 4096),
+            1 => end.saturating_sub(self.below(5000)),
+            _ => self.below(max),
+        }
+    }
+}
+
+const FILES: [&str; 4] = ["a", "b", "c", "d"];
+const MAX_OFFSET: u64 = 3 << 20;
+const MAX_IO: u64 = 300 << 10;
+
+/// Reads `len` bytes at `offset` (fewer at end of file).
+fn read_range(file: &File, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    let mut done = 0;
+    while done < len {
+        let read = file.read_at(&mut buf[done..], offset + done as u64).expect("read");
+        if read == 0 {
+            break;
+        }
+        done += read;
+    }
+    buf.truncate(done);
+    buf
+}
+
+/// Random writes, reads, truncates, fsyncs, renames, unlinks, reopens and stats on a few
+/// files through the mount, each checked against an in-memory model; then DIR, after the
+/// unmount, must equal the model byte for byte.
+fn random_operations(data: DataMode, seed: u64, operations: usize) {
+    let Some(mut fx) = Fixture::new(data, Some(64 << 20), &[]) else { return };
+    let mut rng = Rng(seed);
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut open: BTreeMap<String, File> = BTreeMap::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let open_file = |mnt: &Path, name: &str| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(mnt.join(name))
+            .unwrap()
+    };
+    for step in 0..operations {
+        let name = FILES[rng.below(FILES.len() as u64) as usize].to_owned();
+        let context = |op: &str| format!("seed {seed} step {step}: {op} {name}");
+        let roll = rng.below(100);
+        let op = match roll {
+            0..35 => "write",
+            35..60 => "read",
+            60..70 => "truncate",
+            70..75 => "fsync",
+            75..83 => "rename",
+            83..88 => "close",
+            88..90 => "unlink",
+            _ => "stat",
+        };
+        *counts.entry(op).or_default() += 1;
+        if op != "write" && op != "truncate" && !model.contains_key(&name) {
+            continue;
+        }
+        match op {
+            "write" => {
+                let entry = model.entry(name.clone()).or_default();
+                let file = open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name));
+                let offset = rng.offset(entry.len() as u64, MAX_OFFSET);
+                let len = rng.size(MAX_IO) as usize;
+                let fill = rng.next();
+                let bytes: Vec<u8> =
+                    (0..len).map(|i| (fill.wrapping_add(i as u64 * 7) >> 3) as u8).collect();
+                file.write_all_at(&bytes, offset)
+                    .unwrap_or_else(|e| panic!("{}: {e}", context(op)));
+                let end = offset as usize + len;
+                if entry.len() < end {
+                    entry.resize(end, 0);
+                }
+                entry[offset as usize..end].copy_from_slice(&bytes);
+            }
+            "read" => {
+                let expected = &model[&name];
+                // Sometimes through a fresh handle, which must see the same cached data.
+                let fresh;
+                let file = if rng.below(4) == 0 {
+                    fresh = File::open(fx.mnt.join(&name)).unwrap();
+                    &fresh
+                } else {
+                    open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name))
+                };
+                let offset = rng.offset(expected.len() as u64, expected.len() as u64 + 65536);
+                let len = rng.size(MAX_IO) as usize;
+                let got = read_range(file, offset, len);
+                let start = (offset as usize).min(expected.len());
+                let end = (offset as usize + len).min(expected.len());
+                assert!(
+                    got == expected[start..end],
+                    "{}: {len} bytes at {offset} differ",
+                    context(op)
+                );
+            }
+            "truncate" => {
+                let entry = model.entry(name.clone()).or_default();
+                let file = open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name));
+                let size = rng.offset(entry.len() as u64, MAX_OFFSET);
+                file.set_len(size).unwrap_or_else(|e| panic!("{}: {e}", context(op)));
+                entry.resize(size as usize, 0);
+            }
+            "fsync" => {
+                let file = open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name));
+                file.sync_all().unwrap_or_else(|e| panic!("{}: {e}", context(op)));
+            }
+            "rename" => {
+                let target = FILES[rng.below(FILES.len() as u64) as usize].to_owned();
+                std::fs::rename(fx.mnt.join(&name), fx.mnt.join(&target))
+                    .unwrap_or_else(|e| panic!("{} -> {target}: {e}", context(op)));
+                if target != name {
+                    let content = model.remove(&name).unwrap();
+                    model.insert(target.clone(), content);
+                    // The open handle follows the file; the replaced file's handle goes.
+                    open.remove(&target);
+                    if let Some(file) = open.remove(&name) {
+                        open.insert(target, file);
+                    }
+                }
+            }
+            "close" => {
+                open.remove(&name);
+            }
+            "unlink" => {
+                std::fs::remove_file(fx.mnt.join(&name))
+                    .unwrap_or_else(|e| panic!("{}: {e}", context(op)));
+                model.remove(&name);
+                open.remove(&name);
+            }
+            _ => {
+                let size = std::fs::metadata(fx.mnt.join(&name)).unwrap().len();
+                assert_eq!(size, model[&name].len() as u64, "{}: size", context(op));
+            }
+        }
+    }
+    drop(open);
+    for (name, content) in &model {
+        let mut got = Vec::new();
+        File::open(fx.mnt.join(name)).unwrap().read_to_end(&mut got).unwrap();
+        assert!(got == *content, "seed {seed}: {name} differs through the mount at the end");
+    }
+    fx.unmount();
+    let mut names: Vec<String> = std::fs::read_dir(&fx.dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, model.keys().cloned().collect::<Vec<_>>(), "seed {seed}: names in DIR");
+    for (name, content) in &model {
+        let on_disk = std::fs::read(fx.dir.join(name)).unwrap();
+        assert_eq!(on_disk.len(), content.len(), "seed {seed}: size of {name} in DIR");
+        assert!(on_disk == *content, "seed {seed}: {name} in DIR differs from the model");
+    }
+    // Every kind of operation ran many times.
+    for op in ["write", "read", "truncate", "fsync", "rename", "close", "stat"] {
+        assert!(counts.get(op).copied().unwrap_or(0) > operations / 50, "{op}: {counts:?}");
+    }
+}
+
+#[test]
+fn random_operations_match_the_model_through_ebb() {
+    for seed in [1, 2] {
+        random_operations(DataMode::Ebb, seed, 3000);
+    }
+}
+
+#[test]
+fn random_operations_match_the_model_through_passthrough() {
+    random_operations(DataMode::Passthrough, 3, 2000);
+}
+
+fn raw_error<T: std::fmt::Debug>(result: io::Result<T>) -> Option<i32> {
+    result.expect_err("the call must fail").raw_os_error()
+}
+
+// Each failing call reports the errno a local filesystem would.
+#[test]
+fn errors_map_to_the_right_errno() {
+    for data in modes() {
+        let Some(mut fx) = Fixture::new(data, None, &[]) else { return };
+        let m = |name: &str| fx.mnt.join(name);
+        std::fs::create_dir(m("d")).unwrap();
+        std::fs::write(m("d/f"), b"x").unwrap();
+        std::fs::write(m("f"), b"y").unwrap();
+        assert_eq!(raw_error(File::open(m("missing"))), Some(libc::ENOENT));
+        assert_eq!(raw_error(std::fs::create_dir(m("d"))), Some(libc::EEXIST));
+        assert_eq!(raw_error(std::fs::remove_dir(m("d"))), Some(libc::ENOTEMPTY));
+        assert_eq!(raw_error(std::fs::remove_dir(m("f"))), Some(libc::ENOTDIR));
+        assert_eq!(raw_error(std::fs::remove_file(m("d"))), Some(libc::EISDIR));
+        assert_eq!(raw_error(std::fs::remove_file(m("missing"))), Some(libc::ENOENT));
+        assert_eq!(raw_error(std::fs::read_link(m("f"))), Some(libc::EINVAL));
+        assert_eq!(raw_error(File::create(m("nodir/x"))), Some(libc::ENOENT));
+        assert_eq!(raw_error(File::create(m("f/x"))), Some(libc::ENOTDIR));
+        assert_eq!(raw_error(OpenOptions::new().write(true).open(m("d"))), Some(libc::EISDIR));
+        assert_eq!(raw_error(std::fs::hard_link(m("d"), m("d2"))), Some(libc::EPERM));
+        assert_eq!(
+            raw_error(OpenOptions::new().write(true).create_new(true).open(m("f"))),
+            Some(libc::EEXIST)
+        );
+        std::fs::create_dir(m("e")).unwrap();
+        assert_eq!(raw_error(std::fs::rename(m("e"), m("d/f"))), Some(libc::ENOTDIR));
+        assert_eq!(raw_error(std::fs::rename(m("f"), m("d"))), Some(libc::EISDIR));
+        assert_eq!(raw_error(std::fs::rename(m("e"), m("d"))), Some(libc::ENOTEMPTY));
+        assert_eq!(raw_error(std::fs::rename(m("d"), m("d/sub"))), Some(libc::EINVAL));
+        let long = "n".repeat(300);
+        assert_eq!(raw_error(File::create(m(&long))), Some(libc::ENAMETOOLONG));
+        // Permissions are checked by the kernel against the caller (default_permissions).
+        std::fs::set_permissions(m("f"), std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert_eq!(std::fs::metadata(fx.dir.join("f")).unwrap().mode() & 0o777, 0o400);
+        // Writes after the drain started are refused as on a read-only filesystem.
+        let file = OpenOptions::new().write(true).open(m("d/f")).unwrap();
+        fx.mount.as_ref().unwrap().stop_writes();
+        assert_eq!(raw_error(file.write_at(b"z", 0)), Some(libc::EROFS));
+        assert_eq!(raw_error(File::create(m("new"))), Some(libc::EROFS));
+        assert_eq!(raw_error(std::fs::remove_file(m("f"))), Some(libc::EROFS));
+        assert_eq!(raw_error(std::fs::create_dir(m("new"))), Some(libc::EROFS));
+        drop(file);
+        fx.unmount();
+        assert_eq!(std::fs::read(fx.dir.join("d/f")).unwrap(), b"x");
+    }
+}
+
+// Namespace operations a user expects: directories, symlinks, hard links, renames across
+// directories, chmod, utimes, mknod of a fifo, readdir, statfs, fsyncdir; each visible in DIR.
+#[test]
+fn metadata_operations_pass_through_to_dir() {
+    for data in modes() {
+        let Some(mut fx) = Fixture::new(data, None, &[]) else { return };
+        let m = |name: &str| fx.mnt.join(name);
+        std::fs::create_dir_all(m("x/y")).unwrap();
+        std::fs::write(m("x/y/file"), b"content").unwrap();
+        std::os::unix::fs::symlink("y/file", m("x/link")).unwrap();
+        assert_eq!(std::fs::read_link(m("x/link")).unwrap(), Path::new("y/file"));
+        assert_eq!(std::fs::read(m("x/link")).unwrap(), b"content");
+        std::fs::hard_link(m("x/y/file"), m("hard")).unwrap();
+        assert_eq!(std::fs::metadata(m("hard")).unwrap().nlink(), 2);
+        std::fs::rename(m("x/y"), m("z")).unwrap();
+        assert_eq!(std::fs::read(m("z/file")).unwrap(), b"content");
+        std::fs::set_permissions(m("z/file"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        File::options().write(true).open(m("z/file")).unwrap().set_modified(when).unwrap();
+        let meta = std::fs::metadata(fx.dir.join("z/file")).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o640);
+        assert_eq!(meta.modified().unwrap(), when);
+        assert_eq!(std::fs::metadata(m("z/file")).unwrap().modified().unwrap(), when);
+        let status = std::process::Command::new("mkfifo").arg(m("fifo")).status().unwrap();
+        assert!(status.success());
+        assert!(std::fs::metadata(fx.dir.join("fifo")).unwrap().file_type().is_fifo_like());
+        let mut names: Vec<String> = std::fs::read_dir(fx.mnt.as_path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["fifo", "hard", "x", "z"]);
+        let statfs = rustix::fs::statvfs(fx.mnt.as_path()).unwrap();
+        assert!(statfs.f_blocks > 0 && statfs.f_bsize > 0);
+        File::open(m("z")).unwrap().sync_all().unwrap();
+        std::fs::remove_file(m("hard")).unwrap();
+        std::fs::remove_file(m("x/link")).unwrap();
+        std::fs::remove_dir(m("x")).unwrap();
+        fx.unmount();
+        assert_eq!(std::fs::read(fx.dir.join("z/file")).unwrap(), b"content");
+        assert!(!fx.dir.join("x").exists());
+    }
+}
+
+trait FifoLike {
+    fn is_fifo_like(&self) -> bool;
+}
+
+impl FifoLike for std::fs::FileType {
+    fn is_fifo_like(&self) -> bool {
+        std::os::unix::fs::FileTypeExt::is_fifo(self)
+    }
+}
+
+// The kernel keeps no copy of the data (direct IO): a shared mapping is refused with ENODEV,
+// a private read-only mapping works.
+#[test]
+fn shared_mmap_is_refused_and_private_mmap_reads() {
+    let Some(mut fx) = Fixture::new(DataMode::Ebb, None, &[]) else { return };
+    let path = fx.mnt.join("m");
+    std::fs::write(&path, vec![7u8; 10000]).unwrap();
+    let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let shared = rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE;
+    let result = mmap_probe(&file, shared, rustix::mm::MapFlags::SHARED);
+    assert_eq!(result, Err(rustix::io::Errno::NODEV));
+    let result = mmap_probe(&file, rustix::mm::ProtFlags::READ, rustix::mm::MapFlags::PRIVATE);
+    assert_eq!(result, Ok(7));
+    drop(file);
+    fx.unmount();
+}
+
+/// Maps the first page of `file` and returns its first byte, or the mmap error.
+#[expect(unsafe_code, reason = "mmap has no safe interface; the mapping is private to this call")]
+fn mmap_probe(
+    file: &File,
+    prot: rustix::mm::ProtFlags,
+    flags: rustix::mm::MapFlags,
+) -> Result<u8, rustix::io::Errno> {
+    // SAFETY: a fresh mapping of one page at an address the kernel picks; it is read once
+    // while the file stays open and the size (10000 bytes) covers the page, then unmapped.
+    unsafe {
+        let address = rustix::mm::mmap(std::ptr::null_mut(), 4096, prot, flags, file, 0)?;
+        let first = address.cast::<u8>().read_volatile();
+        rustix::mm::munmap(address, 4096)?;
+        Ok(first)
+    }
+}
+
+// stat through the mount reports the size ebb knows, and ebb stat's source (the root's xattr)
+// answers with the runtime's fields.
+#[test]
+fn size_and_stats_come_from_ebb() {
+    let Some(mut fx) = Fixture::new(DataMode::Ebb, Some(256 << 20), &[]) else { return };
+    let path = fx.mnt.join("s");
+    let file = File::create(&path).unwrap();
+    file.write_all_at(&vec![1u8; 5 << 20], 0).unwrap();
+    file.write_all_at(b"tail", 5 << 20).unwrap();
+    let expected = (5 << 20) + 4;
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), expected);
+    assert_eq!(file.metadata().unwrap().len(), expected);
+    let stats = ebb_fuse::read_stats(&fx.mnt).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert!(value.is_object(), "{stats}");
+    assert_eq!(stats, fx.mount.as_ref().unwrap().stats_json());
+    drop(file);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), expected);
+    fx.unmount();
+    assert_eq!(std::fs::metadata(fx.dir.join("s")).unwrap().len(), expected);
+    let error = ebb_fuse::read_stats(&fx.dir).unwrap_err();
+    assert!(error.to_string().contains("not the root of an ebb mount"), "{error}");
+}
