@@ -1244,7 +1244,10 @@ impl Engine {
             inflight: u64::from(wb.inflight),
             wbt_max_depth: wb.wbt.max_depth(),
             wbt_background: wb.wbt.wb_background(),
+            wbt_normal: wb.wbt.wb_normal(),
             wbt_step: wb.wbt.scale_step(),
+            wbt_target_us: wb.wbt.min_lat_nsec() / 1_000,
+            wbt_read_min_us: wb.wbt.last_read_min_nsec() / 1_000,
             dirtied: wb.counters.dirtied,
             written: wb.counters.written,
         }

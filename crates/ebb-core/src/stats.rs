@@ -118,8 +118,14 @@ pub struct BdiStats {
     pub wbt_max_depth: u32,
     /// Writeback throttling: current limit on background writes.
     pub wbt_background: u32,
+    /// Writeback throttling: current limit on other buffered writes.
+    pub wbt_normal: u32,
     /// Writeback throttling: current scale step (positive: scaled down).
     pub wbt_step: i32,
+    /// Writeback throttling: the read-latency target, µs (0: off).
+    pub wbt_target_us: u64,
+    /// Writeback throttling: minimum read latency of the last window with reads, µs.
+    pub wbt_read_min_us: u64,
     /// Pages dirtied against it, ever.
     pub dirtied: u64,
     /// Pages written, ever.

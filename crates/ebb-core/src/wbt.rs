@@ -51,8 +51,9 @@
 //! does not fill behind reads.
 //!
 //! # Observability
-//! `wbt_stat`, `wbt_lat`, `wbt_step` and `wbt_timer` trace lines; `Wbt::max_depth`,
-//! `wb_normal`, `wb_background`, `scale_step`, `min_lat_nsec` in `BdiStats`.
+//! `wbt_stat`, `wbt_lat`, `wbt_step` and `wbt_timer` trace lines; in `BdiStats`, the limits
+//! (`max_depth`, `wb_normal`, `wb_background`), the step, the target and the minimum read
+//! latency of the last window with reads (the latency the controller saw).
 
 use crate::memory::isqrt;
 use crate::time::{Duration, Instant};
@@ -162,6 +163,8 @@ pub struct Wbt {
     last_read: Option<Instant>,
     tracked_read: Option<(Instant, u64)>,
     last_bdp_wait: Option<Instant>,
+    /// Minimum read latency of the last window that had reads, ns (0 before any).
+    last_read_min_ns: u64,
     /// Set when the in-flight writes reached their limit; cleared by the wakeup rule.
     holding: bool,
 }
@@ -186,6 +189,7 @@ impl Wbt {
             last_read: None,
             tracked_read: None,
             last_bdp_wait: None,
+            last_read_min_ns: 0,
             holding: false,
         };
         wbt.calc_limits();
@@ -220,6 +224,12 @@ impl Wbt {
     /// The latency target, ns.
     pub fn min_lat_nsec(&self) -> u64 {
         self.min_lat_nsec
+    }
+
+    /// The minimum read latency of the last window that saw reads, ns (0 before any): the
+    /// latency the controller compares with its target.
+    pub fn last_read_min_nsec(&self) -> u64 {
+        self.last_read_min_ns
     }
 
     /// When the window timer fires, if armed.
@@ -357,6 +367,9 @@ impl Wbt {
         };
         let w = self.window;
         self.window = Window::default();
+        if w.reads > 0 {
+            self.last_read_min_ns = w.read_min_ns;
+        }
         if self.scale_step != 0 || inflight > 0 {
             self.timer = Some(now + Duration::from_nanos(self.cur_win_nsec));
         }

@@ -587,6 +587,22 @@ fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
             ),
         ),
     ];
+    charts.push((
+        "wbt.png",
+        line_chart(
+            "writeback throttling: in-flight limits",
+            Some("requests"),
+            &["wbt_max_depth", "wbt_background"],
+        ),
+    ));
+    charts.push((
+        "wbt-latency.png",
+        line_chart(
+            "writeback throttling: minimum read latency per window",
+            Some("us"),
+            &["wbt_read_min_us"],
+        ),
+    ));
     let mut writers: Vec<u32> = result.pauses.iter().map(|&(_, _, writer)| writer).collect();
     writers.sort_unstable();
     writers.dedup();

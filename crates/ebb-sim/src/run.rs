@@ -790,6 +790,17 @@ impl<'a> Sim<'a> {
         for (name, v) in values {
             self.series.entry(name).or_default().push((t, v));
         }
+        if bdi.wbt_target_us > 0 {
+            // Writeback throttling on the first backend: its limits and the latency it saw.
+            let wbt: [(&'static str, f64); 3] = [
+                ("wbt_max_depth", f64::from(bdi.wbt_max_depth)),
+                ("wbt_background", f64::from(bdi.wbt_background)),
+                ("wbt_read_min_us", bdi.wbt_read_min_us as f64),
+            ];
+            for (name, v) in wbt {
+                self.series.entry(name).or_default().push((t, v));
+            }
+        }
         for (i, sw) in self.writers.iter().enumerate() {
             self.writer_series[i].push((t, sw.w.total_dirtied() as f64));
         }
@@ -966,6 +977,10 @@ impl<'a> Sim<'a> {
             .map(|(name, points)| TimeSeries {
                 unit: if name.contains("bw") || name.contains("ratelimit") {
                     "KB/s"
+                } else if name.ends_with("_us") {
+                    "us"
+                } else if name.starts_with("wbt_") {
+                    "requests"
                 } else {
                     "pages"
                 }

@@ -632,6 +632,18 @@ mod runs {
             let r = run(&s, &mut |_| {}).expect("run");
             assert!(r.metrics["read_count"] > 1000.0, "reads: {}", r.metrics["read_count"]);
             assert!(r.metrics["read_lat_us_p50"] <= r.metrics["read_lat_us_p99_99"]);
+            // With wbt on, its limits and the read latency it saw are reported over time.
+            let seen = r
+                .series("wbt_read_min_us")
+                .map_or(0.0, |s| s.points.iter().map(|p| p.1).fold(0.0, f64::max));
+            let depth = r
+                .series("wbt_max_depth")
+                .map_or(0.0, |s| s.points.iter().map(|p| p.1).fold(0.0, f64::max));
+            if wbt == ebb_core::WbtMode::On {
+                assert!(seen > 50.0 && (1.0..=24.0).contains(&depth), "seen {seen}, depth {depth}");
+            } else {
+                assert!(r.series("wbt_max_depth").is_none(), "no wbt series when off");
+            }
             r.metrics["read_lat_us_p99_9"]
         };
         let (off, on) = (tail(ebb_core::WbtMode::Off), tail(ebb_core::WbtMode::On));
