@@ -224,6 +224,9 @@ pub struct Config {
     pub throttle: ThrottlePolicy,
     /// Reclaim policy.
     pub reclaim: ReclaimPolicy,
+    /// The backend anonymous pages are swapped out to (`None`: no swap, anonymous memory is
+    /// never reclaimed).
+    pub swap_backend: Option<usize>,
     /// Accounting of unstable pages.
     pub unstable_accounting: UnstableAccounting,
     /// Whether the engine records trace events (costs time; off for benchmarks).
@@ -251,6 +254,7 @@ impl Config {
             watermark_scale_factor: 10,
             throttle: ThrottlePolicy::Ioless,
             reclaim: ReclaimPolicy::FlusherOnly,
+            swap_backend: None,
             unstable_accounting: UnstableAccounting::Fixed,
             trace: false,
             backends: vec![backend],
@@ -326,6 +330,14 @@ impl Config {
             return err(
                 "backends",
                 format!("{} backends exceed the limit of 4096", self.backends.len()),
+            );
+        }
+        if let Some(swap) = self.swap_backend
+            && swap >= self.backends.len()
+        {
+            return err(
+                "swap_backend",
+                format!("backend {swap} does not exist ({} backends)", self.backends.len()),
             );
         }
         let mut min_sum = 0u32;

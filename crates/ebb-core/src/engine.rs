@@ -249,6 +249,7 @@ pub struct Engine {
     pub(crate) min_ratio_sum: u32,
     /// kswapd's last batch was all unqueued dirty pages (the kernel's `PGDAT_DIRTY`).
     pub(crate) node_dirty: bool,
+    pub(crate) reclaim: crate::reclaim::ReclaimState,
 }
 
 impl Engine {
@@ -314,6 +315,7 @@ impl Engine {
             dirty_seq: 0,
             min_ratio_sum,
             node_dirty: false,
+            reclaim: crate::reclaim::ReclaimState::default(),
             cfg: config,
         };
         engine.dirty_limit = engine.global_thresholds().thresh;
@@ -399,6 +401,9 @@ impl Engine {
                 self.read_start(inode, first_page, pages, request, maps)
             }
             Event::Truncate { inode, first_page } => self.truncate(inode, first_page, maps),
+            Event::WriteDone { io, result } if self.is_swap_io(io) => {
+                self.swap_done(io, result, maps)
+            }
             Event::WriteDone { io, result } => self.write_done(io, result, maps),
             Event::CommitDone { io, result } => self.commit_done(io, result, maps),
             Event::ReadDone { io, result } => self.read_done(io, result, maps),
@@ -597,6 +602,7 @@ impl Engine {
             self.mem.release(frame);
         }
         self.waiters.remove(&w.id);
+        self.reclaim_forget(w.id);
     }
 
     /// Folds a writer's batch into the shared counters without a throttle check (the kernel's

@@ -75,7 +75,14 @@ pub(crate) struct Memory {
     free: Vec<u32>,
     /// Frames handed out (resident, reserved by writers, or in flight to the LRU).
     allocated: u64,
+    /// Resident anonymous pages (including those being swapped out or already written).
     anon: u64,
+    /// Anonymous pages whose swap-out write is in flight.
+    anon_writeback: u64,
+    /// Anonymous pages written to swap, waiting for the next reclaim pass to free them.
+    anon_swapped: u64,
+    /// Anonymous pages the workload holds, resident or in swap (what it will free).
+    anon_owned: u64,
     lists: [ListHead; 2],
     pub(crate) wmark: Watermarks,
 }
@@ -88,6 +95,9 @@ impl Memory {
             free: Vec::new(),
             allocated: 0,
             anon: 0,
+            anon_writeback: 0,
+            anon_swapped: 0,
+            anon_owned: 0,
             lists: [EMPTY_LIST; 2],
             wmark: Watermarks::for_config(config),
         }
@@ -112,10 +122,65 @@ impl Memory {
 
     pub(crate) fn add_anon(&mut self, pages: u64) {
         self.anon += pages;
+        self.anon_owned += pages;
     }
 
+    /// Takes up to `want` free pages for anonymous memory while staying at or above `floor`.
+    pub(crate) fn take_anon(&mut self, want: u64, floor: u64) -> u64 {
+        let n = want.min(self.free_pages().saturating_sub(floor));
+        self.add_anon(n);
+        n
+    }
+
+    /// The workload frees `pages` of the anonymous memory it holds. The anonymous pool keeps no
+    /// per-page identity, so the resident part freed is the freed share of what is held:
+    /// `pages * swappable / owned` (pages in swap simply leave swap; pages being written or
+    /// already written stay until reclaim finishes with them).
     pub(crate) fn sub_anon(&mut self, pages: u64) {
-        self.anon = self.anon.saturating_sub(pages);
+        let pages = pages.min(self.anon_owned);
+        if pages == 0 {
+            return;
+        }
+        let swappable = self.swappable_anon();
+        let resident = if pages == self.anon_owned {
+            swappable
+        } else {
+            (u128::from(pages) * u128::from(swappable) / u128::from(self.anon_owned)) as u64
+        };
+        self.anon -= resident;
+        self.anon_owned -= pages;
+    }
+
+    /// Anonymous pages whose swap-out write is in flight.
+    pub(crate) fn anon_writeback(&self) -> u64 {
+        self.anon_writeback
+    }
+
+    /// Resident anonymous pages reclaim may swap out.
+    pub(crate) fn swappable_anon(&self) -> u64 {
+        self.anon - self.anon_writeback - self.anon_swapped
+    }
+
+    /// Reclaim starts swapping out `pages` anonymous pages.
+    pub(crate) fn anon_start_swap(&mut self, pages: u64) {
+        debug_assert!(pages <= self.swappable_anon());
+        self.anon_writeback += pages;
+    }
+
+    /// A swap-out write of `pages` ended; written pages wait for reclaim to free them.
+    pub(crate) fn anon_swap_done(&mut self, pages: u64, ok: bool) {
+        self.anon_writeback -= pages;
+        if ok {
+            self.anon_swapped += pages;
+        }
+    }
+
+    /// Frees up to `want` anonymous pages already written to swap; returns how many.
+    pub(crate) fn free_swapped_anon(&mut self, want: u64) -> u64 {
+        let n = want.min(self.anon_swapped);
+        self.anon_swapped -= n;
+        self.anon -= n;
+        n
     }
 
     pub(crate) fn list_len(&self, list: List) -> u64 {

@@ -16,16 +16,68 @@
 //! Pages under writeback or unstable are marked and rotated; a page whose writeback completes
 //! while marked is moved to the tail so the next scan frees it at once. Reclaim is instantaneous
 //! in the core: it has no CPU-time model, only the decisions.
+//!
+//! Anonymous memory (a workload's mappings, [`Engine::anon_fault`]) competes for the same frames.
+//! With a swap backend (`Config::swap_backend`) reclaim swaps it out under both policies (there
+//! is no flusher for anonymous pages, so even direct reclaim writes them, as in the kernel):
+//! each pass scans anonymous and file pages in the proportion of the 2.6.3x-3.x
+//! `get_scan_count`, with swappiness 60:
+//!
+//! ```text
+//! ap = (60 + 1)  * (recent_scanned[anon] + 1) / (recent_rotated[anon] + 1)
+//! fp = (140 + 1) * (recent_scanned[file] + 1) / (recent_rotated[file] + 1)
+//! anon share of the scan = A * ap / (A * ap + F * fp)     A, F: list sizes in pages
+//! ```
+//!
+//! New anonymous pages count as scanned and rotated (they start active in the kernel); a file
+//! page added counts as scanned; a file page reclaim leaves on the list (dirty, under
+//! writeback) counts as rotated, so skipping dirty pages shifts the scan towards swap (the
+//! posting's mmap-strm observation). Each list's pair is halved once its scanned count passes a
+//! quarter of the list. When free plus file pages are under the high watermark only anonymous
+//! pages are scanned. Swap-outs of one pass go as writes of up to `SWAP_CLUSTER_MAX` pages to
+//! consecutive swap slots (the kernel allocates swap in clusters, so its single-page writes
+//! merge in the elevator). A page written to swap is freed by the next pass (immediate reclaim).
+//! Not modelled: page-table referenced bits (an anonymous page is never found referenced and
+//! reactivated) and swap-in (workloads never read back what they wrote to anonymous memory).
+//!
+//! Stalls: a writer that finds no frame even after direct reclaim waits for memory; the number
+//! of such waits and their total time are counted (`Stats::reclaim_stalls`,
+//! `Stats::reclaim_stall_ns`).
+
+use std::collections::BTreeMap;
 
 use crate::config::ReclaimPolicy;
 use crate::engine::{Counters, Engine, IoKind, IoRecord, PageMaps, WaitReason};
-use crate::event::{Action, IoClass, Issuer};
-use crate::ids::{BackendId, FrameId, InodeId};
+use crate::event::{Action, IoClass, IoError, Issuer, Stability, Verdict};
+use crate::ids::{BackendId, FrameId, InodeId, IoId, WriterId};
 use crate::memory::List;
 use crate::pagemap::{PageState, flag};
+use crate::time::{Duration, Instant};
+use crate::writer::{CallState, Writer};
 
 /// Pages reclaim isolates per batch (the kernel's `SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: u64 = 32;
+
+/// The inode named by the [`Action::Write`] of a swap-out: its `first_page` is the swap slot.
+pub const SWAP_INODE: InodeId = InodeId(u64::MAX);
+
+/// Swappiness (kernel default 60): the anonymous weight is `SWAPPINESS`, the file weight
+/// `200 - SWAPPINESS`.
+const SWAPPINESS: u64 = 60;
+
+/// Reclaim's own state, apart from the LRU lists.
+#[derive(Default)]
+pub(crate) struct ReclaimState {
+    /// `[anon, file]` pages scanned and rotated recently (`zone_reclaim_stat`).
+    recent_scanned: [u64; 2],
+    recent_rotated: [u64; 2],
+    /// Swap-out writes in flight: io -> pages.
+    swap_ios: BTreeMap<IoId, u64>,
+    /// Next swap slot; wraps at the swap size.
+    swap_next: u64,
+    /// Writers waiting for memory, since when.
+    stalled_since: BTreeMap<WriterId, Instant>,
+}
 
 /// What one reclaim pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,12 +102,69 @@ impl Engine {
         }
         let mut got = self.mem.alloc(want, wmark.min, out);
         if got < want {
-            let shrink = self.shrink((want - got) as u64, true, maps);
-            self.stats.direct_scanned += shrink.scanned;
-            self.stats.direct_reclaimed += shrink.reclaimed;
+            self.direct_reclaim((want - got) as u64, maps);
             got += self.mem.alloc(want - got, wmark.min, out);
         }
+        self.reclaim.recent_scanned[1] += got as u64;
         got
+    }
+
+    fn direct_reclaim<M: PageMaps>(&mut self, target: u64, maps: &mut M) {
+        let shrink = self.shrink(target, true, maps);
+        self.stats.direct_scanned += shrink.scanned;
+        self.stats.direct_reclaimed += shrink.reclaimed;
+    }
+
+    /// A writer touches `pages` new pages of an anonymous mapping (page faults): takes frames
+    /// for them, reclaiming as a file allocation does. Returns the pages granted; when none
+    /// could be had the verdict is [`Verdict::Wait`] (the writer waits for memory, then calls
+    /// [`Engine::throttle_continue`] and faults again).
+    pub fn anon_fault<M: PageMaps>(
+        &mut self,
+        now: Instant,
+        w: &mut Writer,
+        pages: u64,
+        maps: &mut M,
+    ) -> (u64, Verdict) {
+        self.advance(now);
+        self.apply_pending(w, maps);
+        let wmark = self.mem.wmark;
+        if self.mem.free_pages() < wmark.low + pages {
+            self.kswapd(maps);
+        }
+        let mut got = self.mem.take_anon(pages, wmark.min);
+        if got < pages {
+            self.direct_reclaim(pages - got, maps);
+            got += self.mem.take_anon(pages - got, wmark.min);
+        }
+        // New anonymous pages start on the active list: scanned and rotated.
+        self.reclaim.recent_scanned[0] += got;
+        self.reclaim.recent_rotated[0] += got;
+        let verdict = if got == 0 {
+            self.memory_wait(w);
+            Verdict::Wait
+        } else {
+            Verdict::Proceed { stalled: Duration::ZERO, throttled: false }
+        };
+        self.drive_all(maps);
+        (got, verdict)
+    }
+
+    /// A writer found no frame even after direct reclaim: it waits for memory.
+    pub(crate) fn memory_wait(&mut self, w: &mut Writer) {
+        w.call = CallState::Blocked;
+        w.call_start = self.now;
+        self.waiters.insert(w.id, WaitReason::Memory);
+        self.reclaim.stalled_since.insert(w.id, self.now);
+        self.stats.memory_waits += 1;
+        self.stats.reclaim_stalls += 1;
+    }
+
+    /// A writer leaves: it no longer waits.
+    pub(crate) fn reclaim_forget(&mut self, w: WriterId) {
+        if let Some(since) = self.reclaim.stalled_since.remove(&w) {
+            self.stats.reclaim_stall_ns += self.now.saturating_since(since).as_nanos();
+        }
     }
 
     /// Background reclaim: from below `low` up to `high`.
@@ -75,7 +184,22 @@ impl Engine {
     fn shrink<M: PageMaps>(&mut self, target: u64, direct: bool, maps: &mut M) -> Shrink {
         self.age_active_list();
         let mut out = Shrink::default();
-        let budget = (2 * target + SWAP_CLUSTER_MAX).min(self.mem.list_len(List::Inactive));
+        // Anonymous pages written to swap since the last pass are freed first (they were
+        // rotated to the tail when their write completed).
+        let freed = self.mem.free_swapped_anon(target);
+        out.scanned += freed;
+        out.reclaimed += freed;
+        let mut budget = 2 * target + SWAP_CLUSTER_MAX;
+        // Pages already on their way to swap count toward the target: the kernel's kswapd
+        // does not scan again for memory its writes are about to free.
+        let anon_target = target.saturating_sub(self.mem.anon_writeback());
+        let anon_scan = self.anon_scan_share((2 * anon_target).min(budget));
+        if anon_scan > 0 && out.reclaimed < target {
+            self.swap_out(anon_scan, direct);
+            out.scanned += anon_scan;
+            budget -= anon_scan;
+        }
+        let budget = out.scanned + budget.min(self.mem.list_len(List::Inactive));
         let mut woken: Vec<BackendId> = Vec::new();
         let mut batch = Shrink::default();
         while out.scanned < budget && out.reclaimed < target {
@@ -106,6 +230,7 @@ impl Engine {
                         };
                     maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
                     self.mem.move_to_head(frame, List::Inactive);
+                    self.reclaim.recent_rotated[1] += 1;
                     if write_it && self.pageout(inode, index, maps) {
                         if direct {
                             self.stats.direct_written += 1;
@@ -125,6 +250,7 @@ impl Engine {
                 PageState::Writeback | PageState::Unstable => {
                     maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
                     self.mem.move_to_head(frame, List::Inactive);
+                    self.reclaim.recent_rotated[1] += 1;
                     out.writeback += 1;
                 }
             }
@@ -148,7 +274,107 @@ impl Engine {
                 self.start_all(b);
             }
         }
+        self.reclaim.recent_scanned[1] += out.scanned - out.scanned.min(freed + anon_scan);
+        self.age_reclaim_stat();
         out
+    }
+
+    /// How many of `budget` pages this pass scans from anonymous memory (module doc).
+    fn anon_scan_share(&self, budget: u64) -> u64 {
+        if self.cfg.swap_backend.is_none() {
+            return 0;
+        }
+        let anon = self.mem.swappable_anon();
+        if anon == 0 {
+            return 0;
+        }
+        let file = self.mem.list_len(List::Inactive) + self.mem.list_len(List::Active);
+        if file + self.mem.free_pages() <= self.mem.wmark.high {
+            return anon.min(budget);
+        }
+        let st = &self.reclaim;
+        let ap = u128::from(SWAPPINESS + 1) * u128::from(st.recent_scanned[0] + 1)
+            / u128::from(st.recent_rotated[0] + 1);
+        let fp = u128::from(200 - SWAPPINESS + 1) * u128::from(st.recent_scanned[1] + 1)
+            / u128::from(st.recent_rotated[1] + 1);
+        let a = u128::from(anon) * ap;
+        let f = u128::from(file) * fp;
+        let share = (u128::from(budget) * a).div_ceil((a + f).max(1)) as u64;
+        share.min(anon).min(budget)
+    }
+
+    /// Halves a list's recent counts once its scanned count passes a quarter of the list.
+    fn age_reclaim_stat(&mut self) {
+        let sizes = [
+            self.mem.anon(),
+            self.mem.list_len(List::Inactive) + self.mem.list_len(List::Active),
+        ];
+        for (i, size) in sizes.into_iter().enumerate() {
+            let st = &mut self.reclaim;
+            if st.recent_scanned[i] > size / 4 {
+                st.recent_scanned[i] /= 2;
+                st.recent_rotated[i] /= 2;
+            }
+        }
+    }
+
+    /// Starts swap-out writes of `pages` anonymous pages, in clusters of consecutive slots.
+    fn swap_out(&mut self, pages: u64, direct: bool) {
+        let Some(swap) = self.cfg.swap_backend else { return };
+        let b = BackendId(swap as u32);
+        // Swap space twice the memory, the sizing advice of the era.
+        let slots = 2 * self.mem.total();
+        self.mem.anon_start_swap(pages);
+        if direct {
+            self.stats.direct_swapped += pages;
+        } else {
+            self.stats.kswapd_swapped += pages;
+        }
+        let mut left = pages;
+        while left > 0 {
+            let mut n = left.min(SWAP_CLUSTER_MAX);
+            if self.reclaim.swap_next + n > slots {
+                self.reclaim.swap_next = 0;
+            }
+            n = n.min(slots);
+            let io = self.new_io();
+            let first_page = self.reclaim.swap_next;
+            self.reclaim.swap_next += n;
+            self.reclaim.swap_ios.insert(io, n);
+            self.stats.writes += 1;
+            self.stats.write_pages += n;
+            self.emit(Action::Write {
+                io,
+                backend: b,
+                inode: SWAP_INODE,
+                first_page,
+                pages: n,
+                class: IoClass::Reclaim,
+                issuer: Issuer::Reclaim,
+            });
+            left -= n;
+        }
+    }
+
+    /// Whether `io` is a swap-out write.
+    pub(crate) fn is_swap_io(&self, io: IoId) -> bool {
+        self.reclaim.swap_ios.contains_key(&io)
+    }
+
+    /// A swap-out write completed: its pages wait for the next pass to free them; after an
+    /// error they stay resident and may be tried again.
+    pub(crate) fn swap_done<M: PageMaps>(
+        &mut self,
+        io: IoId,
+        result: Result<Stability, IoError>,
+        maps: &mut M,
+    ) {
+        let pages = self.reclaim.swap_ios.remove(&io).expect("a swap io");
+        if result.is_err() {
+            self.stats.write_errors += 1;
+        }
+        self.mem.anon_swap_done(pages, result.is_ok());
+        self.wake_memory_waiters(maps);
     }
 
     /// Writes one dirty page from reclaim (the kernel's `pageout`): a single-page write, outside
@@ -211,9 +437,7 @@ impl Engine {
         self.kswapd(maps);
         if self.mem.free_pages() <= self.mem.wmark.min {
             // Try freeing clean pages the completions just produced.
-            let shrink = self.shrink(SWAP_CLUSTER_MAX, true, maps);
-            self.stats.direct_scanned += shrink.scanned;
-            self.stats.direct_reclaimed += shrink.reclaimed;
+            self.direct_reclaim(SWAP_CLUSTER_MAX, maps);
             if self.mem.free_pages() <= self.mem.wmark.min {
                 return;
             }
@@ -226,6 +450,7 @@ impl Engine {
             .collect();
         for w in ready {
             self.waiters.remove(&w);
+            self.reclaim_forget(w);
             self.emit(Action::Resume { writer: w });
         }
     }

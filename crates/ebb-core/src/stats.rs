@@ -48,8 +48,16 @@ pub struct Stats {
     pub direct_reclaimed: u64,
     /// Pages written by direct reclaim itself.
     pub direct_written: u64,
+    /// Anonymous pages background reclaim wrote to swap.
+    pub kswapd_swapped: u64,
+    /// Anonymous pages direct reclaim wrote to swap (allowed under every policy).
+    pub direct_swapped: u64,
     /// Times a writer waited for memory.
     pub memory_waits: u64,
+    /// Reclaim stalls: a writer found no frame even after direct reclaim and waited.
+    pub reclaim_stalls: u64,
+    /// Total time of the reclaim stalls that ended, nanoseconds.
+    pub reclaim_stall_ns: u64,
     /// Dirty or writeback pages found at the LRU tail and left for the flusher.
     pub reclaim_immediate: u64,
     /// Flusher wakeups requested by reclaim.

@@ -158,10 +158,7 @@ impl Engine {
             w.frames = frames;
         }
         if w.frames.is_empty() {
-            w.call = CallState::Blocked;
-            w.call_start = now;
-            self.waiters.insert(w.id, WaitReason::Memory);
-            self.stats.memory_waits += 1;
+            self.memory_wait(w);
             self.drive_all(maps);
             return Verdict::Wait;
         }

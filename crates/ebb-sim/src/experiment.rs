@@ -31,11 +31,13 @@
 //! # max_write_pages, rotational, write_cache, wbt, wbt_lat_usec, wbt_window_usec
 //!
 //! [[case.workload]]
-//! kind = "dd"                               # dd | cp | randread
+//! kind = "dd"                               # dd | cp | randread | fsmark | mmap-strm | anon-churn
 //! backend = "sda"                           # optional when the case has one backend
 //! size = "10GiB"
 //! bs = "1MiB"
 //! start = "0s"                              # optional; dd also takes fsync and think
+//! # fsmark: threads, file_size; mmap-strm: mix, chunk; anon-churn: hold, period
+//! # (crate::memload). A backend with `swap = true` receives swapped-out anonymous pages.
 //!
 //! [quick]                                   # what --quick and the tests change
 //! size_scale = 0.2
@@ -98,6 +100,7 @@ use ebb_core::{
 use serde::Deserialize;
 
 use crate::device::{self, DeviceParams};
+use crate::memload::MemoryWorkload;
 use crate::run::{DeviceSpec, RunSpec, Workload};
 
 /// Seed used when the file names none.
@@ -220,6 +223,8 @@ struct RawBackend {
     wbt: Option<String>,
     wbt_lat_usec: Option<u64>,
     wbt_window_usec: Option<u64>,
+    /// Anonymous memory is swapped out to this backend (at most one per case).
+    swap: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -232,6 +237,16 @@ struct RawWorkload {
     start: Option<toml::Value>,
     fsync: Option<bool>,
     think: Option<toml::Value>,
+    /// fsmark: writer threads.
+    threads: Option<u32>,
+    /// fsmark: bytes per file.
+    file_size: Option<toml::Value>,
+    /// mmap-strm: bytes of the mixed phase; `chunk`: bytes per switch.
+    mix: Option<toml::Value>,
+    chunk: Option<toml::Value>,
+    /// anon-churn: how long each program holds its memory, and the start-to-start period.
+    hold: Option<toml::Value>,
+    period: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -601,10 +616,7 @@ impl Experiment {
                     ));
                 }
                 for (w, workload) in spec.workloads.iter().enumerate() {
-                    let (Workload::Dd { start, .. }
-                    | Workload::Cp { start, .. }
-                    | Workload::RandomReader { start, .. }) = workload;
-                    if *start >= spec.time_limit {
+                    if workload.start() >= spec.time_limit {
                         return Err(error(
                             format!("{case_key}.workload[{w}].start"),
                             "starts at or after the time limit".to_owned(),
@@ -656,6 +668,10 @@ fn config_key(case_key: &str, variant_index: usize, compare: Knob, error: &Confi
 }
 
 fn scale_workload(workload: &mut Workload, scale: f64) {
+    if let Workload::Memory(memory) = workload {
+        memory.scale(scale);
+        return;
+    }
     let (Workload::Dd { size_bytes, bs_bytes, .. } | Workload::Cp { size_bytes, bs_bytes, .. }) =
         workload
     else {
@@ -900,10 +916,16 @@ fn build_case(
         });
     }
 
+    let swaps: Vec<usize> =
+        (0..raw.backends.len()).filter(|&b| raw.backends[b].swap == Some(true)).collect();
+    if swaps.len() > 1 {
+        return Err(fail(&format!("backend[{}].swap", swaps[1]), "a second swap backend".into()));
+    }
     let mut backends_iter = backends.into_iter();
     let first = backends_iter.next().expect("at least one backend, checked above");
     let mut config = Config::new(memory_bytes, first);
     config.backends.extend(backends_iter);
+    config.swap_backend = swaps.first().copied();
     apply_knobs(path, &case_key, compare, &raw.knobs, &mut config)?;
 
     let mut workloads = Vec::new();
@@ -1062,9 +1084,51 @@ fn build_workload(
             }
             Ok(Workload::RandomReader { backend, size_bytes, bs_bytes, start })
         }
+        "fsmark" | "mmap-strm" | "anon-churn" => {
+            if raw.fsync.is_some() || raw.think.is_some() {
+                return Err(fail("kind", format!("{} takes no fsync or think time", raw.kind)));
+            }
+            let size_of = |field: &str, value: &Option<toml::Value>| match value {
+                Some(value) => size_value(value).map_err(|r| fail(field, r)),
+                None => Err(fail(field, format!("{} needs {field}", raw.kind))),
+            };
+            let duration_of = |field: &str, value: &Option<toml::Value>| match value {
+                Some(value) => duration_value(value).map_err(|r| fail(field, r)),
+                None => Err(fail(field, format!("{} needs {field}", raw.kind))),
+            };
+            let memory = match raw.kind.as_str() {
+                "fsmark" => MemoryWorkload::FsMark {
+                    backend,
+                    size_bytes,
+                    file_bytes: size_of("file_size", &raw.file_size)?,
+                    bs_bytes,
+                    threads: raw.threads.unwrap_or(1),
+                    start,
+                },
+                "mmap-strm" => MemoryWorkload::MmapStrm {
+                    backend,
+                    size_bytes,
+                    mix_bytes: size_of("mix", &raw.mix)?,
+                    chunk_bytes: size_of("chunk", &raw.chunk)?,
+                    bs_bytes,
+                    start,
+                },
+                _ => MemoryWorkload::AnonChurn {
+                    size_bytes,
+                    hold: duration_of("hold", &raw.hold)?,
+                    period: duration_of("period", &raw.period)?,
+                    start,
+                },
+            };
+            memory.validate().map_err(|(field, reason)| fail(field, reason))?;
+            Ok(Workload::Memory(memory))
+        }
         other => Err(fail(
             "kind",
-            format!("unknown workload kind {other:?}; expected dd, cp or randread"),
+            format!(
+                "unknown workload kind {other:?}; expected dd, cp, randread, fsmark, mmap-strm \
+                 or anon-churn"
+            ),
         )),
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod device;
 pub mod experiment;
+pub mod memload;
 pub mod prng;
 pub mod queue;
 pub mod report;

@@ -694,6 +694,7 @@ fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
                 "bs_bytes": bs_bytes,
                 "start_s": start.as_secs_f64(),
             }),
+            Workload::Memory(memory) => memory.to_json(config),
         })
         .collect();
     json!({
@@ -709,6 +710,7 @@ fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
         "dirty_writeback_centisecs": config.dirty_writeback_centisecs,
         "throttle": config.throttle.name(),
         "reclaim": config.reclaim.name(),
+        "swap_backend": config.swap_backend.map(|b| config.backends[b].name.clone()),
         "unstable_accounting": config.unstable_accounting.name(),
         "backends": backends,
         "workloads": workloads,

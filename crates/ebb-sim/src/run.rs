@@ -20,6 +20,7 @@ use ebb_core::{
 };
 
 use crate::device::{Device, DeviceRequest, IoOp};
+use crate::memload::{NS_PER_FAULT, Plan, Seg};
 use crate::prng::Prng;
 use crate::queue::EventQueue;
 use crate::report::chrome_trace::ChromeTrace;
@@ -77,6 +78,9 @@ pub enum Workload {
         /// When it starts.
         start: Duration,
     },
+    /// Workloads that make reclaim work: fs_mark, mmap-strm, anonymous churn
+    /// ([`crate::memload`]).
+    Memory(crate::memload::MemoryWorkload),
 }
 
 /// Everything one run needs.
@@ -216,6 +220,24 @@ struct SimWriter {
     state: WriterState,
     started: Option<Instant>,
     finished: Option<Instant>,
+    /// Memory workloads (`Workload::Memory`): what follows the current segment.
+    plan: std::collections::VecDeque<Seg>,
+    /// Repeated while foreground writers run; a writer with a cycle is in the background.
+    cycle: Vec<Seg>,
+    cycle_start: Instant,
+    backend: usize,
+    /// The current segment faults in anonymous memory rather than writing a file.
+    anon: bool,
+    anon_held: u64,
+    /// Follows a plan (`Workload::Memory`).
+    planned: bool,
+    /// Where the current segment began in its file (`Seg::Append` continues a file).
+    seg_start: u64,
+    /// Pages done in finished segments.
+    done_before: u64,
+    files_done: u64,
+    /// The second file of `Seg::Append`: inode, handle, next page.
+    append: Option<(InodeId, HandleId, u64)>,
 }
 
 enum IoPending {
@@ -253,6 +275,11 @@ struct Sim<'a> {
     read_latency: LatencyHistogram,
     read_started: BTreeMap<RequestId, (usize, Instant)>,
     rng: Prng,
+    /// Address space and identities for files created during the run.
+    next_base: u64,
+    next_file: u64,
+    /// Per device: completions and their summed latency (iostat's await).
+    device_waits: Vec<(u64, Duration)>,
 }
 
 /// An O_DIRECT random reader.
@@ -334,6 +361,26 @@ impl<'a> Sim<'a> {
                 next_base += size_bytes.next_multiple_of(1 << 30);
                 continue;
             }
+            if let Workload::Memory(mw) = wl {
+                mw.validate().map_err(|(field, reason)| {
+                    SimError::Spec(format!("workload {i}: {field}: {reason}"))
+                })?;
+                for plan in mw.plans() {
+                    if plan.backend >= spec.config.backends.len() {
+                        return Err(SimError::Spec(format!(
+                            "workload {i} names backend {}, which does not exist",
+                            plan.backend
+                        )));
+                    }
+                    if plan.cycle.is_empty() {
+                        pages_total += plan_pages(&plan);
+                    }
+                    let w = writers.len();
+                    queue.push(Instant::ZERO + plan.start, Ev::Step(w));
+                    writers.push(SimWriter::planned(w, plan));
+                }
+                continue;
+            }
             let (backend, size, bs, start, fsync, think, cp) = match *wl {
                 Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think } => {
                     (backend, size_bytes, bs_bytes, start, fsync, think, false)
@@ -341,7 +388,9 @@ impl<'a> Sim<'a> {
                 Workload::Cp { backend, size_bytes, bs_bytes, start } => {
                     (backend, size_bytes, bs_bytes, start, false, Duration::ZERO, true)
                 }
-                Workload::RandomReader { .. } => unreachable!("handled above"),
+                Workload::RandomReader { .. } | Workload::Memory(_) => {
+                    unreachable!("handled above")
+                }
             };
             if backend >= spec.config.backends.len() {
                 return Err(SimError::Spec(format!(
@@ -395,6 +444,17 @@ impl<'a> Sim<'a> {
                 state: WriterState::NotStarted,
                 started: None,
                 finished: None,
+                plan: Default::default(),
+                cycle: Vec::new(),
+                cycle_start: Instant::ZERO,
+                backend,
+                anon: false,
+                anon_held: 0,
+                planned: false,
+                seg_start: 0,
+                done_before: 0,
+                files_done: 0,
+                append: None,
             });
             queue.push(Instant::ZERO + start, Ev::Step(w));
         }
@@ -445,6 +505,9 @@ impl<'a> Sim<'a> {
             read_latency: LatencyHistogram::new(),
             read_started: BTreeMap::new(),
             rng: rng.fork(),
+            next_base,
+            next_file: 1 << 32,
+            device_waits: vec![(0, Duration::ZERO); spec.devices.len()],
         })
     }
 
@@ -616,6 +679,8 @@ impl<'a> Sim<'a> {
         let mut done = Vec::new();
         self.devices[b].advance(self.now, &mut done);
         for c in done {
+            self.device_waits[b].0 += 1;
+            self.device_waits[b].1 += c.latency;
             if c.id & DIRECT_READ_BIT != 0 {
                 self.direct_read_done(c.id, c.latency);
                 continue;
@@ -658,6 +723,16 @@ impl<'a> Sim<'a> {
                 _ => return,
             }
             if sw.left == 0 {
+                if sw.pos >= sw.end && sw.planned {
+                    if self.next_segment(i) {
+                        continue;
+                    }
+                    return;
+                }
+                if sw.anon {
+                    self.anon_step(i);
+                    return;
+                }
                 if sw.pos >= sw.end {
                     if sw.fsync {
                         let request = self.request();
@@ -899,10 +974,12 @@ impl<'a> Sim<'a> {
     fn finish(mut self) -> RunResult {
         let spec = self.spec;
         let stats = self.engine.stats().clone();
-        let start = self.writers.iter().filter_map(|w| w.started).min().unwrap_or(Instant::ZERO);
-        let end = self.writers.iter().filter_map(|w| w.finished).max().unwrap_or(self.now);
+        let fg = || self.writers.iter().filter(|w| w.cycle.is_empty());
+        let start = fg().filter_map(|w| w.started).min().unwrap_or(Instant::ZERO);
+        let end = fg().filter_map(|w| w.finished).max().unwrap_or(self.now);
         let elapsed = end.saturating_since(start).as_secs_f64().max(1e-9);
-        let bytes: u64 = self.writers.iter().map(|w| w.pos * PAGE).sum();
+        let bytes: u64 = fg().map(|w| (w.done_before + w.pos - w.seg_start) * PAGE).sum();
+        let files: u64 = fg().map(|w| w.files_done).sum();
         let mut m = BTreeMap::new();
         m.insert("elapsed_s".to_string(), elapsed);
         m.insert("write_mb_s".to_string(), bytes as f64 / 1e6 / elapsed);
@@ -937,6 +1014,7 @@ impl<'a> Sim<'a> {
         m.insert("kswapd_pages_written".into(), stats.kswapd_written as f64);
         m.insert("direct_reclaim_pages_written".into(), stats.direct_written as f64);
         m.insert("direct_reclaim_scanned".into(), stats.direct_scanned as f64);
+        crate::memload::reclaim_metrics(&mut m, &stats, elapsed, files, &self.device_waits);
         m.insert(
             "kswapd_efficiency".into(),
             if stats.kswapd_scanned == 0 {
@@ -1033,5 +1111,179 @@ impl<'a> Sim<'a> {
         let max = rates.iter().cloned().fold(f64::MIN, f64::max);
         let min = rates.iter().cloned().fold(f64::MAX, f64::min);
         if min <= 0.0 { f64::INFINITY } else { max / min }
+    }
+}
+
+/// Pages a plan writes or faults in (for progress).
+fn plan_pages(plan: &Plan) -> u64 {
+    plan.segs
+        .iter()
+        .map(|s| match *s {
+            Seg::File(n) | Seg::Append(n) | Seg::Anon(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
+
+impl SimWriter {
+    /// A writer following a memory workload's plan (it starts with no segment).
+    fn planned(w: usize, plan: Plan) -> SimWriter {
+        SimWriter {
+            w: Writer::new(WriterId(w as u32), GroupId(w as u32)),
+            inode: InodeId(0),
+            handle: HandleId(0),
+            src: None,
+            pos: 0,
+            end: 0,
+            bs: plan.bs_pages.max(1),
+            left: 0,
+            think: Duration::ZERO,
+            fsync: false,
+            state: WriterState::NotStarted,
+            started: None,
+            finished: None,
+            plan: plan.segs.into(),
+            cycle: plan.cycle,
+            cycle_start: Instant::ZERO,
+            backend: plan.backend,
+            anon: false,
+            anon_held: 0,
+            planned: true,
+            seg_start: 0,
+            done_before: 0,
+            files_done: 0,
+            append: None,
+        }
+    }
+}
+
+impl Sim<'_> {
+    /// Ends writer `i`'s current segment and starts the next: true if the writer goes on at
+    /// once, false if it sleeps or has finished.
+    fn next_segment(&mut self, i: usize) -> bool {
+        self.end_segment(i);
+        let sw = &mut self.writers[i];
+        if sw.plan.is_empty() {
+            let foreground_running = self
+                .writers
+                .iter()
+                .any(|w| w.cycle.is_empty() && w.state != WriterState::Done);
+            let sw = &mut self.writers[i];
+            if sw.cycle.is_empty() || !foreground_running {
+                self.free_anon(i);
+                self.finish_writer(i);
+                return false;
+            }
+            sw.plan = sw.cycle.clone().into();
+            sw.cycle_start = self.now;
+        }
+        let sw = &mut self.writers[i];
+        let seg = sw.plan.pop_front().expect("refilled above");
+        sw.done_before += sw.pos - sw.seg_start;
+        sw.pos = 0;
+        sw.seg_start = 0;
+        sw.end = 0;
+        sw.anon = false;
+        match seg {
+            Seg::File(n) => {
+                let (inode, handle) = self.new_file(i, n);
+                let sw = &mut self.writers[i];
+                sw.inode = inode;
+                sw.handle = handle;
+                sw.end = n;
+                true
+            }
+            Seg::Append(n) => {
+                let (inode, handle, at) = match self.writers[i].append {
+                    Some(a) => a,
+                    None => {
+                        let (inode, handle) = self.new_file(i, 1 << 20);
+                        (inode, handle, 0)
+                    }
+                };
+                let sw = &mut self.writers[i];
+                sw.inode = inode;
+                sw.handle = handle;
+                sw.append = Some((inode, handle, at));
+                sw.pos = at;
+                sw.seg_start = at;
+                sw.end = at + n;
+                true
+            }
+            Seg::Anon(n) => {
+                sw.anon = true;
+                sw.end = n;
+                true
+            }
+            Seg::FreeAnon => {
+                self.free_anon(i);
+                true
+            }
+            Seg::Sleep(d) => {
+                self.queue.push(self.now + d, Ev::Step(i));
+                false
+            }
+            Seg::SleepUntilNext(period) => {
+                let at = (sw.cycle_start + period).max(self.now);
+                self.queue.push(at, Ev::Step(i));
+                false
+            }
+        }
+    }
+
+    /// Closes the file of a finished file segment.
+    fn end_segment(&mut self, i: usize) {
+        let sw = &mut self.writers[i];
+        if sw.anon || sw.end == 0 {
+            return;
+        }
+        if let Some((inode, handle, at)) = sw.append
+            && inode == sw.inode
+        {
+            sw.append = Some((inode, handle, at.max(sw.pos)));
+            return;
+        }
+        sw.files_done += 1;
+        self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
+        let request = self.request();
+        let handle = self.writers[i].handle;
+        self.engine.handle(self.now, Event::Close { handle, request }, &mut self.maps);
+    }
+
+    /// Opens a new file of up to `pages` for writer `i`.
+    fn new_file(&mut self, i: usize, pages: u64) -> (InodeId, HandleId) {
+        self.next_file += 1;
+        let inode = InodeId(self.next_file);
+        let handle = HandleId(self.next_file);
+        self.base.insert(inode, self.next_base);
+        self.next_base += (pages * PAGE).next_multiple_of(1 << 30);
+        let backend = BackendId(self.writers[i].backend as u32);
+        self.engine.handle(self.now, Event::Open { handle, inode, backend }, &mut self.maps);
+        (inode, handle)
+    }
+
+    fn free_anon(&mut self, i: usize) {
+        let pages = std::mem::take(&mut self.writers[i].anon_held);
+        if pages > 0 {
+            self.engine.handle(self.now, Event::AnonFree { pages }, &mut self.maps);
+        }
+    }
+
+    /// Faults in the next batch of the writer's anonymous segment.
+    fn anon_step(&mut self, i: usize) {
+        let sw = &mut self.writers[i];
+        let want = sw.bs.min(sw.end - sw.pos);
+        let (got, verdict) = self.engine.anon_fault(self.now, &mut sw.w, want, &mut self.maps);
+        sw.pos += got;
+        sw.anon_held += got;
+        if sw.cycle.is_empty() {
+            self.pages_done += got;
+        }
+        if got > 0 {
+            let at = self.now + Duration::from_nanos(got * NS_PER_FAULT);
+            self.queue.push(at, Ev::Step(i));
+        } else {
+            self.obey_inline(i, verdict);
+        }
     }
 }
