@@ -607,7 +607,8 @@ impl Engine {
         {
             f.wake_periodic = false;
             f.last_old_flush = now;
-            (!f.dirty.is_empty() || !f.more_io.is_empty())
+            // Files a finished work left queued count too (the kernel's `wb_has_dirty_io`).
+            (!f.dirty.is_empty() || !f.more_io.is_empty() || !f.io.is_empty())
                 .then(|| Work::new(Reason::Periodic, nr_dirty, now))
         } else if over_bg && f.awake {
             Some(Work::new(Reason::Background, u64::MAX, now))

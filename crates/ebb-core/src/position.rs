@@ -139,7 +139,10 @@ pub fn wb_position_ratio(p: &PositionInputs) -> u64 {
     wb_thresh = wb_thresh.max((limit - p.dirty) / 8);
     let ratio_16 = ((u128::from(wb_thresh) << 16) / u128::from(p.thresh | 1)) as u64;
     let wb_setpoint = ((u128::from(setpoint) * u128::from(ratio_16)) >> 16) as u64;
-    let span = ((u128::from(p.thresh - wb_thresh + 8 * p.avg_write_bw) * u128::from(ratio_16))
+    // Saturating: when anonymous memory shrinks thresh fast, the smoothed limit stays high
+    // and `(limit - dirty) / 8` can pass thresh.
+    let span = ((u128::from(p.thresh.saturating_sub(wb_thresh) + 8 * p.avg_write_bw)
+        * u128::from(ratio_16))
         >> 16) as u64;
     let x_intercept = wb_setpoint + span;
     if p.wb_dirty < x_intercept - span / 4 {

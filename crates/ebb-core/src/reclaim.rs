@@ -5,13 +5,22 @@
 //! `high`; when an allocation still finds nothing, the allocating writer reclaims directly.
 //! Reclaim frees only clean pages. A dirty page at the tail is handled by policy:
 //!
-//! - `flusher-only` (default, v3.2 and later): it is marked `RECLAIM` and rotated; when a batch
-//!   finds only dirty pages the flushers are woken. Direct reclaim never writes. Background
-//!   reclaim writes a page itself only when in trouble: the page was already marked once (seen
-//!   twice at the tail) and the last batch was all unqueued dirty pages (the kernel's
-//!   `PGDAT_DIRTY` rule).
+//! - `flusher-only` (default, v3.2 and later): it is marked `RECLAIM` and activated (out of
+//!   the way until cleaned); when a batch of `SWAP_CLUSTER_MAX` finds only dirty pages the
+//!   flushers are woken. Direct reclaim never writes. Background reclaim writes a page itself
+//!   only when in trouble: the page was already marked once (seen twice at the tail) and its
+//!   last whole pass found only unqueued dirty file pages (the kernel's `PGDAT_DIRTY` rule).
 //! - `legacy` (before v3.2): both kinds of reclaim write the dirty page themselves, one page
-//!   per write (`pageout`), and mark it so it is freed when the write completes.
+//!   per write (`pageout`), and mark it so it is freed when the write completes; pages it
+//!   leaves stay on the inactive list.
+//!
+//! Throttling (kernel-reference §8.5), `flusher-only` only: when kswapd finds pages under
+//! writeback a second time it stops scanning for HZ/10 or until `SWAP_CLUSTER_MAX` pages have
+//! been written (`WRITEBACK`); when a direct reclaim pass found only such pages, and
+//! write-pending pages are more than half of the file LRU, the allocating writer sleeps one
+//! jiffy (`CONGESTED`). An allocation that still finds no frame waits until a completion frees
+//! memory. Watermarks split the work: an allocation below `low` runs kswapd up to `high`, and
+//! one that would go below `min` reclaims directly.
 //!
 //! Pages under writeback or unstable are marked and rotated; a page whose writeback completes
 //! while marked is moved to the tail so the next scan frees it at once. Reclaim is instantaneous
@@ -73,11 +82,20 @@ pub(crate) struct ReclaimState {
     recent_rotated: [u64; 2],
     /// Swap-out writes in flight: io -> pages.
     swap_ios: BTreeMap<IoId, u64>,
+    /// Anonymous pages written to swap, ever.
+    swap_written: u64,
     /// Next swap slot; wraps at the swap size.
     swap_next: u64,
     /// Writers waiting for memory, since when.
     stalled_since: BTreeMap<WriterId, Instant>,
+    /// kswapd is throttled until this instant or until pages written pass the count.
+    kswapd_throttled: Option<(Instant, u64)>,
+    /// The direct reclaim just done found the LRU congested: the allocating writer sleeps.
+    direct_throttle: Option<Instant>,
 }
+
+/// `reclaim_throttle(WRITEBACK)` timeout: HZ/10 (kernel-reference §8.5).
+const WRITEBACK_THROTTLE: Duration = Duration::from_millis(100);
 
 /// What one reclaim pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,6 +104,9 @@ pub(crate) struct Shrink {
     pub(crate) reclaimed: u64,
     pub(crate) unqueued_dirty: u64,
     pub(crate) writeback: u64,
+    /// Pages under writeback found a second time (already marked): the kernel's
+    /// `nr_immediate` (kswapd) and `nr_congested`.
+    pub(crate) immediate: u64,
 }
 
 impl Engine {
@@ -97,6 +118,7 @@ impl Engine {
         maps: &mut M,
     ) -> usize {
         let wmark = self.mem.wmark;
+        self.reclaim.direct_throttle = None;
         if self.mem.free_pages() < wmark.low + want as u64 {
             self.kswapd(maps);
         }
@@ -113,6 +135,36 @@ impl Engine {
         let shrink = self.shrink(target, true, maps);
         self.stats.direct_scanned += shrink.scanned;
         self.stats.direct_reclaimed += shrink.reclaimed;
+        let dirty = shrink.unqueued_dirty + shrink.writeback;
+        if self.cfg.reclaim == ReclaimPolicy::FlusherOnly
+            && dirty > 0
+            && dirty == shrink.immediate
+            && !self.write_pending_small()
+        {
+            // Every dirty page met was already under writeback and marked: the LRU is
+            // congested; reclaim_throttle(CONGESTED), one jiffy.
+            self.reclaim.direct_throttle = Some(self.now + Duration::from_jiffies(1, self.hz));
+        }
+    }
+
+    /// Write-pending pages are at most half of the reclaimable ones: throttling would happen
+    /// naturally when they reach the tail (the kernel's skip of CONGESTED and NOPROGRESS).
+    fn write_pending_small(&self) -> bool {
+        let g = &self.global;
+        let pending = g.writable() + g.writeback();
+        let reclaimable = self.mem.list_len(List::Inactive) + self.mem.list_len(List::Active);
+        2 * pending <= reclaimable
+    }
+
+    /// After an allocation: the sleep direct reclaim's throttle asks of the writer, if any.
+    /// Counts it as a reclaim stall of known length.
+    pub(crate) fn take_direct_throttle(&mut self, w: &mut Writer) -> Option<Verdict> {
+        let until = self.reclaim.direct_throttle.take()?;
+        w.call = CallState::Blocked;
+        w.call_start = self.now;
+        self.stats.reclaim_stalls += 1;
+        self.stats.reclaim_stall_ns += until.saturating_since(self.now).as_nanos();
+        Some(Verdict::Sleep { until })
     }
 
     /// A writer touches `pages` new pages of an anonymous mapping (page faults): takes frames
@@ -129,6 +181,7 @@ impl Engine {
         self.advance(now);
         self.apply_pending(w, maps);
         let wmark = self.mem.wmark;
+        self.reclaim.direct_throttle = None;
         if self.mem.free_pages() < wmark.low + pages {
             self.kswapd(maps);
         }
@@ -143,6 +196,8 @@ impl Engine {
         let verdict = if got == 0 {
             self.memory_wait(w);
             Verdict::Wait
+        } else if let Some(sleep) = self.take_direct_throttle(w) {
+            sleep
         } else {
             Verdict::Proceed { stalled: Duration::ZERO, throttled: false }
         };
@@ -152,6 +207,7 @@ impl Engine {
 
     /// A writer found no frame even after direct reclaim: it waits for memory.
     pub(crate) fn memory_wait(&mut self, w: &mut Writer) {
+        self.reclaim.direct_throttle = None;
         w.call = CallState::Blocked;
         w.call_start = self.now;
         self.waiters.insert(w.id, WaitReason::Memory);
@@ -167,16 +223,35 @@ impl Engine {
         }
     }
 
-    /// Background reclaim: from below `low` up to `high`.
+    /// Background reclaim: from below `low` up to `high`. While throttled (WRITEBACK, below)
+    /// it does nothing.
     pub(crate) fn kswapd<M: PageMaps>(&mut self, maps: &mut M) {
         let wmark = self.mem.wmark;
         let free = self.mem.free_pages();
         if free >= wmark.low {
+            if free >= wmark.high {
+                // Balanced: the node flags clear.
+                self.node_dirty = false;
+            }
             return;
+        }
+        if let Some((until, written)) = self.reclaim.kswapd_throttled {
+            let done = self.pages_written().saturating_sub(written);
+            if self.now < until && done < SWAP_CLUSTER_MAX {
+                return;
+            }
+            self.reclaim.kswapd_throttled = None;
         }
         let shrink = self.shrink(wmark.high - free, false, maps);
         self.stats.kswapd_scanned += shrink.scanned;
         self.stats.kswapd_reclaimed += shrink.reclaimed;
+        if shrink.immediate > 0 && self.cfg.reclaim == ReclaimPolicy::FlusherOnly {
+            // Pages cycle through the LRU faster than their writeback completes:
+            // reclaim_throttle(WRITEBACK), HZ/10, or until SWAP_CLUSTER_MAX pages are written.
+            self.reclaim.kswapd_throttled =
+                Some((self.now + WRITEBACK_THROTTLE, self.pages_written()));
+            self.stats.kswapd_throttled += 1;
+        }
     }
 
     /// Frees up to `target` clean pages from the inactive tail, scanning at most about twice
@@ -229,7 +304,7 @@ impl Engine {
                             ReclaimPolicy::FlusherOnly => !direct && seen_before && self.node_dirty,
                         };
                     maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
-                    self.mem.move_to_head(frame, List::Inactive);
+                    self.mem.move_to_head(frame, self.skipped_list(write_it));
                     self.reclaim.recent_rotated[1] += 1;
                     if write_it && self.pageout(inode, index, maps) {
                         if direct {
@@ -248,17 +323,16 @@ impl Engine {
                     }
                 }
                 PageState::Writeback | PageState::Unstable => {
+                    if info.flags & flag::RECLAIM != 0 {
+                        out.immediate += 1;
+                    }
                     maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
-                    self.mem.move_to_head(frame, List::Inactive);
+                    self.mem.move_to_head(frame, self.skipped_list(false));
                     self.reclaim.recent_rotated[1] += 1;
                     out.writeback += 1;
                 }
             }
             if batch.scanned == SWAP_CLUSTER_MAX {
-                // kswapd flags the node when a whole batch was unqueued dirty pages.
-                if !direct {
-                    self.node_dirty = batch.unqueued_dirty == batch.scanned;
-                }
                 if batch.unqueued_dirty == batch.scanned {
                     // Everything isolated was dirty and not queued: the flushers are behind.
                     for &b in &woken {
@@ -274,9 +348,25 @@ impl Engine {
                 self.start_all(b);
             }
         }
-        self.reclaim.recent_scanned[1] += out.scanned - out.scanned.min(freed + anon_scan);
+        let file_scanned = out.scanned - out.scanned.min(freed + anon_scan);
+        if !direct && file_scanned > 0 {
+            // kswapd flags the node when a whole pass found only unqueued dirty file pages
+            // (`PGDAT_DIRTY`); the flag clears when the node is balanced.
+            self.node_dirty = out.unqueued_dirty == file_scanned;
+        }
+        self.reclaim.recent_scanned[1] += file_scanned;
         self.age_reclaim_stat();
         out
+    }
+
+    /// Where a dirty or writeback page reclaim leaves goes: `flusher-only` activates it (out of
+    /// the way until the flusher has cleaned it, kernel-reference §8.3); `legacy` (2.6.3x) keeps
+    /// it at the head of the inactive list, as does a page it has just written itself.
+    fn skipped_list(&self, written: bool) -> List {
+        match self.cfg.reclaim {
+            ReclaimPolicy::FlusherOnly if !written => List::Active,
+            _ => List::Inactive,
+        }
     }
 
     /// How many of `budget` pages this pass scans from anonymous memory (module doc).
@@ -305,10 +395,8 @@ impl Engine {
 
     /// Halves a list's recent counts once its scanned count passes a quarter of the list.
     fn age_reclaim_stat(&mut self) {
-        let sizes = [
-            self.mem.anon(),
-            self.mem.list_len(List::Inactive) + self.mem.list_len(List::Active),
-        ];
+        let sizes =
+            [self.mem.anon(), self.mem.list_len(List::Inactive) + self.mem.list_len(List::Active)];
         for (i, size) in sizes.into_iter().enumerate() {
             let st = &mut self.reclaim;
             if st.recent_scanned[i] > size / 4 {
@@ -356,6 +444,11 @@ impl Engine {
         }
     }
 
+    /// Pages whose writeback completed, file and swap.
+    fn pages_written(&self) -> u64 {
+        self.global.written + self.reclaim.swap_written
+    }
+
     /// Whether `io` is a swap-out write.
     pub(crate) fn is_swap_io(&self, io: IoId) -> bool {
         self.reclaim.swap_ios.contains_key(&io)
@@ -374,6 +467,9 @@ impl Engine {
             self.stats.write_errors += 1;
         }
         self.mem.anon_swap_done(pages, result.is_ok());
+        if result.is_ok() {
+            self.reclaim.swap_written += pages;
+        }
         self.wake_memory_waiters(maps);
     }
 
@@ -438,6 +534,7 @@ impl Engine {
         if self.mem.free_pages() <= self.mem.wmark.min {
             // Try freeing clean pages the completions just produced.
             self.direct_reclaim(SWAP_CLUSTER_MAX, maps);
+            self.reclaim.direct_throttle = None;
             if self.mem.free_pages() <= self.mem.wmark.min {
                 return;
             }

@@ -54,8 +54,11 @@ pub struct Stats {
     pub direct_swapped: u64,
     /// Times a writer waited for memory.
     pub memory_waits: u64,
-    /// Reclaim stalls: a writer found no frame even after direct reclaim and waited.
+    /// Reclaim stalls: a writer found no frame even after direct reclaim and waited, or direct
+    /// reclaim found the LRU congested and throttled it.
     pub reclaim_stalls: u64,
+    /// Times kswapd throttled itself on writeback (pages cycling faster than IO completes).
+    pub kswapd_throttled: u64,
     /// Total time of the reclaim stalls that ended, nanoseconds.
     pub reclaim_stall_ns: u64,
     /// Dirty or writeback pages found at the LRU tail and left for the flusher.

@@ -162,6 +162,10 @@ impl Engine {
             self.drive_all(maps);
             return Verdict::Wait;
         }
+        if let Some(sleep) = self.take_direct_throttle(w) {
+            self.drive_all(maps);
+            return sleep;
+        }
         if w.nr_dirtied < w.ratelimit {
             self.drive_all(maps);
             return Verdict::Proceed { stalled: Duration::ZERO, throttled: false };

@@ -147,7 +147,13 @@ impl MemoryWorkload {
         let pages = |bytes: u64| bytes.div_ceil(PAGE_SIZE);
         match *self {
             MemoryWorkload::FsMark {
-                backend, size_bytes, file_bytes, bs_bytes, threads, start, ..
+                backend,
+                size_bytes,
+                file_bytes,
+                bs_bytes,
+                threads,
+                start,
+                ..
             } => {
                 let files = (size_bytes / file_bytes).max(1);
                 let threads = u64::from(threads);
@@ -161,13 +167,20 @@ impl MemoryWorkload {
                             start,
                             segs: (0..mine).map(|_| Seg::File(pages(file_bytes))).collect(),
                             cycle: Vec::new(),
+                            count_files: true,
                         }
                     })
                     .filter(|p| !p.segs.is_empty())
                     .collect()
             }
             MemoryWorkload::MmapStrm {
-                backend, size_bytes, mix_bytes, chunk_bytes, bs_bytes, start, ..
+                backend,
+                size_bytes,
+                mix_bytes,
+                chunk_bytes,
+                bs_bytes,
+                start,
+                ..
             } => {
                 let mut segs = vec![Seg::File(pages(size_bytes))];
                 let chunks = (mix_bytes / (2 * chunk_bytes)).max(1);
@@ -176,7 +189,14 @@ impl MemoryWorkload {
                     segs.push(Seg::Append(pages(chunk_bytes)));
                 }
                 segs.push(Seg::FreeAnon);
-                vec![Plan { backend, bs_pages: pages(bs_bytes), start, segs, cycle: Vec::new() }]
+                vec![Plan {
+                    backend,
+                    bs_pages: pages(bs_bytes),
+                    start,
+                    segs,
+                    cycle: Vec::new(),
+                    count_files: false,
+                }]
             }
             MemoryWorkload::AnonChurn { size_bytes, hold, period, start } => {
                 let cycle = vec![
@@ -185,7 +205,15 @@ impl MemoryWorkload {
                     Seg::FreeAnon,
                     Seg::SleepUntilNext(period),
                 ];
-                vec![Plan { backend: 0, bs_pages: 256, start, segs: Vec::new(), cycle }]
+                // Faults in batches of 1 MiB.
+                vec![Plan {
+                    backend: 0,
+                    bs_pages: 256,
+                    start,
+                    segs: Vec::new(),
+                    cycle,
+                    count_files: false,
+                }]
             }
         }
     }
@@ -201,6 +229,8 @@ pub(crate) struct Plan {
     pub(crate) segs: Vec<Seg>,
     /// Repeated for as long as the other writers run (background writer) when not empty.
     pub(crate) cycle: Vec<Seg>,
+    /// Files it completes count in `files_per_s` (fs_mark).
+    pub(crate) count_files: bool,
 }
 
 /// One step of a plan.
@@ -271,7 +301,13 @@ impl MemoryWorkload {
     pub fn to_json(&self, config: &ebb_core::Config) -> serde_json::Value {
         match *self {
             MemoryWorkload::FsMark {
-                backend, size_bytes, file_bytes, bs_bytes, threads, start, ..
+                backend,
+                size_bytes,
+                file_bytes,
+                bs_bytes,
+                threads,
+                start,
+                ..
             } => serde_json::json!({
                 "kind": "fsmark",
                 "backend": config.backends[backend].name,
@@ -282,7 +318,13 @@ impl MemoryWorkload {
                 "start_s": start.as_secs_f64(),
             }),
             MemoryWorkload::MmapStrm {
-                backend, size_bytes, mix_bytes, chunk_bytes, bs_bytes, start, ..
+                backend,
+                size_bytes,
+                mix_bytes,
+                chunk_bytes,
+                bs_bytes,
+                start,
+                ..
             } => serde_json::json!({
                 "kind": "mmap-strm",
                 "backend": config.backends[backend].name,

@@ -236,6 +236,7 @@ struct SimWriter {
     /// Pages done in finished segments.
     done_before: u64,
     files_done: u64,
+    count_files: bool,
     /// The second file of `Seg::Append`: inode, handle, next page.
     append: Option<(InodeId, HandleId, u64)>,
 }
@@ -454,6 +455,7 @@ impl<'a> Sim<'a> {
                 seg_start: 0,
                 done_before: 0,
                 files_done: 0,
+                count_files: false,
                 append: None,
             });
             queue.push(Instant::ZERO + start, Ev::Step(w));
@@ -980,8 +982,10 @@ impl<'a> Sim<'a> {
         let elapsed = end.saturating_since(start).as_secs_f64().max(1e-9);
         let bytes: u64 = fg().map(|w| (w.done_before + w.pos - w.seg_start) * PAGE).sum();
         let files: u64 = fg().map(|w| w.files_done).sum();
+        let unfinished = fg().filter(|w| w.state != WriterState::Done).count();
         let mut m = BTreeMap::new();
         m.insert("elapsed_s".to_string(), elapsed);
+        m.insert("writers_unfinished".to_string(), unfinished as f64);
         m.insert("write_mb_s".to_string(), bytes as f64 / 1e6 / elapsed);
         m.insert("read_mb_s".to_string(), (self.read_pages * PAGE) as f64 / 1e6 / elapsed);
         let steady = spec.steady_from.as_secs_f64();
@@ -1152,6 +1156,7 @@ impl SimWriter {
             seg_start: 0,
             done_before: 0,
             files_done: 0,
+            count_files: plan.count_files,
             append: None,
         }
     }
@@ -1164,10 +1169,8 @@ impl Sim<'_> {
         self.end_segment(i);
         let sw = &mut self.writers[i];
         if sw.plan.is_empty() {
-            let foreground_running = self
-                .writers
-                .iter()
-                .any(|w| w.cycle.is_empty() && w.state != WriterState::Done);
+            let foreground_running =
+                self.writers.iter().any(|w| w.cycle.is_empty() && w.state != WriterState::Done);
             let sw = &mut self.writers[i];
             if sw.cycle.is_empty() || !foreground_running {
                 self.free_anon(i);
@@ -1243,7 +1246,9 @@ impl Sim<'_> {
             sw.append = Some((inode, handle, at.max(sw.pos)));
             return;
         }
-        sw.files_done += 1;
+        if sw.count_files {
+            sw.files_done += 1;
+        }
         self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
         let request = self.request();
         let handle = self.writers[i].handle;

@@ -79,6 +79,7 @@ fn dirtier_fairness_loads_and_expands() {
             Workload::Dd { start, .. }
             | Workload::Cp { start, .. }
             | Workload::RandomReader { start, .. } => start.as_nanos(),
+            Workload::Memory(memory) => memory.start().as_nanos(),
         })
         .collect();
     assert_eq!(starts, [0, 10_000_000_000]);
@@ -530,6 +531,8 @@ fn wbt_variants_are_named_as_product_md_says() {
     assert_eq!(runs[0].config.backends[0].wbt, WbtMode::On);
     assert_eq!(runs[1].config.backends[0].wbt, WbtMode::Off);
 }
+
+mod reclaim;
 
 mod runs {
     //! Runs of the simulator itself: determinism of traces, the cp workload.

@@ -1,0 +1,189 @@
+//! Reclaim under memory pressure (issue 5): who writes dirty pages from the LRU, and no
+//! deadlock when memory is tiny and the device slow.
+
+use ebb_core::{BackendConfig, Config, Duration, ReclaimPolicy, ThrottlePolicy, WbtMode};
+use ebb_sim::memload::MemoryWorkload;
+use ebb_sim::run::{DeviceSpec, RunSpec, Workload, run};
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+
+fn backend(name: &str) -> BackendConfig {
+    let mut b = BackendConfig::new(name);
+    b.wbt = WbtMode::Off;
+    b
+}
+
+/// A case with a data device and a swap disk.
+fn spec(
+    memory: u64,
+    device: &str,
+    reclaim: ReclaimPolicy,
+    throttle: ThrottlePolicy,
+    workloads: Vec<Workload>,
+    seed: u64,
+) -> RunSpec {
+    let mut config = Config::new(memory, backend("data"));
+    config.backends.push(backend("swap"));
+    config.swap_backend = Some(1);
+    config.reclaim = reclaim;
+    config.throttle = throttle;
+    config.dirty_ratio = 40;
+    let dev = |model: &str| DeviceSpec { model: model.into(), overrides: toml::Table::new() };
+    RunSpec {
+        name: "reclaim/test".into(),
+        config,
+        devices: vec![dev(device), dev("sata-2010")],
+        workloads,
+        seed,
+        time_limit: Duration::from_secs(3600),
+        sample_interval: Duration::from_millis(100),
+        steady_from: Duration::ZERO,
+        trace_dir: None,
+        faults: Vec::new(),
+    }
+}
+
+fn mmap_strm(memory: u64) -> Workload {
+    Workload::Memory(MemoryWorkload::MmapStrm {
+        backend: 0,
+        size_bytes: 2 * memory,
+        mix_bytes: 2 * memory,
+        chunk_bytes: memory / 8,
+        bs_bytes: MIB,
+        start: Duration::ZERO,
+    })
+}
+
+/// The posting's claim in our model: when anonymous memory pushes the file LRU down to its
+/// dirty pages, `legacy` reclaim writes file pages itself (direct reclaim included) while
+/// `flusher-only` direct reclaim writes none, and kswapd's efficiency stays within 10 points.
+#[test]
+fn flusher_only_direct_reclaim_never_writes() {
+    let memory = 128 * MIB;
+    let go = |policy| {
+        let s = spec(
+            memory,
+            "raid0-4x-sata-2010",
+            policy,
+            ThrottlePolicy::Legacy,
+            vec![mmap_strm(memory)],
+            5,
+        );
+        run(&s, &mut |_| {}).expect("run").metrics
+    };
+    let old = go(ReclaimPolicy::Legacy);
+    let new = go(ReclaimPolicy::FlusherOnly);
+    for m in [&old, &new] {
+        assert_eq!(m["writers_unfinished"], 0.0, "{m:?}");
+        assert_eq!(m["end_unclean_pages"], 0.0, "{m:?}");
+        assert!(m["swap_out_pages"] > 0.0, "anonymous memory competes: {m:?}");
+    }
+    assert!(
+        old["direct_reclaim_pages_written"] + old["kswapd_pages_written"] > 0.0,
+        "legacy reclaim writes file pages: {old:?}"
+    );
+    assert_eq!(new["direct_reclaim_pages_written"], 0.0, "{new:?}");
+    assert!(new["reclaim_immediate"] > 0.0, "dirty pages reached the tail: {new:?}");
+    let (e_old, e_new) = (old["kswapd_efficiency"], new["kswapd_efficiency"]);
+    assert!(e_new >= e_old - 0.10, "kswapd efficiency {e_new} vs legacy {e_old}");
+}
+
+/// fs_mark makes whole files, closes them, and reports files per second.
+#[test]
+fn fsmark_counts_files() {
+    let memory = 32 * MIB;
+    let fsmark = Workload::Memory(MemoryWorkload::FsMark {
+        backend: 0,
+        size_bytes: 3 * memory,
+        file_bytes: 10 * MIB,
+        bs_bytes: 16 << 10,
+        threads: 4,
+        start: Duration::ZERO,
+    });
+    let s = spec(
+        memory,
+        "sata-2010",
+        ReclaimPolicy::FlusherOnly,
+        ThrottlePolicy::Ioless,
+        vec![fsmark],
+        1,
+    );
+    let m = run(&s, &mut |_| {}).expect("run").metrics;
+    assert_eq!(m["files"], 9.0, "3 x 32 MiB in 10 MiB files: {m:?}");
+    assert!((m["files_per_s"] - 9.0 / m["elapsed_s"]).abs() < 1e-9);
+    assert!(m["kswapd_scanned"] > 0.0, "the cache filled and was reclaimed: {m:?}");
+    assert_eq!(m["end_unclean_pages"], 0.0);
+}
+
+fn policy() -> impl Strategy<Value = ReclaimPolicy> {
+    prop_oneof![Just(ReclaimPolicy::Legacy), Just(ReclaimPolicy::FlusherOnly)]
+}
+
+fn throttle() -> impl Strategy<Value = ThrottlePolicy> {
+    prop_oneof![
+        Just(ThrottlePolicy::Legacy),
+        Just(ThrottlePolicy::Bandwidth2010),
+        Just(ThrottlePolicy::Ioless)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// No deadlock: with 4-12 MiB of memory, a USB stick, several writers (dd, fs_mark,
+    /// mmap-strm) and a program faulting in anonymous memory, every writer finishes, every
+    /// page ends clean, and dirty pages never exceed the memory budget.
+    #[test]
+    fn tiny_memory_slow_device_finishes(
+        memory_mib in 4u64..=12,
+        dds in 0usize..=3,
+        fsmark_threads in 0u32..=3,
+        with_mmap in any::<bool>(),
+        churn_mib in 0u64..=3,
+        reclaim in policy(),
+        throttle in throttle(),
+        seed in any::<u64>(),
+    ) {
+        let memory = memory_mib * MIB;
+        let mut workloads: Vec<Workload> = (0..dds)
+            .map(|i| Workload::Dd {
+                backend: 0,
+                size_bytes: (2 + i as u64) * memory,
+                bs_bytes: 64 << 10,
+                start: Duration::from_millis(200 * i as u64),
+                fsync: i == 1,
+                think: Duration::ZERO,
+            })
+            .collect();
+        if fsmark_threads > 0 {
+            workloads.push(Workload::Memory(MemoryWorkload::FsMark {
+                backend: 0,
+                size_bytes: 3 * memory,
+                file_bytes: MIB,
+                bs_bytes: 16 << 10,
+                threads: fsmark_threads,
+                start: Duration::ZERO,
+            }));
+        }
+        if with_mmap || workloads.is_empty() {
+            workloads.push(mmap_strm(memory));
+        }
+        if churn_mib > 0 {
+            workloads.push(Workload::Memory(MemoryWorkload::AnonChurn {
+                size_bytes: churn_mib * MIB,
+                hold: Duration::from_secs(1),
+                period: Duration::from_secs(3),
+                start: Duration::from_millis(500),
+            }));
+        }
+        let s = spec(memory, "usb-stick", reclaim, throttle, workloads, seed);
+        let m = run(&s, &mut |_| {}).expect("run").metrics;
+        prop_assert_eq!(m["writers_unfinished"], 0.0, "{:?}", m);
+        prop_assert_eq!(m["end_unclean_pages"], 0.0, "{:?}", m);
+        prop_assert!(m["dirty_pages_max"] <= (memory / 4096) as f64, "{:?}", m);
+        if reclaim == ReclaimPolicy::FlusherOnly {
+            prop_assert_eq!(m["direct_reclaim_pages_written"], 0.0, "{:?}", m);
+        }
+    }
+}
