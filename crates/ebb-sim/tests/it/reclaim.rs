@@ -187,3 +187,22 @@ proptest! {
         }
     }
 }
+
+/// The experiment in progress loads in both forms: three memory sizes, one and four threads,
+/// three workloads, the RAID-0 array with a swap disk, and the USB stick with a desktop.
+#[test]
+fn reclaim_experiment_loads() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../experiments/in-progress/reclaim-writeback.toml");
+    let e = ebb_sim::experiment::Experiment::load(&path).expect("loads");
+    assert_eq!(e.run_names().len(), 42);
+    for quick in [false, true] {
+        let options = ebb_sim::experiment::ExpandOptions { quick, ..Default::default() };
+        for r in e.runs(&options) {
+            assert_eq!(r.config.swap_backend, Some(1), "{}", r.name);
+            assert_eq!(r.config.dirty_ratio, 40, "{}", r.name);
+            let model = if r.name.starts_with("usb") { "usb-stick" } else { "raid0-4x-sata-2010" };
+            assert_eq!(r.devices[0].model, model, "{}", r.name);
+        }
+    }
+}
