@@ -188,8 +188,9 @@ macro_rules! forward_backend {
 forward_backend!(Arc);
 forward_backend!(Box);
 
-/// Checks a name against the single-component rule of [`Backend`].
-pub(crate) fn check_name(name: &str) -> io::Result<()> {
+/// Checks a name against the single-component rule of [`Backend`], with an `InvalidInput`
+/// error naming it. Public for backends outside this crate (the simulator's).
+pub fn check_name(name: &str) -> io::Result<()> {
     let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']);
     if bad {
         return Err(io::Error::new(
@@ -200,12 +201,10 @@ pub(crate) fn check_name(name: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Checks `offset` and `len` against `capabilities`, with an error naming the rule broken.
-pub(crate) fn check_request(
-    capabilities: &Capabilities,
-    offset: u64,
-    len: usize,
-) -> io::Result<()> {
+/// Checks `offset` and `len` against `capabilities` (size limit, largest file offset,
+/// alignment), with an `InvalidInput` error naming the rule broken. Public for backends outside
+/// this crate (the simulator's).
+pub fn check_request(capabilities: &Capabilities, offset: u64, len: usize) -> io::Result<()> {
     let len = len as u64;
     if capabilities.max_io_bytes < len {
         return Err(io::Error::new(

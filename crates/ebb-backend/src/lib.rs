@@ -31,7 +31,7 @@ mod mem;
 pub use aligned::{AlignedBuf, PAGE_SIZE};
 pub use backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, ServerRestart, Stability,
-    WriteReply,
+    WriteReply, check_name, check_request,
 };
 pub use dir::{DirBackend, open_direct_path};
 pub use faulty::{FaultOp, FaultPlan, FaultyBackend};

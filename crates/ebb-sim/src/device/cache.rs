@@ -36,7 +36,13 @@ impl WriteCache {
 
     /// True if a write of `len` bytes can ever be cached (otherwise it is written through).
     pub(super) fn can_hold(&self, len: u64) -> bool {
-        len <= self.capacity
+        WriteCache::caches(self.capacity, len)
+    }
+
+    /// The admission rule of a cache of `capacity` bytes: a write of `len` bytes is cached
+    /// (acknowledged from volatile memory) if it fits at all, else written through to the media.
+    pub(super) fn caches(capacity: u64, len: u64) -> bool {
+        len <= capacity
     }
 
     /// True if `len` bytes can be reserved now.

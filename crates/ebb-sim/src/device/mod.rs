@@ -78,7 +78,9 @@ pub use block::BlockDevice;
 pub use disk::DiskParams;
 pub use elevator::{ElevatorParams, Scheduler};
 pub use flash::FlashParams;
-pub use nfs::{NfsParams, NfsServer, NfsStats};
+pub use nfs::{
+    CommitDone, CommitInProgress, NfsParams, NfsServer, NfsServerState, NfsStats, ReceivedWrite,
+};
 pub use raid0::{Raid0, Raid0Params};
 
 /// The operation of a request, as the block layer classifies it.
@@ -175,6 +177,45 @@ pub enum DeviceParams {
     Raid0(Raid0Params),
     /// An NFS server over a network link.
     Nfs(NfsParams),
+}
+
+/// Where the data of a completed write sits, by a model's rules (timing aside).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteLanding {
+    /// In the device's volatile write cache: lost by a power cut until a flush.
+    VolatileCache,
+    /// On the media (written through): durable when the write completes.
+    Media,
+    /// In a two-phase server's memory: lost by a server restart until a COMMIT.
+    ServerMemory,
+}
+
+impl DeviceParams {
+    /// Where a completed write of `len` bytes (`len > 0`) sits: for a disk or flash device,
+    /// in the write cache if the cache admits it (a write larger than the cache, or any write
+    /// to a device without one, is written through; see `cache.rs`); for NFS, in server memory.
+    ///
+    /// RAID-0 answers [`WriteLanding::VolatileCache`] whenever its members have a cache:
+    /// striping cuts a request into per-member pieces, and a piece larger than a member's cache
+    /// would be written through; the answer for the whole request is the less durable one.
+    pub fn write_landing(&self, len: u64) -> WriteLanding {
+        let cached = |capacity| {
+            if cache::WriteCache::caches(capacity, len) {
+                WriteLanding::VolatileCache
+            } else {
+                WriteLanding::Media
+            }
+        };
+        match self {
+            DeviceParams::Disk(disk) => cached(disk.write_cache_bytes),
+            DeviceParams::Flash(flash) => cached(flash.write_cache_bytes),
+            DeviceParams::Raid0(raid) if raid.member.write_cache_bytes > 0 => {
+                WriteLanding::VolatileCache
+            }
+            DeviceParams::Raid0(_) => WriteLanding::Media,
+            DeviceParams::Nfs(_) => WriteLanding::ServerMemory,
+        }
+    }
 }
 
 /// A simulated block device; see the module doc for the driving protocol.

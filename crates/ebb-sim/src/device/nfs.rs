@@ -14,6 +14,11 @@
 //!  READ  ─► RTT/2 ─► server disk ─► reply link (wire rate) ─► RTT/2
 //! ```
 //!
+//! The durability rules (what a WRITE, a COMMIT and a restart do to the server's data and
+//! verifier) live in [`NfsServerState`], apart from the timing, so that the simulator's
+//! storage-semantics backend ([`crate::backend::SimBackend`]) applies the very same rules to
+//! real bytes.
+//!
 //! Not modelled: the server's own background writeback (it would make COMMITs cheaper; a
 //! single client that commits after every writepages batch keeps the server's dirty memory
 //! below its background threshold, so the fsync pays for all of it), per-RPC server CPU
@@ -24,6 +29,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
+use std::mem;
 
 use ebb_core::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
@@ -114,6 +120,130 @@ pub struct NfsStats {
     pub commits: u64,
 }
 
+/// One WRITE as the server received it: which file (an NFS file handle; the timing model has
+/// one file, 0) and which bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceivedWrite {
+    /// The file the write is for.
+    pub file: u64,
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A COMMIT between its arrival at the server ([`NfsServerState::begin_commit`]) and the end
+/// of its fsync ([`NfsServerState::finish_commit`]): the writes it covers.
+#[derive(Debug)]
+pub struct CommitInProgress {
+    /// The restart epoch the fsync started in.
+    epoch: u64,
+    writes: Vec<ReceivedWrite>,
+}
+
+impl CommitInProgress {
+    /// Bytes the fsync has to write.
+    pub fn bytes(&self) -> u64 {
+        self.writes.iter().map(|write| write.len).sum()
+    }
+}
+
+/// What a finished COMMIT did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CommitDone {
+    /// The verifier the COMMIT reply carries (the server's current one).
+    pub verifier: u64,
+    /// The writes that are now durable: every write the COMMIT covered, or none if the server
+    /// restarted during its fsync.
+    pub durable: Vec<ReceivedWrite>,
+}
+
+/// The server's durability rules, without timing; shared by the `nfs-server` timing model and
+/// the storage-semantics [`crate::backend::SimBackend`].
+///
+/// * A WRITE is received under the current verifier and is held in server memory only.
+/// * A COMMIT covers every write received before it arrived (the whole server, as `syncfs`);
+///   they are durable when its fsync ends, unless the server restarted in between, and the
+///   reply carries the verifier current at that end.
+/// * A restart loses every write received but not durable (including those of a COMMIT whose
+///   fsync is under way) and changes the verifier.
+#[derive(Clone, Debug)]
+pub struct NfsServerState {
+    /// Received, not yet durable nor in a COMMIT's fsync, in arrival order.
+    uncommitted: Vec<ReceivedWrite>,
+    /// Pages (file, offset / PAGE) on the server's disk.
+    durable: BTreeSet<(u64, u64)>,
+    /// Bumped by every restart; a fsync that started in an earlier epoch made nothing durable.
+    epoch: u64,
+    base_verifier: u64,
+    stats: NfsStats,
+}
+
+impl NfsServerState {
+    /// A freshly booted server; `seed` picks the first verifier (a boot time, in effect).
+    pub fn new(seed: u64) -> NfsServerState {
+        let base_verifier = seed | 1;
+        NfsServerState {
+            uncommitted: Vec::new(),
+            durable: BTreeSet::new(),
+            epoch: 0,
+            base_verifier,
+            stats: NfsStats { verifier: base_verifier, ..NfsStats::default() },
+        }
+    }
+
+    /// The current write verifier.
+    pub fn verifier(&self) -> u64 {
+        self.stats.verifier
+    }
+
+    /// A WRITE reaches server memory; returns the verifier its UNSTABLE reply carries.
+    pub fn receive(&mut self, write: ReceivedWrite) -> u64 {
+        self.uncommitted.push(write);
+        self.stats.verifier
+    }
+
+    /// A COMMIT reaches the server: its fsync covers every write received so far.
+    pub fn begin_commit(&mut self) -> CommitInProgress {
+        CommitInProgress { epoch: self.epoch, writes: mem::take(&mut self.uncommitted) }
+    }
+
+    /// The fsync of `commit` ended: its writes are durable unless a restart came first.
+    pub fn finish_commit(&mut self, commit: CommitInProgress) -> CommitDone {
+        self.stats.commits += 1;
+        if commit.epoch != self.epoch {
+            // The server restarted during this fsync: its data never reached the disk.
+            self.stats.lost_bytes += commit.bytes();
+            return CommitDone { verifier: self.stats.verifier, durable: Vec::new() };
+        }
+        for write in &commit.writes {
+            let pages = write.offset / PAGE..(write.offset + write.len).div_ceil(PAGE);
+            self.durable.extend(pages.map(|page| (write.file, page)));
+        }
+        CommitDone { verifier: self.stats.verifier, durable: commit.writes }
+    }
+
+    /// The server restarts: everything received but not durable is lost, fsyncs under way
+    /// make nothing durable, and the verifier changes.
+    pub fn restart(&mut self) {
+        self.epoch += 1;
+        self.stats.restarts += 1;
+        self.stats.verifier = self.base_verifier.wrapping_add(self.stats.restarts);
+        self.stats.lost_bytes += self.uncommitted.iter().map(|write| write.len).sum::<u64>();
+        self.uncommitted.clear();
+    }
+
+    /// Verifier, restarts, durable bytes, uncommitted bytes (received and not yet in a
+    /// COMMIT's fsync), lost bytes, commits.
+    pub fn stats(&self) -> NfsStats {
+        NfsStats {
+            durable_bytes: self.durable.len() as u64 * PAGE,
+            uncommitted_bytes: self.uncommitted.iter().map(|write| write.len).sum(),
+            ..self.stats
+        }
+    }
+}
+
 /// Internal events, in time order (ties by sequence number, i.e. submission order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
@@ -122,7 +252,7 @@ enum Step {
     /// A COMMIT reaches the server and starts (or queues for) its fsync.
     CommitArrives { slot: usize },
     /// The fsync of a COMMIT finished.
-    CommitDurable { slot: usize, epoch: u64, first: usize, count: usize },
+    CommitDurable { slot: usize },
     /// A reply reaches the client.
     Reply { slot: usize },
     /// The server restarts.
@@ -134,6 +264,8 @@ struct Pending {
     request: DeviceRequest,
     submitted: Instant,
     verifier: Option<u64>,
+    /// A COMMIT's writes while its fsync runs.
+    commit: Option<CommitInProgress>,
 }
 
 /// The `nfs-server` model; see the module doc.
@@ -153,17 +285,9 @@ pub struct NfsServer {
     free_slots: Vec<usize>,
     outstanding: usize,
     busy_since: Instant,
-    /// Received, not yet durable: (offset, len), in arrival order.
-    uncommitted: Vec<(u64, u64)>,
-    /// Snapshots taken by COMMITs in their fsync, indexed by `CommitDurable::first`.
-    committing: Vec<(u64, u64)>,
-    /// Pages (offset / PAGE) on the server's disk.
-    durable: BTreeSet<u64>,
-    /// Bumped by every restart; a fsync that started in an earlier epoch made nothing durable.
-    epoch: u64,
-    base_verifier: u64,
+    /// What the server holds and how durable it is.
+    state: NfsServerState,
     stats: DeviceStats,
-    nfs: NfsStats,
 }
 
 impl NfsServer {
@@ -176,7 +300,6 @@ impl NfsServer {
             events.push(Reverse((at, seq, Step::Restart)));
             seq += 1;
         }
-        let base_verifier = seed | 1;
         NfsServer {
             name: name.to_string(),
             params: DeviceParams::Nfs(params.clone()),
@@ -190,34 +313,21 @@ impl NfsServer {
             free_slots: Vec::new(),
             outstanding: 0,
             busy_since: Instant::ZERO,
-            uncommitted: Vec::new(),
-            committing: Vec::new(),
-            durable: BTreeSet::new(),
-            epoch: 0,
-            base_verifier,
+            state: NfsServerState::new(seed),
             stats: DeviceStats::default(),
-            nfs: NfsStats { verifier: base_verifier, ..NfsStats::default() },
         }
     }
 
     /// Server-side counters: verifier, restarts, durable and uncommitted bytes.
     pub fn nfs_stats(&self) -> NfsStats {
-        NfsStats {
-            durable_bytes: self.durable.len() as u64 * PAGE,
-            uncommitted_bytes: self.uncommitted.iter().map(|&(_, len)| len).sum(),
-            ..self.nfs
-        }
+        self.state.stats()
     }
 
     /// Restarts the server at `now` (same calling rule as [`Device::submit`]): everything
     /// received but not durable is lost, fsyncs in progress make nothing durable, and the
     /// verifier changes.
     pub fn restart(&mut self, _now: Instant) {
-        self.epoch += 1;
-        self.nfs.restarts += 1;
-        self.nfs.verifier = self.base_verifier.wrapping_add(self.nfs.restarts);
-        self.nfs.lost_bytes += self.uncommitted.iter().map(|&(_, len)| len).sum::<u64>();
-        self.uncommitted.clear();
+        self.state.restart();
     }
 
     fn push(&mut self, at: Instant, step: Step) {
@@ -240,17 +350,17 @@ impl NfsServer {
     fn on_step(&mut self, at: Instant, step: Step) {
         match step {
             Step::WriteArrives { slot } => {
-                let request = self.pending[slot].as_ref().expect("pending write").request;
-                self.uncommitted.push((request.offset, request.len));
-                self.pending[slot].as_mut().expect("pending").verifier = Some(self.nfs.verifier);
+                let pending = self.pending[slot].as_mut().expect("pending write");
+                let (offset, len) = (pending.request.offset, pending.request.len);
+                let verifier = self.state.receive(ReceivedWrite { file: 0, offset, len });
+                pending.verifier = Some(verifier);
                 let reply = at + self.half_rtt();
                 self.push(reply, Step::Reply { slot });
             }
             Step::CommitArrives { slot } => {
-                let first = self.committing.len();
-                let count = self.uncommitted.len();
-                let bytes: u64 = self.uncommitted.iter().map(|&(_, len)| len).sum();
-                self.committing.append(&mut self.uncommitted);
+                let commit = self.state.begin_commit();
+                let bytes = commit.bytes();
+                self.pending[slot].as_mut().expect("pending commit").commit = Some(commit);
                 let start = self.disk_free.max(at);
                 let cost = Duration::from_nanos(
                     transfer_ns(bytes, self.p.disk_mb_per_s)
@@ -258,22 +368,12 @@ impl NfsServer {
                 );
                 self.disk_free = start + cost;
                 self.stats.destage_bytes += bytes;
-                let epoch = self.epoch;
-                self.push(self.disk_free, Step::CommitDurable { slot, epoch, first, count });
+                self.push(self.disk_free, Step::CommitDurable { slot });
             }
-            Step::CommitDurable { slot, epoch, first, count } => {
-                let snapshot = &self.committing[first..first + count];
-                if epoch == self.epoch {
-                    for &(offset, len) in snapshot {
-                        self.durable.extend(offset / PAGE..(offset + len).div_ceil(PAGE));
-                    }
-                } else {
-                    // The server restarted during this fsync: its data never reached the disk.
-                    self.nfs.lost_bytes += snapshot.iter().map(|&(_, len)| len).sum::<u64>();
-                }
-                self.nfs.commits += 1;
-                self.pending[slot].as_mut().expect("pending commit").verifier =
-                    Some(self.nfs.verifier);
+            Step::CommitDurable { slot } => {
+                let pending = self.pending[slot].as_mut().expect("pending commit");
+                let commit = pending.commit.take().expect("a COMMIT in its fsync");
+                pending.verifier = Some(self.state.finish_commit(commit).verifier);
                 let reply = at + self.half_rtt();
                 self.push(reply, Step::Reply { slot });
             }
@@ -304,7 +404,8 @@ impl Device for NfsServer {
                 self.pending.len() - 1
             }
         };
-        self.pending[slot] = Some(Pending { request, submitted: now, verifier: None });
+        self.pending[slot] =
+            Some(Pending { request, submitted: now, verifier: None, commit: None });
         let half = self.half_rtt();
         match request.op {
             IoOp::Write => {
@@ -377,10 +478,6 @@ impl Device for NfsServer {
                 other => self.on_step(at, other),
             }
         }
-        if self.committing.len() > 1 << 16 && !self.events.iter().any(is_durable_step) {
-            // Every snapshot has been resolved: drop them so memory stays bounded.
-            self.committing.clear();
-        }
     }
 
     fn queued(&self) -> usize {
@@ -394,8 +491,4 @@ impl Device for NfsServer {
     fn nfs_stats(&self) -> Option<NfsStats> {
         Some(NfsServer::nfs_stats(self))
     }
-}
-
-fn is_durable_step(event: &Reverse<(Instant, u64, Step)>) -> bool {
-    matches!(event.0.2, Step::CommitDurable { .. })
 }

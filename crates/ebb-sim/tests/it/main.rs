@@ -10,6 +10,8 @@ use ebb_sim::experiment::{ExpandOptions, Experiment, ExperimentError, RunMetrics
 use ebb_sim::reproduce::{self, Options, Progress};
 use ebb_sim::run::{RunResult, TimeSeries, Workload};
 
+mod backend;
+
 fn experiments_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")
 }
