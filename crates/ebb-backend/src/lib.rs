@@ -16,6 +16,10 @@
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
 //! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
 //! | [`conformance`] | named checks any backend (real or simulated) must pass |
+//! | [`check_name`], [`check_request`] | the name and request rules, for backends outside this crate |
+//!
+//! The simulator's backend, `ebb_sim::backend::SimBackend`, lives in `ebb-sim` (files in
+//! memory with a device model's durability) and passes the same suite.
 //!
 //! `unsafe` is denied in the whole crate; the one exception is the allocation inside
 //! [`AlignedBuf`].

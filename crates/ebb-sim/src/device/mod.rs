@@ -52,6 +52,10 @@
 //! The `nfs-server` model (`nfs.rs`) is not a block device: its writes complete UNSTABLE with
 //! the server's write verifier in [`Completion::verifier`], and a flush is a COMMIT.
 //!
+//! The same models' storage semantics, with real bytes and no timing, are
+//! [`crate::backend::SimBackend`] (it asks [`DeviceParams::write_landing`] where a write
+//! lands, and shares the NFS rules through [`NfsServerState`]).
+//!
 //! # Not modelled
 //!
 //! Reads served from the write cache or from a read-ahead buffer, zoned recording (outer
