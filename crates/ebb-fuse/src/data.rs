@@ -32,6 +32,10 @@ pub(crate) trait DataPath: Send + Sync {
 /// One handle on a cached file. Reads see every write made through any handle of the file.
 pub(crate) trait DataFile: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// A read for a caller that opened the file with `O_DIRECT`: around the cache, from the
+    /// backing file, unless the cache holds a newer copy of the range. `offset` and `buf.len()`
+    /// are multiples of 4096; bytes past the backing file's end are not filled.
+    fn read_direct_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// May sleep (dirty throttling).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
     fn set_len(&self, size: u64) -> io::Result<()>;
@@ -75,6 +79,10 @@ struct PassthroughFile(File);
 
 impl DataFile for PassthroughFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn read_direct_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at(buf, offset)
     }
 

@@ -832,24 +832,25 @@ impl Filesystem for EbbFs {
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let shared = Arc::clone(&self.shared);
+        // As in the kernel, a reader that opened the file with O_DIRECT reads around the
+        // cache (and its latency is what wbt protects); others read through it.
+        let direct = flags.0 & libc::O_DIRECT != 0
+            && offset.is_multiple_of(4096)
+            && u64::from(size).is_multiple_of(4096);
         self.reads.run(move || {
             let result = shared.handle(fh).and_then(|handle| {
                 let mut buf = vec![0; size as usize];
-                let mut done = 0;
-                while done < buf.len() {
-                    match handle.file.read_at(&mut buf[done..], offset + done as u64) {
-                        Ok(0) => break,
-                        Ok(read) => done += read,
-                        Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                        Err(error) => return Err(errno_of(&error)),
-                    }
-                }
-                buf.truncate(done);
+                let done = if direct {
+                    read_direct(handle.file.as_ref(), &mut buf, offset)
+                } else {
+                    read_cached(handle.file.as_ref(), &mut buf, offset)
+                };
+                buf.truncate(done.map_err(|error| errno_of(&error))?);
                 Ok(buf)
             });
             match result {
@@ -1156,6 +1157,36 @@ fn list_xattr(path: &Path) -> Result<Vec<u8>, rustix::io::Errno> {
     let mut list = Vec::with_capacity(XATTR_MAX);
     rustix::fs::listxattr(path, rustix::buffer::spare_capacity(&mut list))?;
     Ok(list)
+}
+
+/// Reads through the cache until `buf` is full or the file ends.
+fn read_cached(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(read) => done += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(done)
+}
+
+/// An aligned read around the cache, cut at the size ebb knows. The backing file may end
+/// before that size (a hole the cache added by growing the file, never written) or after it
+/// (its last page is written whole): the first reads as zeros, the second is cut.
+fn read_direct(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let size = file.len()?;
+    let valid = usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+    if valid == 0 {
+        return Ok(0);
+    }
+    let read = file.read_direct_at(buf, offset)?;
+    if read < valid {
+        buf[read..valid].fill(0);
+    }
+    Ok(valid)
 }
 
 fn xattr_reply(reply: ReplyXattr, value: Result<Vec<u8>, Errno>, size: u32) {

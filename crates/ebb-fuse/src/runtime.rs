@@ -91,6 +91,10 @@ impl DataFile for EbbFile {
         self.0.read_at(buf, offset)
     }
 
+    fn read_direct_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_direct_at(buf, offset)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         self.0.write_at(buf, offset)
     }

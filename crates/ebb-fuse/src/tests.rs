@@ -60,6 +60,9 @@ impl DataFile for GatedFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at(buf, offset)
     }
+    fn read_direct_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_direct_at(buf, offset)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         if buf.starts_with(b"BLOCK") {
             let mut state = self.1.state.lock();

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use ebb_fuse::{DataMode, Mount, MountConfig};
@@ -171,8 +171,23 @@ fn random_operations(data: DataMode, seed: u64, operations: usize) {
                 } else {
                     open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name))
                 };
-                let offset = rng.offset(expected.len() as u64, expected.len() as u64 + 65536);
-                let len = rng.size(MAX_IO) as usize;
+                let mut offset = rng.offset(expected.len() as u64, expected.len() as u64 + 65536);
+                let mut len = rng.size(MAX_IO) as usize;
+                // Sometimes as an O_DIRECT reader (aligned), which reads around the cache
+                // unless the cache holds the range.
+                let direct_file;
+                let file = if rng.below(4) == 0 {
+                    offset -= offset % 4096;
+                    len = len.div_ceil(4096) * 4096;
+                    direct_file = OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(fx.mnt.join(&name))
+                        .unwrap();
+                    &direct_file
+                } else {
+                    file
+                };
                 let got = read_range(file, offset, len);
                 let start = (offset as usize).min(expected.len());
                 let end = (offset as usize + len).min(expected.len());
