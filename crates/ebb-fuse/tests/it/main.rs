@@ -435,3 +435,37 @@ fn size_and_stats_come_from_ebb() {
     let error = ebb_fuse::read_stats(&fx.dir).unwrap_err();
     assert!(error.to_string().contains("not the root of an ebb mount"), "{error}");
 }
+
+// The kernel keeps no copy of the data: after writing and reading a file through the mount
+// (and fsync, so ebb wrote it to DIR), none of the backing file's pages are in the kernel's
+// page cache (ebb writes it with O_DIRECT; the FUSE side is direct IO, so it has none either,
+// which the shared mmap test shows). Uses util-linux's fincore; skipped without it.
+#[test]
+fn the_kernel_caches_no_copy_of_the_data() {
+    let Ok(probe) = std::process::Command::new("fincore").arg("--version").output() else {
+        eprintln!("SKIPPED: fincore (util-linux) is missing");
+        return;
+    };
+    assert!(probe.status.success());
+    let Some(mut fx) = Fixture::new(DataMode::Ebb, Some(128 << 20), &[]) else { return };
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    let mut options = OpenOptions::new();
+    let file = options.read(true).write(true).create_new(true).open(fx.mnt.join("f")).unwrap();
+    file.write_all_at(&data, 0).unwrap();
+    file.sync_all().unwrap();
+    assert!(read_range(&file, 0, data.len()) == data);
+    drop(file);
+    let resident = |path: &Path| {
+        let output = std::process::Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--output", "RES"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().parse::<u64>().unwrap()
+    };
+    assert_eq!(resident(&fx.dir.join("f")), 0);
+    fx.unmount();
+    assert_eq!(resident(&fx.dir.join("f")), 0);
+    assert!(std::fs::read(fx.dir.join("f")).unwrap() == data);
+}
