@@ -139,12 +139,6 @@ pub struct BackendConfig {
     /// Largest single write, pages (the block layer's `max_sectors_kb`). Contiguous dirty pages
     /// go out as one write up to this size.
     pub max_write_pages: u32,
-    /// Client congestion limit, pages under writeback (0: none). Two-phase network clients
-    /// such as NFS stop a non-integrity writepages call once this many pages are in flight to
-    /// the server, and resume below 3/4 of it (the kernel's `nfs_congestion_kb`).
-    /// `u64::MAX` derives it from memory as the kernel's NFS client does:
-    /// `16 * sqrt(memory pages)`, at most 256 MiB.
-    pub congestion_pages: u64,
     /// The device's own command queue depth (NCQ tags; the kernel's `blk_queue_depth`), which
     /// sizes writeback throttling's limits; `queue_depth` above is the software queue.
     pub hw_queue_depth: u32,
@@ -173,7 +167,6 @@ impl BackendConfig {
             queue_depth: 128,
             max_write_pages: 128,
             hw_queue_depth: 32,
-            congestion_pages: 0,
             rotational: false,
             write_cache: false,
             wbt: WbtMode::On,
@@ -438,7 +431,6 @@ impl BackendConfig {
         "queue_depth",
         "max_write_pages",
         "hw_queue_depth",
-        "congestion_pages",
         "rotational",
         "write_cache",
         "wbt",
@@ -456,7 +448,6 @@ impl BackendConfig {
             "queue_depth" => self.queue_depth = parse_knob(name, value, "a request count")?,
             "max_write_pages" => self.max_write_pages = parse_knob(name, value, "a page count")?,
             "hw_queue_depth" => self.hw_queue_depth = parse_knob(name, value, "a request count")?,
-            "congestion_pages" => self.congestion_pages = parse_knob(name, value, "a page count")?,
             "rotational" => self.rotational = parse_bool(name, value)?,
             "write_cache" => self.write_cache = parse_bool(name, value)?,
             "wbt" => self.wbt = value.trim().parse()?,

@@ -20,8 +20,8 @@ use crate::flusher::{Flusher, Submitter};
 use crate::fprop::{EventProportions, Local, Proportions};
 use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
 use crate::memory::{List, Memory};
-use crate::pagemap::{PageMap, Run, WriteEnd};
-use crate::stats::{BdiStats, MemInfo, Stats};
+use crate::pagemap::{CommitBatch, PageMap, Run, WriteEnd};
+use crate::stats::{BdiStats, FileErrors, MemInfo, Stats};
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::Writer;
@@ -116,12 +116,16 @@ pub(crate) struct InodeMeta {
     pub(crate) syncing: Option<Issuer>,
     pub(crate) writeback_index: u64,
     pub(crate) inflight: BTreeSet<IoId>,
-    pub(crate) commit_inflight: Option<IoId>,
-    /// Two-phase backends: each writepages call leaves a mark at its last write; a COMMIT goes
-    /// out once every write up to the oldest mark has completed (the kernel's NFS commits after
-    /// the writes of each writepages call, even with later writes in flight).
+    /// COMMITs in flight. They may overlap: each covers the unstable pages no earlier one
+    /// covers (the NFS client sends one whenever a batch of writes completes, without waiting
+    /// for the previous one).
+    pub(crate) commits_inflight: BTreeSet<IoId>,
+    /// Two-phase backends: each writepages call that wrote something leaves a mark at its last
+    /// write; a COMMIT goes out once every write up to the oldest mark has completed (the
+    /// kernel's NFS commits after the writes of each writepages call, even with later writes
+    /// in flight).
     pub(crate) commit_marks: VecDeque<IoId>,
-    /// Commit as soon as no COMMIT is in flight (sync, or a call that left nothing in flight).
+    /// Commit now (sync, fsync, or a writepages call that wrote nothing).
     pub(crate) commit_now: bool,
     pub(crate) handles: u32,
     pub(crate) err_seq: u64,
@@ -153,8 +157,6 @@ pub(crate) struct Wb {
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
-    /// Client congestion state (`BackendConfig::congestion_pages`).
-    pub(crate) congested: bool,
 }
 
 pub(crate) enum IoKind {
@@ -169,7 +171,10 @@ pub(crate) enum IoKind {
         frames: Vec<FrameId>,
         keep_below: u64,
     },
-    Commit,
+    /// The pages this COMMIT covers.
+    Commit {
+        batch: CommitBatch,
+    },
 }
 
 pub(crate) struct IoRecord {
@@ -184,8 +189,8 @@ pub(crate) enum FsyncPhase {
     Writing,
     /// Waiting for every write in flight up to this IO.
     Waiting(IoId),
-    /// Waiting for a COMMIT of the file.
-    Committing,
+    /// Waiting for the file's COMMITs in flight up to this one.
+    Committing(IoId),
 }
 
 pub(crate) struct FsyncState {
@@ -279,7 +284,6 @@ impl Engine {
                     b.write_cache,
                 ),
                 write_inflight: 0,
-                congested: false,
             })
             .collect();
         let mem = Memory::new(&config);
@@ -441,7 +445,7 @@ impl Engine {
             syncing: None,
             writeback_index: 0,
             inflight: BTreeSet::new(),
-            commit_inflight: None,
+            commits_inflight: BTreeSet::new(),
             commit_marks: VecDeque::new(),
             commit_now: false,
             handles: 0,
@@ -474,7 +478,7 @@ impl Engine {
     /// Whether `inode` has no IO in flight (writes, reads, commit): a driver may forget it.
     pub fn inode_idle(&self, inode: InodeId) -> bool {
         self.inodes.get(&inode).is_none_or(|m| {
-            m.inflight.is_empty() && m.reading.is_empty() && m.commit_inflight.is_none()
+            m.inflight.is_empty() && m.reading.is_empty() && m.commits_inflight.is_empty()
         })
     }
 
@@ -491,6 +495,21 @@ impl Engine {
     /// The last write error recorded for a file, if any (queryable error state).
     pub fn inode_error(&self, inode: InodeId) -> Option<IoError> {
         self.inodes.get(&inode).and_then(|m| m.err)
+    }
+
+    /// A known file's error state: its last error, whether a handle has seen it, when its
+    /// failed pages are retried, and how many dirty pages an error holds.
+    pub fn file_errors<M: PageMaps>(&self, inode: InodeId, maps: &mut M) -> Option<FileErrors> {
+        let meta = self.inodes.get(&inode)?;
+        let counts = maps.with(inode, |m| m.counts());
+        Some(FileErrors {
+            error: meta.err,
+            count: meta.err_seq,
+            unseen: meta.err_unseen,
+            retry_at: meta.retry_at,
+            held_pages: counts.held,
+            dirty_pages: counts.dirty,
+        })
     }
 
     /// The error not yet reported to `handle`, marking it reported (errseq semantics).
@@ -671,7 +690,10 @@ impl Engine {
                 self.mem.move_to_inactive_tail(frame);
             }
         }
-        if out.inode_became_dirty {
+        if out.inode_became_dirty || out.unstable > 0 {
+            // Unstable pages keep the file on the dirty list until committed, as the NFS
+            // client marks the inode dirty (I_DIRTY_DATASYNC) for them: the flusher's passes
+            // call writepages on it and its write_inode step sends the COMMIT.
             self.mark_inode_dirty(inode);
         }
         if let Some(meta) = self.inodes.get_mut(&inode) {
@@ -759,14 +781,12 @@ impl Engine {
 
     // ----- commits (two-phase backends) -----
 
-    /// Sends a COMMIT for `inode` when one is due: a writepages call's writes have all
-    /// completed, a sync or fsync asks, and no COMMIT is in flight already.
-    pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
-        let Some(meta) = self.inodes.get_mut(&inode) else { return };
-        if meta.commit_inflight.is_some() {
-            return;
-        }
-        let mut due = false;
+    /// Sends a COMMIT for `inode` when one is due (a writepages call's writes have all
+    /// completed, or `commit_now`) and unstable pages no COMMIT in flight covers exist.
+    /// Returns the pages it covers (0: none sent).
+    pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) -> u64 {
+        let Some(meta) = self.inodes.get_mut(&inode) else { return 0 };
+        let mut due = std::mem::take(&mut meta.commit_now);
         while let Some(&mark) = meta.commit_marks.front() {
             if meta.inflight.range(..=mark).next().is_some() {
                 break;
@@ -774,45 +794,48 @@ impl Engine {
             meta.commit_marks.pop_front();
             due = true;
         }
-        let fsync_wants = self
-            .fsyncs
-            .values()
-            .any(|f| f.inode == inode && matches!(f.phase, FsyncPhase::Committing));
-        let meta = self.inodes.get_mut(&inode).expect("known");
-        if !(due || meta.commit_now || fsync_wants) {
-            return;
+        if !due {
+            return 0;
         }
-        meta.commit_now = false;
         let b = meta.backend;
-        let pages =
-            maps.with(inode, |m| if m.counts().unstable > 0 { m.begin_commit() } else { 0 });
+        let batch = maps.with(inode, |m| {
+            if m.counts().unstable > 0 { m.begin_commit() } else { CommitBatch::default() }
+        });
+        let pages = batch.pages();
         if pages == 0 {
-            return;
+            return 0;
         }
         let io = self.new_io();
-        self.inodes.get_mut(&inode).expect("known").commit_inflight = Some(io);
-        self.ios.insert(io, IoRecord { backend: b, inode, kind: IoKind::Commit, issued: self.now });
+        self.inodes.get_mut(&inode).expect("known").commits_inflight.insert(io);
+        self.ios.insert(
+            io,
+            IoRecord { backend: b, inode, kind: IoKind::Commit { batch }, issued: self.now },
+        );
         self.stats.commits += 1;
         self.stats.commit_pages += pages;
         self.emit(Action::Commit { io, backend: b, inode, pages });
+        pages
     }
 
     fn commit_done<M: PageMaps>(&mut self, io: IoId, result: Result<u64, IoError>, maps: &mut M) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
         let (b, inode) = (record.backend, record.inode);
-        self.inodes.get_mut(&inode).expect("known").commit_inflight = None;
+        let IoKind::Commit { batch } = record.kind else { panic!("io {io} is not a commit") };
+        self.inodes.get_mut(&inode).expect("known").commits_inflight.remove(&io);
         let out = match result {
             Ok(verifier) => {
-                let verifiers = self.wbs[b.index()].verifiers.clone();
+                let verifiers = &self.wbs[b.index()].verifiers;
                 maps.with(inode, |m| {
-                    m.resolve_commit(|slot| verifiers.get(usize::from(slot)) == Some(&verifier))
+                    m.resolve_commit(&batch, |slot| {
+                        verifiers.get(usize::from(slot)) == Some(&verifier)
+                    })
                 })
             }
             Err(e) => {
                 self.record_error(inode, e);
                 // The server may have lost the data: write it again.
-                maps.with(inode, |m| m.resolve_commit(|_| false))
+                maps.with(inode, |m| m.resolve_commit(&batch, |_| false))
             }
         };
         self.stats.verifier_redirtied += out.redirtied;
@@ -854,6 +877,8 @@ impl Engine {
         let inode = self.fsyncs[&request].inode;
         let tagged = maps.with(inode, |m| m.tag_dirty());
         if tagged > 0 {
+            // One integrity writepages call (counted like the flusher's).
+            self.stats.writepages_calls += 1;
             let b = self.inodes[&inode].backend;
             self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Writing;
             self.add_submitter(
@@ -885,9 +910,13 @@ impl Engine {
             self.fsync_write_phase(request, maps);
             return;
         }
-        if counts.unstable > 0 || self.inodes[&inode].commit_inflight.is_some() {
-            self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Committing;
+        if counts.unstable > 0 {
+            // Commit what no COMMIT in flight covers, then wait for all of them.
+            self.inodes.get_mut(&inode).expect("known").commit_now = true;
             self.maybe_commit(inode, maps);
+        }
+        if let Some(&last) = self.inodes[&inode].commits_inflight.last() {
+            self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Committing(last);
             return;
         }
         let state = self.fsyncs.remove(&request).expect("fsync");
@@ -905,7 +934,9 @@ impl Engine {
                 FsyncPhase::Waiting(last) => {
                     self.inodes[&inode].inflight.range(..=last).next().is_none()
                 }
-                FsyncPhase::Committing => self.inodes[&inode].commit_inflight.is_none(),
+                FsyncPhase::Committing(last) => {
+                    self.inodes[&inode].commits_inflight.range(..=last).next().is_none()
+                }
             })
             .map(|(&r, _)| r)
             .collect();
@@ -950,7 +981,8 @@ impl Engine {
                 .map(|(&i, _)| i)
                 .filter(|&i| maps.with(i, |m| m.counts().unstable > 0))
                 .collect();
-            let pending_commit = unstable.iter().any(|i| self.inodes[i].commit_inflight.is_some());
+            let pending_commit =
+                unstable.iter().any(|i| !self.inodes[i].commits_inflight.is_empty());
             if !unstable.is_empty() || pending_commit {
                 for i in unstable {
                     self.inodes.get_mut(&i).expect("known").commit_now = true;
@@ -963,7 +995,7 @@ impl Engine {
                 if self
                     .ios
                     .range(..=last)
-                    .any(|(_, r)| r.backend == b && matches!(r.kind, IoKind::Commit))
+                    .any(|(_, r)| r.backend == b && matches!(r.kind, IoKind::Commit { .. }))
                 {
                     continue;
                 }
@@ -1219,6 +1251,7 @@ impl Engine {
             anon: self.mem.anon(),
             cached: self.global.resident.max(0) as u64,
             dirty: self.global.dirty(),
+            held: self.global.held.max(0) as u64,
             writeback: self.global.writeback(),
             unstable: self.global.unstable(),
             active: self.mem.list_len(List::Active),
@@ -1239,6 +1272,7 @@ impl Engine {
         BdiStats {
             name: self.cfg.backends[b.index()].name.clone(),
             dirty: wb.counters.dirty(),
+            held: wb.counters.held.max(0) as u64,
             writeback: wb.counters.writeback(),
             unstable: wb.counters.unstable(),
             wb_thresh,

@@ -13,6 +13,19 @@
 //! during the sync as newly dirty, so a writer that keeps dirtying cannot make sync last forever
 //! (livelock avoidance).
 //!
+//! Background writeback starts only when a writer's throttle check wakes the flusher
+//! (`wb_start_background_writeback`); a wakeup that finds the backend at or under its background
+//! threshold is spent, and the flusher sleeps again when a background work ends.
+//!
+//! Two-phase backends (kernel-reference §9): a file with unstable pages or COMMITs in flight
+//! stays on the dirty list, as the NFS client marks the inode dirty for them, so every pass of a
+//! work calls writepages on it even with nothing dirty (the kernel counts those calls too). A
+//! call that wrote something commits once its writes have completed; one that wrote nothing
+//! commits at once; with no write of the file in flight its write_inode step commits as well,
+//! and what that commits counts as progress. Under `legacy-2020` accounting unstable pages count
+//! toward the background threshold, so a background pass goes on past the call that took the
+//! dirty pages into a call that finds none: two calls per wakeup.
+//!
 //! Submission is paced by the backend's request slots (`queue_depth`): a submitter (the
 //! flusher, an fsync, or a legacy writer doing its own writeback) takes pages from its file only
 //! when a slot is free, slots go round robin among submitters, and completions free them. So the
@@ -222,25 +235,6 @@ impl Engine {
             let class =
                 self.wbs[b.index()].submitters.get(&issuer).map(|s| wbt_class(issuer, s.class));
             let wb = &mut self.wbs[b.index()];
-            let congestion = match self.cfg.backends[b.index()].congestion_pages {
-                u64::MAX => (16 * crate::memory::isqrt(self.mem.total())).min(65_536),
-                pages => pages,
-            };
-            if congestion > 0 {
-                // Client congestion (NFS): on at the limit, off below 3/4 of it.
-                let writeback = wb.counters.writeback();
-                if writeback >= congestion {
-                    wb.congested = true;
-                } else if writeback < congestion * 3 / 4 {
-                    wb.congested = false;
-                }
-            }
-            if wb.congested && class == Some(crate::wbt::WbtClass::Background) {
-                // A non-integrity writepages call returns at once while congested.
-                let sub = wb.submitters.remove(&issuer).expect("submitter");
-                finished.push((issuer, sub));
-                continue;
-            }
             if let Some(class) = class
                 && !wb.wbt.may_issue(class, wb.write_inflight, now)
             {
@@ -336,7 +330,7 @@ impl Engine {
             Issuer::Flusher => {
                 let sync_all =
                     self.wbs[b.index()].flusher.current.as_ref().is_some_and(|w| w.sync_all);
-                self.requeue_inode(b, &sub, sync_all, maps);
+                let committed = self.requeue_inode(b, &sub, sync_all, maps);
                 let depth = self.cfg.backends[b.index()].queue_depth;
                 let full = self.wbs[b.index()].inflight >= depth;
                 let f = &mut self.wbs[b.index()].flusher;
@@ -347,13 +341,13 @@ impl Engine {
                     && full
                     && self.cfg.throttle == crate::config::ThrottlePolicy::Legacy;
                 if let Some(work) = f.current.as_mut() {
-                    work.nr_pages = work.nr_pages.saturating_sub(sub.written);
-                    work.pass_written += sub.written;
+                    work.nr_pages = work.nr_pages.saturating_sub(sub.written + committed);
+                    work.pass_written += sub.written + committed;
                     work.written += sub.written;
                 }
             }
             Issuer::Writer(w) => {
-                self.requeue_inode(b, &sub, false, maps);
+                let _ = self.requeue_inode(b, &sub, false, maps);
                 self.legacy_writeback_submitted(w, sub.written);
             }
             Issuer::Fsync(request) => {
@@ -365,14 +359,16 @@ impl Engine {
         }
     }
 
-    /// Puts a file back on the right list after a chunk (the kernel's `requeue_inode`).
+    /// Puts a file back on the right list after a chunk (the kernel's `requeue_inode`), after
+    /// the two-phase part of the call. Returns the pages a COMMIT sent by the file's
+    /// write_inode step covers, which count as progress, as in the kernel.
     fn requeue_inode<M: PageMaps>(
         &mut self,
         b: BackendId,
         sub: &Submitter,
         integrity: bool,
         maps: &mut M,
-    ) {
+    ) -> u64 {
         let inode = sub.inode;
         let now = self.now;
         let counts = maps.with(inode, |m| {
@@ -380,20 +376,29 @@ impl Engine {
             m.set_inode_dirty(c.dirty > 0);
             c
         });
-        // Two-phase backends: commit once the writes of this call have completed.
+        // Two-phase backends (kernel-reference §9.3): a call that wrote something commits once
+        // its writes have completed; a call that wrote nothing commits at once (its completion
+        // object has nothing to wait for). With no write of the file in flight, the file's
+        // write_inode step commits too, and what it commits counts as progress.
         let meta = self.inodes.get_mut(&inode).expect("known");
+        let idle = meta.inflight.is_empty();
         match meta.inflight.last().copied() {
-            Some(last) => meta.commit_marks.push_back(last),
-            None => meta.commit_now |= counts.unstable > 0,
+            Some(last) if sub.written > 0 => meta.commit_marks.push_back(last),
+            _ => meta.commit_now |= counts.unstable > 0,
         }
-        self.maybe_commit(inode, maps);
+        let committed = self.maybe_commit(inode, maps);
+        let progress = if idle { committed } else { 0 };
         let meta = self.inodes.get_mut(&inode).expect("known");
         meta.syncing = None;
         if counts.dirty == 0 {
-            if meta.list != InodeList::None {
+            // Unstable pages or COMMITs in flight keep the file dirty (I_DIRTY_DATASYNC).
+            let unstable = counts.unstable > 0 || !meta.commits_inflight.is_empty();
+            if unstable {
+                self.redirty_tail(b, inode);
+            } else if meta.list != InodeList::None {
                 self.unlist(b, inode);
             }
-            return;
+            return progress;
         }
         if integrity {
             meta.dirtied_when = now;
@@ -406,6 +411,7 @@ impl Engine {
         } else {
             self.redirty_tail(b, inode);
         }
+        progress
     }
 
     /// Takes a file off whichever list it is on.
@@ -630,6 +636,8 @@ impl Engine {
             None => {
                 let f = &mut self.wbs[b.index()].flusher;
                 f.wake_periodic = false;
+                // A wakeup that finds the backend under its background threshold is spent.
+                f.awake = false;
                 let has_dirty = !f.dirty.is_empty() || !f.more_io.is_empty() || !f.io.is_empty();
                 if has_dirty && f.timer.is_none() && interval > Duration::ZERO {
                     f.timer = Some(now + interval);

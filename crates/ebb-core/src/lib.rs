@@ -33,7 +33,7 @@ pub use engine::{Engine, MapStore, PageMaps};
 pub use event::{Action, Event, IoClass, IoError, Issuer, Stability, Verdict};
 pub use ids::*;
 pub use pagemap::{PageMap, PageState, Run};
-pub use stats::{BdiStats, MemInfo, Stats};
+pub use stats::{BdiStats, FileErrors, MemInfo, Stats};
 pub use time::{Duration, Instant};
 pub use trace::TraceEvent;
 pub use writer::{NextStep, WriteStep, Writer, write_pages};

@@ -76,9 +76,11 @@ struct Slot {
     flags: u8,
     /// Index of the write verifier this unstable page was written under (two-phase backends).
     verifier: u16,
+    /// With `COMMITTING`: which of the file's COMMITs covers this page ([`CommitBatch::tag`]).
+    commit: u32,
 }
 
-const EMPTY: Slot = Slot { frame: NO_FRAME, state: 0, flags: 0, verifier: 0 };
+const EMPTY: Slot = Slot { frame: NO_FRAME, state: 0, flags: 0, verifier: 0, commit: 0 };
 
 struct Chunk {
     slots: Box<[Slot]>,
@@ -87,6 +89,8 @@ struct Chunk {
     tagged: u16,
     /// Dirty pages with `HELD`.
     held: u16,
+    /// Unstable pages with `COMMITTING`.
+    committing: u16,
 }
 
 impl Chunk {
@@ -96,6 +100,7 @@ impl Chunk {
             count: [0; 5],
             tagged: 0,
             held: 0,
+            committing: 0,
         }
     }
 }
@@ -217,6 +222,22 @@ pub struct TruncateOutcome {
     pub freed_frames: Vec<FrameId>,
 }
 
+/// The pages one COMMIT covers, from [`PageMap::begin_commit`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitBatch {
+    /// Tells this COMMIT's pages from those of the file's other COMMITs in flight.
+    pub tag: u32,
+    /// The pages, in runs.
+    pub runs: Vec<Run>,
+}
+
+impl CommitBatch {
+    /// Pages covered.
+    pub fn pages(&self) -> u64 {
+        self.runs.iter().map(|r| r.count).sum()
+    }
+}
+
 /// What [`PageMap::resolve_commit`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitOutcome {
@@ -249,6 +270,8 @@ pub struct PageMap {
     counts: StateCounts,
     inode_dirty: bool,
     last_unheld: u64,
+    /// Tag of the next COMMIT batch.
+    next_commit: u32,
 }
 
 impl Default for PageMap {
@@ -269,6 +292,7 @@ impl PageMap {
             counts: StateCounts::default(),
             inode_dirty: false,
             last_unheld: 0,
+            next_commit: 0,
         }
     }
 
@@ -399,6 +423,11 @@ impl PageMap {
             c.held -= 1;
             self.counts.held -= 1;
         }
+        if slot.flags & flag::COMMITTING != 0 && to != PageState::Unstable as u8 {
+            // Rewritten, resolved or dropped: no COMMIT in flight covers this page any more.
+            slot.flags &= !flag::COMMITTING;
+            c.committing -= 1;
+        }
         slot.state = to;
     }
 
@@ -461,7 +490,7 @@ impl PageMap {
                             break 'chunks;
                         };
                         self.chunks[chunk as usize].slots[offset] =
-                            Slot { frame: frame.0, state: 0, flags: 0, verifier: 0 };
+                            Slot { frame: frame.0, state: 0, flags: 0, verifier: 0, commit: 0 };
                         self.transition(chunk, offset, PageState::Dirty as u8);
                         added.push((frame, index));
                         out.new_pages += 1;
@@ -473,7 +502,6 @@ impl PageMap {
                     }
                     s if s == PageState::Unstable as u8 => {
                         self.transition(chunk, offset, PageState::Dirty as u8);
-                        self.chunks[chunk as usize].slots[offset].flags &= !flag::COMMITTING;
                         out.dirtied += 1;
                         out.from_unstable += 1;
                     }
@@ -634,44 +662,63 @@ impl PageMap {
         out
     }
 
-    /// Marks every unstable page as covered by a COMMIT about to be sent; returns how many.
-    pub fn begin_commit(&mut self) -> u64 {
-        let mut marked = 0;
-        for &chunk in self.index.values() {
+    /// Marks every unstable page that no COMMIT in flight covers yet as covered by a COMMIT
+    /// about to be sent, and returns them (no runs: nothing to commit). Several COMMITs of one
+    /// file may be in flight, each covering the pages it marked, as the NFS client's commit
+    /// list hands each COMMIT the requests whose WRITE completed since the last.
+    pub fn begin_commit(&mut self) -> CommitBatch {
+        let tag = self.next_commit;
+        self.next_commit = self.next_commit.wrapping_add(1);
+        let mut runs: Vec<Run> = Vec::new();
+        let entries: Vec<(u64, u32)> = self.index.iter().map(|(&no, &c)| (no, c)).collect();
+        for (no, chunk) in entries {
             let c = &mut self.chunks[chunk as usize];
-            if c.count[PageState::Unstable as usize] == 0 {
+            if c.count[PageState::Unstable as usize] == c.committing {
                 continue;
             }
-            for slot in c.slots.iter_mut() {
-                if slot.state == PageState::Unstable as u8 {
-                    slot.flags |= flag::COMMITTING;
-                    marked += 1;
+            for (offset, slot) in c.slots.iter_mut().enumerate() {
+                if slot.state != PageState::Unstable as u8 || slot.flags & flag::COMMITTING != 0 {
+                    continue;
+                }
+                slot.flags |= flag::COMMITTING;
+                slot.commit = tag;
+                c.committing += 1;
+                let index = (no << CHUNK_SHIFT) + offset as u64;
+                match runs.last_mut() {
+                    Some(run) if run.end() == index => run.count += 1,
+                    _ => runs.push(Run { first: index, count: 1 }),
                 }
             }
         }
-        marked
+        CommitBatch { tag, runs }
     }
 
-    /// A COMMIT ended: pages it covered that are still unstable become clean when
-    /// `durable(verifier)` says their write verifier matches, and dirty otherwise (the server
-    /// restarted and lost them). Pages redirtied meanwhile are untouched.
-    pub fn resolve_commit(&mut self, durable: impl Fn(u16) -> bool) -> CommitOutcome {
+    /// The COMMIT of `batch` ended: its pages still unstable and covered by it become clean
+    /// when `durable(verifier)` says their write verifier matches, and dirty otherwise (the
+    /// server restarted and lost them). Pages rewritten meanwhile, even if written again and
+    /// covered by a later COMMIT, are untouched.
+    pub fn resolve_commit(
+        &mut self,
+        batch: &CommitBatch,
+        durable: impl Fn(u16) -> bool,
+    ) -> CommitOutcome {
         let was_dirty = self.inode_dirty;
         let mut out = CommitOutcome::default();
-        let chunks: Vec<u32> = self.index.values().copied().collect();
-        for chunk in chunks {
-            if self.chunks[chunk as usize].count[PageState::Unstable as usize] == 0 {
-                continue;
-            }
-            for offset in 0..CHUNK_PAGES as usize {
+        for run in &batch.runs {
+            for index in run.first..run.end() {
+                let no = index >> CHUNK_SHIFT;
+                let Some(chunk) = self.chunk_for(no, false) else { continue };
+                let offset = (index & (CHUNK_PAGES - 1)) as usize;
                 let slot = self.chunks[chunk as usize].slots[offset];
-                if slot.state != PageState::Unstable as u8 || slot.flags & flag::COMMITTING == 0 {
+                if slot.state != PageState::Unstable as u8
+                    || slot.flags & flag::COMMITTING == 0
+                    || slot.commit != batch.tag
+                {
                     continue;
                 }
                 let ok = durable(slot.verifier);
                 let to = if ok { PageState::Clean } else { PageState::Dirty };
                 self.transition(chunk, offset, to as u8);
-                self.chunks[chunk as usize].slots[offset].flags &= !flag::COMMITTING;
                 if ok {
                     out.cleaned += 1;
                 } else {
@@ -737,7 +784,7 @@ impl PageMap {
                 continue;
             }
             self.chunks[chunk as usize].slots[offset] =
-                Slot { frame: frame.0, state: 0, flags: 0, verifier: 0 };
+                Slot { frame: frame.0, state: 0, flags: 0, verifier: 0, commit: 0 };
             self.transition(chunk, offset, PageState::Clean as u8);
             inserted.push((frame, index));
         }

@@ -80,6 +80,9 @@ pub struct MemInfo {
     pub cached: u64,
     /// Dirty pages (`Dirty`).
     pub dirty: u64,
+    /// Of those, pages held by a write error that will not pass (ENOSPC, EROFS): kept until
+    /// the user rewrites, truncates or deletes them.
+    pub held: u64,
     /// Pages under writeback (`Writeback`).
     pub writeback: u64,
     /// Written but uncommitted pages (`NFS_Unstable`).
@@ -107,6 +110,8 @@ pub struct BdiStats {
     pub name: String,
     /// Dirty pages.
     pub dirty: u64,
+    /// Of those, pages held by a write error that will not pass.
+    pub held: u64,
     /// Pages under writeback.
     pub writeback: u64,
     /// Unstable pages.
@@ -141,4 +146,21 @@ pub struct BdiStats {
     pub dirtied: u64,
     /// Pages written, ever.
     pub written: u64,
+}
+
+/// One file's write-error state (mechanism 9), from [`crate::Engine::file_errors`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileErrors {
+    /// The last write or COMMIT error recorded for the file.
+    pub error: Option<crate::IoError>,
+    /// Errors recorded so far (the errseq counter).
+    pub count: u64,
+    /// Whether the last error has not been reported to any handle yet.
+    pub unseen: bool,
+    /// When writeback retries the pages an error that may pass left dirty.
+    pub retry_at: Option<crate::Instant>,
+    /// Dirty pages held by an error that will not pass (kept, not retried in the background).
+    pub held_pages: u64,
+    /// Dirty pages in all (held ones included).
+    pub dirty_pages: u64,
 }

@@ -889,10 +889,15 @@ fn build_case(
         };
         let mut backend = BackendConfig::new(raw_backend.name.clone());
         if let DeviceParams::Nfs(p) = built.params() {
-            // The NFS client assembles WRITE RPCs of up to wsize, and stops a writepages call
-            // while too much is in flight to the server (nfs_congestion_kb, from memory).
+            // The NFS client assembles WRITE RPCs of up to wsize. It has no block request
+            // queue: a writepages call hands every request to the RPC layer at once, whose TCP
+            // slot table grows on demand up to 65536 entries (sunrpc's
+            // tcp_max_slot_table_entries default), and requests beyond what the link carries
+            // wait in the client's transmit queue. Its congestion flag (nfs_congestion_kb) did
+            // not end a writepages call in the 2020 kernels (only reclaim looked at it), so it
+            // is not modelled.
             backend.max_write_pages = (p.wsize_bytes / ebb_core::PAGE_SIZE) as u32;
-            backend.congestion_pages = u64::MAX;
+            backend.queue_depth = 65_536;
         }
         backend.rotational = raw_backend.rotational.unwrap_or(rotational);
         backend.write_cache = raw_backend.write_cache.unwrap_or(write_cache);

@@ -94,13 +94,45 @@ fn commit_resolution_follows_the_verifier() {
     map.end_writeback(Run { first: 0, count: 10 }, WriteEnd::Unstable(1));
     map.end_writeback(Run { first: 10, count: 10 }, WriteEnd::Unstable(2));
     assert_eq!(run.count, 20);
-    assert_eq!(map.begin_commit(), 20);
+    let batch = map.begin_commit();
+    assert_eq!(batch.runs, vec![Run { first: 0, count: 20 }]);
     map.dirty_range(0, 1, u64::MAX, &mut reserve, &mut added);
-    let out = map.resolve_commit(|v| v == 2);
+    let out = map.resolve_commit(&batch, |v| v == 2);
     assert_eq!(out.cleaned, 10);
     assert_eq!(out.redirtied, 9);
     assert_eq!(map.counts().dirty, 10);
     assert_eq!(map.counts().clean, 10);
+    assert_eq!(map.counts(), map.recount());
+}
+
+/// COMMITs may overlap: each covers only the unstable pages no earlier COMMIT in flight
+/// covers, and resolves only those; a page rewritten and written again after a COMMIT was sent
+/// is not cleaned by that COMMIT.
+#[test]
+fn overlapping_commits_cover_disjoint_pages() {
+    let mut map = PageMap::new();
+    let mut reserve = frames(100);
+    let mut added = Vec::new();
+    map.dirty_range(0, 30, u64::MAX, &mut reserve, &mut added);
+    let first = map.start_writeback(0, 10, false, true).unwrap();
+    map.end_writeback(first, WriteEnd::Unstable(0));
+    let a = map.begin_commit();
+    assert_eq!(a.runs, vec![Run { first: 0, count: 10 }]);
+    assert_eq!(map.begin_commit().pages(), 0, "nothing new to commit");
+    let second = map.start_writeback(10, 20, false, true).unwrap();
+    map.end_writeback(second, WriteEnd::Unstable(0));
+    // Page 5 is rewritten and written again while COMMIT a is in flight.
+    map.dirty_range(5, 1, u64::MAX, &mut reserve, &mut added);
+    let again = map.start_writeback(5, 1, false, true).unwrap();
+    map.end_writeback(again, WriteEnd::Unstable(0));
+    let b = map.begin_commit();
+    assert_eq!(b.runs, vec![Run { first: 5, count: 1 }, Run { first: 10, count: 20 }]);
+    let out = map.resolve_commit(&a, |_| true);
+    assert_eq!((out.cleaned, out.redirtied), (9, 0));
+    assert_eq!(map.counts().unstable, 21);
+    let out = map.resolve_commit(&b, |_| true);
+    assert_eq!((out.cleaned, out.redirtied), (21, 0));
+    assert_eq!(map.counts().clean, 30);
     assert_eq!(map.counts(), map.recount());
 }
 

@@ -256,3 +256,89 @@ fn fsync_rewrites_after_a_server_restart() {
     let c = maps.get(inode).unwrap().counts();
     assert_eq!((c.clean, c.dirty, c.unstable), (8, 0, 0));
 }
+
+/// An error that will not pass (ENOSPC) holds the failed pages: the file's error state, the
+/// held pages per file, per backend and in total are queryable; background writeback does not
+/// retry them; a truncate releases them and the counters stay exact.
+#[test]
+fn held_pages_and_error_state_are_queryable() {
+    use ebb_core::event::errno::ENOSPC;
+    let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
+    let mut maps = MapStore::new();
+    let inode = InodeId(1);
+    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+    engine.handle(
+        at(0),
+        Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
+        &mut maps,
+    );
+    let mut w = Writer::new(WriterId(1), GroupId(0));
+    let mut pos = 0;
+    while pos < 12 {
+        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 12 - pos));
+        pos += step.consumed;
+        if step.inode_became_dirty {
+            engine.inode_dirtied(at(0), inode);
+        }
+        if step.next == NextStep::Check {
+            engine.balance_dirty_pages(at(0), &mut w, &mut maps);
+        }
+    }
+    engine.flush_writer(at(0), &mut w, &mut maps);
+    let before = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!(
+        (before.error, before.count, before.held_pages, before.dirty_pages),
+        (None, 0, 0, 12)
+    );
+
+    engine.handle(at(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let mut fsync = None;
+    let mut step = 2;
+    loop {
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        if actions.is_empty() {
+            break;
+        }
+        for a in actions {
+            match a {
+                Action::Write { io, .. } => {
+                    let result = Err(IoError { errno: ENOSPC });
+                    engine.handle(at(step), Event::WriteDone { io, result }, &mut maps);
+                }
+                Action::FsyncDone { result, .. } => fsync = Some(result),
+                _ => {}
+            }
+        }
+        step += 1;
+    }
+    assert_eq!(fsync, Some(Err(IoError { errno: ENOSPC })), "the error reaches the user");
+    let state = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!(state.error, Some(IoError { errno: ENOSPC }));
+    assert_eq!(state.count, 1);
+    assert!(!state.unseen, "fsync reported it");
+    assert_eq!(state.retry_at, None, "ENOSPC is not retried in the background");
+    assert_eq!((state.held_pages, state.dirty_pages), (12, 12), "nothing was dropped");
+    assert_eq!((engine.meminfo().held, engine.meminfo().dirty), (12, 12));
+    assert_eq!(engine.bdi_stats(BackendId(0)).held, 12);
+
+    // Periodic writeback long after: held pages are not written again.
+    let calls = engine.stats().writepages_calls;
+    for s in [40, 80] {
+        engine.handle(Instant::ZERO + Duration::from_secs(s), Event::Timer, &mut maps);
+        let writes = std::iter::from_fn(|| engine.poll_action())
+            .filter(|a| matches!(a, Action::Write { .. }))
+            .count();
+        assert_eq!(writes, 0, "held pages retried by background writeback at {s} s");
+    }
+    assert!(engine.stats().writepages_calls > calls, "periodic writeback visited the file");
+    assert_eq!(engine.file_errors(inode, &mut maps).unwrap().held_pages, 12);
+
+    // The user gives up on the data: truncate releases the held pages.
+    let t = Instant::ZERO + Duration::from_secs(90);
+    engine.handle(t, Event::Truncate { inode, first_page: 0 }, &mut maps);
+    let state = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!((state.held_pages, state.dirty_pages), (0, 0));
+    assert_eq!(state.error, Some(IoError { errno: ENOSPC }), "the last error stays queryable");
+    assert_eq!((engine.meminfo().held, engine.meminfo().dirty), (0, 0));
+    engine.check_accounting(&maps, &[&w]).unwrap();
+}

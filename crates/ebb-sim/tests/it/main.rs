@@ -867,14 +867,16 @@ mod nfs {
         assert_eq!(m["server_durable_bytes"], (300u64 << 20) as f64);
     }
 
-    /// The experiment in progress loads, with the NFS client's 1 MiB WRITEs.
+    /// The experiment loads, with the NFS client's 1 MiB WRITEs and no block request queue
+    /// (the RPC slot table's 65536 entries).
     #[test]
     fn commit_batching_experiment_loads() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../experiments/in-progress/nfs-commit-batching.toml");
+            .join("../../experiments/nfs-commit-batching.toml");
         let e = ebb_sim::experiment::Experiment::load(&path).expect("loads");
         assert_eq!(e.run_names(), ["nfs/legacy-2020", "nfs/fixed"]);
         let runs = e.runs(&ebb_sim::experiment::ExpandOptions::default());
         assert!(runs.iter().all(|r| r.config.backends[0].max_write_pages == 256));
+        assert!(runs.iter().all(|r| r.config.backends[0].queue_depth == 65_536));
     }
 }
