@@ -125,3 +125,40 @@ fn reclaim_policies_differ_in_who_writes() {
     let old = run(ReclaimPolicy::Legacy);
     assert!(old.direct_written + old.kswapd_written > 0, "{old:?}");
 }
+
+/// Two-phase backend (the 2020 NFS posting's direction): while unstable pages count as
+/// reclaimable (`legacy-2020`), writers' throttle checks keep waking the flusher and each
+/// wakeup's pass makes a call for the few pages dirtied since and an empty one, committing per
+/// call; counted with writeback (`fixed`), the flusher runs only when dirty pages alone pass
+/// the background threshold and takes large batches. Everything ends committed either way.
+#[test]
+fn unstable_accounting_sets_writepages_batching() {
+    let run = |accounting: UnstableAccounting| {
+        let mut c = config(512, ThrottlePolicy::Ioless);
+        c.unstable_accounting = accounting;
+        c.backends[0].queue_depth = 65_536; // no request queue, as an NFS client
+        c.backends[0].max_write_pages = 256;
+        let mut h = Harness::new(c, &[25_000]);
+        h.unstable_backend = Some(1);
+        h.check_every = 101;
+        h.add_dd(0, 1 << 17, 256, Instant::ZERO); // 512 MiB, four times the dirty limit
+        h.run();
+        let inode = h.dds[0].inode;
+        h.request(Event::Fsync { handle: HandleId(1), request: RequestId(9) });
+        h.run();
+        assert_eq!(h.done_requests.get(&RequestId(9)), Some(&Ok(())), "{accounting:?}");
+        let c = h.maps.get(inode).unwrap().counts();
+        assert_eq!((c.dirty, c.writeback, c.unstable), (0, 0, 0), "{accounting:?}");
+        let s = h.engine.stats().clone();
+        (s.writepages_calls, s.writepages_pages / s.writepages_calls.max(1), s.commits)
+    };
+    let (legacy_calls, legacy_per_call, legacy_commits) = run(UnstableAccounting::Legacy2020);
+    let (fixed_calls, fixed_per_call, fixed_commits) = run(UnstableAccounting::Fixed);
+    let detail = format!(
+        "legacy-2020 {legacy_calls} calls of {legacy_per_call} pages, {legacy_commits} commits; \
+         fixed {fixed_calls} calls of {fixed_per_call} pages, {fixed_commits} commits"
+    );
+    assert!(legacy_calls >= 5 * fixed_calls, "{detail}");
+    assert!(fixed_per_call >= 5 * legacy_per_call, "{detail}");
+    assert!(legacy_commits > fixed_commits, "{detail}");
+}
