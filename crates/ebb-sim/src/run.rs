@@ -108,18 +108,22 @@ pub struct RunSpec {
     pub faults: Vec<Fault>,
 }
 
-/// A fault window: writes to `backend` that complete in `[from, until)` fail with `errno`
-/// (`until: None` = forever), whatever the device did.
+/// A fault window on `backend` over `[from, until)` (`until: None` = forever), whatever the
+/// device did: writes that complete in it fail with `errno` unless it is 0, and every
+/// completion of a write, read or COMMIT in it reaches the engine `delay` later (a latency
+/// spike: a stalled controller, a network partition that heals).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault {
     /// Backend index.
     pub backend: usize,
-    /// The errno writes fail with (5 EIO, 28 ENOSPC, 30 EROFS, ...).
+    /// The errno writes fail with (5 EIO, 28 ENOSPC, 30 EROFS, ...); 0: they succeed.
     pub errno: i32,
     /// Start of the window.
     pub from: Duration,
     /// End of the window, if it ends.
     pub until: Option<Duration>,
+    /// Extra latency of completions in the window.
+    pub delay: Duration,
 }
 
 /// One named time series, for plots: (seconds, value).
@@ -194,6 +198,8 @@ enum Ev {
     Timer,
     Sample,
     ReaderStep(usize),
+    /// A completion a latency spike held back (key into `Sim::delayed`).
+    Delayed(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,6 +291,9 @@ struct Sim<'a> {
     /// counters right after the workload sees (the posting `004_*` reads NFS mountstats after
     /// dd exits), without the flusher's later passes over files it still lists.
     writepages_at_end: Option<(u64, u64)>,
+    /// Completions held back by a latency spike, by key.
+    delayed: BTreeMap<u64, Event>,
+    next_delayed: u64,
 }
 
 /// An O_DIRECT random reader.
@@ -515,6 +524,8 @@ impl<'a> Sim<'a> {
             next_file: 1 << 32,
             device_waits: vec![(0, Duration::ZERO); spec.devices.len()],
             writepages_at_end: None,
+            delayed: BTreeMap::new(),
+            next_delayed: 0,
         })
     }
 
@@ -553,6 +564,11 @@ impl<'a> Sim<'a> {
                     self.engine.handle(self.now, Event::Timer, &mut self.maps);
                 }
                 Ev::ReaderStep(r) => self.reader_step(r),
+                Ev::Delayed(key) => {
+                    if let Some(event) = self.delayed.remove(&key) {
+                        self.engine.handle(self.now, event, &mut self.maps);
+                    }
+                }
                 Ev::Sample => {
                     self.sample();
                     if self.writers.iter().any(|w| w.state != WriterState::Done) {
@@ -663,14 +679,23 @@ impl<'a> Sim<'a> {
         self.reschedule(b);
     }
 
-    /// The errno of the fault window covering `now` on backend `b`, if any.
-    fn fault(&self, b: usize) -> Option<i32> {
+    /// The fault windows covering `now` on backend `b`.
+    fn faults_now(&self, b: usize) -> impl Iterator<Item = &Fault> {
         let t = self.now.saturating_since(Instant::ZERO);
         self.spec
             .faults
             .iter()
-            .find(|f| f.backend == b && f.from <= t && f.until.is_none_or(|u| t < u))
-            .map(|f| f.errno)
+            .filter(move |f| f.backend == b && f.from <= t && f.until.is_none_or(|u| t < u))
+    }
+
+    /// The errno writes completing now on backend `b` fail with, if any.
+    fn fault(&self, b: usize) -> Option<i32> {
+        self.faults_now(b).map(|f| f.errno).find(|&e| e != 0)
+    }
+
+    /// The extra latency of completions now on backend `b` (the longest spike covering now).
+    fn spike(&self, b: usize) -> Duration {
+        self.faults_now(b).map(|f| f.delay).max().unwrap_or(Duration::ZERO)
     }
 
     fn reschedule(&mut self, b: usize) {
@@ -711,6 +736,13 @@ impl<'a> Sim<'a> {
                 }
                 None => continue,
             };
+            let spike = self.spike(b);
+            if spike > Duration::ZERO {
+                self.next_delayed += 1;
+                self.delayed.insert(self.next_delayed, event);
+                self.queue.push(self.now + spike, Ev::Delayed(self.next_delayed));
+                continue;
+            }
             self.engine.handle(self.now, event, &mut self.maps);
         }
         self.reschedule(b);

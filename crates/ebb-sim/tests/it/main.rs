@@ -660,6 +660,15 @@ mod runs {
         errno: i32,
         until: Option<u64>,
     ) -> ebb_sim::run::RunResult {
+        dd_with_fault_delay(dir, errno, until, Duration::ZERO)
+    }
+
+    fn dd_with_fault_delay(
+        dir: &std::path::Path,
+        errno: i32,
+        until: Option<u64>,
+        delay: Duration,
+    ) -> ebb_sim::run::RunResult {
         let dd = Workload::Dd {
             backend: 0,
             size_bytes: 200 << 20,
@@ -675,6 +684,7 @@ mod runs {
             errno,
             from: Duration::from_millis(200),
             until: until.map(Duration::from_millis),
+            delay,
         }];
         run(&s, &mut |_| {}).expect("run")
     }
@@ -689,6 +699,26 @@ mod runs {
         assert_eq!(r.metrics["end_unclean_pages"], 0.0, "every page ended written");
         assert_eq!(r.metrics["fsync_errors"], 1.0);
         assert_eq!(r.metrics["fsync_errno"], 5.0);
+    }
+
+    /// A latency spike (completions held back 1.5 s for two seconds) loses nothing and reports
+    /// no error: the dd takes longer, every page ends written, and dirty pages stay within the
+    /// limit while the device seems stalled.
+    #[test]
+    fn latency_spike_delays_without_loss() {
+        let dir = std::env::temp_dir().join(format!("ebb-sim-spike-{}", std::process::id()));
+        let calm = dd_with_fault_delay(&dir, 0, Some(0), Duration::ZERO);
+        let r = dd_with_fault_delay(&dir, 0, Some(2_200), Duration::from_millis(1_500));
+        let m = &r.metrics;
+        assert_eq!((m["write_errors"], m["fsync_errors"]), (0.0, 0.0), "{m:?}");
+        assert_eq!(m["end_unclean_pages"], 0.0, "every page ended written: {m:?}");
+        assert!(
+            m["elapsed_s"] >= calm.metrics["elapsed_s"] + 1.0,
+            "the spike slowed the dd: {} s vs {} s",
+            m["elapsed_s"],
+            calm.metrics["elapsed_s"]
+        );
+        assert!(m["dirty_pages_max"] <= m["dirty_limit_pages"] + 512.0, "{m:?}");
     }
 
     /// ENOSPC forever: nothing dirty is freed silently (the failed pages stay held in memory)
