@@ -14,9 +14,10 @@
 //!   per write (`pageout`), and mark it so it is freed when the write completes; pages it
 //!   leaves stay on the inactive list.
 //!
-//! Throttling (kernel-reference §8.5), `flusher-only` only: when kswapd finds pages under
-//! writeback a second time it stops scanning for HZ/10 or until `SWAP_CLUSTER_MAX` pages have
-//! been written (`WRITEBACK`); when a direct reclaim pass found only such pages, and
+//! Throttling (kernel-reference §8.5): when kswapd finds pages under writeback a second time it
+//! stops scanning for HZ/10 or until `SWAP_CLUSTER_MAX` pages have been written (`WRITEBACK`;
+//! under both policies, as 2.6.3x kswapd napped HZ/10 in `congestion_wait` when failing); with
+//! `flusher-only` (the posting's patch 6), when a direct reclaim pass found only such pages and
 //! write-pending pages are more than half of the file LRU, the allocating writer sleeps one
 //! jiffy (`CONGESTED`). An allocation that still finds no frame waits until a completion frees
 //! memory. Watermarks split the work: an allocation below `low` runs kswapd up to `high`, and
@@ -245,9 +246,11 @@ impl Engine {
         let shrink = self.shrink(wmark.high - free, false, maps);
         self.stats.kswapd_scanned += shrink.scanned;
         self.stats.kswapd_reclaimed += shrink.reclaimed;
-        if shrink.immediate > 0 && self.cfg.reclaim == ReclaimPolicy::FlusherOnly {
+        if shrink.immediate > 0 {
             // Pages cycle through the LRU faster than their writeback completes:
             // reclaim_throttle(WRITEBACK), HZ/10, or until SWAP_CLUSTER_MAX pages are written.
+            // Under both policies: 2.6.3x kswapd also napped HZ/10 (`congestion_wait`) when its
+            // passes made poor progress.
             self.reclaim.kswapd_throttled =
                 Some((self.now + WRITEBACK_THROTTLE, self.pages_written()));
             self.stats.kswapd_throttled += 1;
