@@ -205,6 +205,9 @@ pub(crate) struct SyncState {
     pub(crate) backends_left: u32,
     pub(crate) error: Option<IoError>,
     pub(crate) err_seq_start: BTreeMap<InodeId, u64>,
+    /// Backends where a COMMIT redirtied pages (the server restarted) during this sync: their
+    /// part is written again before the sync answers.
+    pub(crate) rewrite: BTreeSet<BackendId>,
 }
 
 pub(crate) struct ReadState {
@@ -843,6 +846,9 @@ impl Engine {
             for f in self.fsyncs.values_mut().filter(|f| f.inode == inode) {
                 f.rewrite = true;
             }
+            for state in self.syncs.values_mut() {
+                state.rewrite.insert(b);
+            }
         }
         let delta = Counters {
             unstable: -((out.cleaned + out.redirtied) as i64),
@@ -949,7 +955,12 @@ impl Engine {
         let err_seq_start = self.inodes.iter().map(|(&i, m)| (i, m.err_seq)).collect();
         self.syncs.insert(
             request,
-            SyncState { backends_left: self.wbs.len() as u32, error: None, err_seq_start },
+            SyncState {
+                backends_left: self.wbs.len() as u32,
+                error: None,
+                err_seq_start,
+                rewrite: BTreeSet::new(),
+            },
         );
         for b in 0..self.wbs.len() {
             self.queue_sync_work(BackendId(b as u32), request);
@@ -1002,6 +1013,11 @@ impl Engine {
             }
             self.wbs[b.index()].flusher.sync_waits.remove(&request);
             let Some(state) = self.syncs.get_mut(&request) else { continue };
+            if state.rewrite.remove(&b) {
+                // A COMMIT redirtied pages: write this backend's part again.
+                self.queue_sync_work(b, request);
+                continue;
+            }
             state.backends_left -= 1;
             if state.backends_left == 0 {
                 let state = self.syncs.remove(&request).expect("sync");

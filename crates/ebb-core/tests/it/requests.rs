@@ -342,3 +342,67 @@ fn held_pages_and_error_state_are_queryable() {
     assert_eq!((engine.meminfo().held, engine.meminfo().dirty), (0, 0));
     engine.check_accounting(&maps, &[&w]).unwrap();
 }
+
+/// sync(2) on a two-phase backend answers only once every page is durable: when the server
+/// restarted before the COMMIT (the verifier changed), the redirtied pages are written and
+/// committed again first.
+#[test]
+fn sync_rewrites_after_a_server_restart() {
+    let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
+    let mut maps = MapStore::new();
+    let inode = InodeId(1);
+    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+    engine.handle(
+        at(0),
+        Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
+        &mut maps,
+    );
+    let mut w = Writer::new(WriterId(1), GroupId(0));
+    let mut pos = 0;
+    while pos < 8 {
+        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 8 - pos));
+        pos += step.consumed;
+        if step.inode_became_dirty {
+            engine.inode_dirtied(at(0), inode);
+        }
+        if step.next == NextStep::Check {
+            engine.balance_dirty_pages(at(0), &mut w, &mut maps);
+        }
+    }
+    engine.flush_writer(at(0), &mut w, &mut maps);
+    engine.handle(at(1), Event::Sync { request: RequestId(1) }, &mut maps);
+    let mut answer = None;
+    let mut verifier = 1;
+    let mut commits = 0;
+    for step in 2..100 {
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        if actions.is_empty() {
+            break;
+        }
+        for a in actions {
+            match a {
+                Action::Write { io, .. } => {
+                    let result = Ok(Stability::Unstable { verifier });
+                    engine.handle(at(step), Event::WriteDone { io, result }, &mut maps);
+                }
+                Action::Commit { io, .. } => {
+                    commits += 1;
+                    if commits == 1 {
+                        verifier = 2; // restarted before the first COMMIT
+                    }
+                    engine.handle(
+                        at(step),
+                        Event::CommitDone { io, result: Ok(verifier) },
+                        &mut maps,
+                    );
+                }
+                Action::SyncDone { result, .. } => answer = Some(result),
+                _ => {}
+            }
+        }
+    }
+    let c = maps.get(inode).unwrap().counts();
+    assert_eq!(answer, Some(Ok(())));
+    assert_eq!((c.clean, c.dirty, c.unstable), (8, 0, 0), "sync answered with data not durable");
+    assert_eq!(commits, 2, "a second commit after the rewrite");
+}
