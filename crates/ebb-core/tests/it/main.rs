@@ -9,4 +9,5 @@ mod harness;
 
 mod dynamics;
 mod invariants;
+mod reclaim;
 mod requests;
