@@ -193,9 +193,15 @@ enum BenchCommand {
         /// Largest thread count; 1, 2, 4, ... up to it are measured.
         #[arg(long, default_value_t = 4)]
         threads: usize,
-        /// Bytes each thread writes per pass.
-        #[arg(long, default_value = "256MiB")]
+        /// Size of each thread's file, rewritten by every pass (1 MiB stays in the CPU caches).
+        #[arg(long, default_value = "1MiB")]
         size: String,
+        /// Passes per measurement.
+        #[arg(long, default_value_t = 64)]
+        passes: u32,
+        /// Measurements per thread count; the fastest is reported (the machine may be shared).
+        #[arg(long, default_value_t = 5)]
+        repeats: u32,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -339,7 +345,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 bench::read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
             print_json(&result, json.as_deref())?;
         }
-        BenchCommand::WritePath { threads, size, json } => {
+        BenchCommand::WritePath { threads, size, passes, repeats, json } => {
             let mut counts = vec![1];
             while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
                 counts.push(counts.last().copied().unwrap_or(1) * 2);
@@ -347,6 +353,8 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let opts = bench::WritePathOptions {
                 threads: counts,
                 bytes_per_thread: size_arg("--size", &size)?,
+                passes,
+                repeats,
             };
             let result = bench::write_path(&opts)?;
             print_json(&result, json.as_deref())?;
