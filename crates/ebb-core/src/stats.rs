@@ -14,7 +14,9 @@ pub struct Stats {
     pub writer_writeback_pages: u64,
     /// Writes issued by writers themselves (legacy policy only).
     pub writer_writeback_ios: u64,
-    /// Chunks of one file the flusher (or another submitter) began writing (`do_writepages`).
+    /// Writepages calls (`do_writepages`): the flusher's chunks, including passes over a file
+    /// that only has unstable pages and so find nothing to write (the kernel counts those too),
+    /// fsync's integrity call, and legacy writers' own writeback.
     pub writepages_calls: u64,
     /// Pages written by those calls.
     pub writepages_pages: u64,

@@ -1055,6 +1055,12 @@ impl<'a> Sim<'a> {
         m.insert("writepages_calls".into(), calls as f64);
         m.insert("pages_per_writepages_mean".into(), pages as f64 / calls.max(1) as f64);
         m.insert("commits".into(), stats.commits as f64);
+        if stats.commits > 0 {
+            m.insert(
+                "pages_per_commit_mean".into(),
+                stats.commit_pages as f64 / stats.commits as f64,
+            );
+        }
         m.insert("kswapd_pages_written".into(), stats.kswapd_written as f64);
         m.insert("direct_reclaim_pages_written".into(), stats.direct_written as f64);
         m.insert("direct_reclaim_scanned".into(), stats.direct_scanned as f64);
