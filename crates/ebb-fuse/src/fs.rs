@@ -15,8 +15,10 @@
 //! also creates an *anchor* handle kept after the last close, because ebb still holds the
 //! file's dirty pages then: `getattr` reports the anchor's size (ebb's, not the stale size on
 //! disk) and `truncate` goes through it. An anchor is dropped when its file's last name is
-//! removed and nothing has it open, or (after an `fsync`) when more than [`ANCHOR_LIMIT`]
-//! anchors exist and the file is closed. Keys are ours too (a counter per anchor), not
+//! removed and nothing has it open, or when more than the anchor limit (`Mount::
+//! start_keeping`, default [`ANCHOR_LIMIT`]) exist and the file is closed: then only its
+//! key is remembered, the runtime decides when the file's pages are written and forgotten, and
+//! `getattr`/`truncate` attach a handle for the call. Keys are ours too (a counter), not
 //! backing inode numbers: the backing filesystem reuses the number of a removed file for a
 //! new one, which must not meet the old file's cached pages.
 //!
@@ -82,7 +84,7 @@ const POOL_QUEUE: usize = 64;
 const MAX_WRITE: u32 = 1 << 20;
 /// Anchors (cached files kept after their last close) above which a closing file's anchor is
 /// synced and dropped instead of kept.
-const ANCHOR_LIMIT: usize = 4096;
+pub(crate) const ANCHOR_LIMIT: usize = 4096;
 
 /// The backing identity of a file: `(st_dev, st_ino)`.
 type BackingId = (u64, u64);
@@ -97,6 +99,9 @@ pub(crate) struct Shared {
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_handle: AtomicU64,
     next_key: AtomicU64,
+    /// Keys of files whose anchor was dropped while they still had a name.
+    idle_keys: Mutex<HashMap<BackingId, u64>>,
+    anchor_limit: usize,
     /// Whether we run as root (then new objects are given to the calling user).
     root: bool,
 }
@@ -183,7 +188,11 @@ pub(crate) struct EbbFs {
 }
 
 impl EbbFs {
-    pub(crate) fn new(backend: &Path, data: Arc<dyn DataPath>) -> io::Result<(EbbFs, Arc<Shared>)> {
+    pub(crate) fn new(
+        backend: &Path,
+        data: Arc<dyn DataPath>,
+        anchor_limit: usize,
+    ) -> io::Result<(EbbFs, Arc<Shared>)> {
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let fd = rustix::fs::open(backend, flags, Mode::empty()).map_err(|errno| {
             io::Error::new(
@@ -206,6 +215,8 @@ impl EbbFs {
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             next_key: AtomicU64::new(1),
+            idle_keys: Mutex::new(HashMap::new()),
+            anchor_limit,
             root: rustix::process::geteuid().is_root(),
         });
         let fs = EbbFs {
@@ -303,25 +314,29 @@ impl Shared {
         if self.stopping.load(Ordering::SeqCst) { Err(Errno::EROFS) } else { Ok(()) }
     }
 
-    /// The attributes of a backing object, with ebb's size and write time for a cached file.
-    fn attr(&self, ino: u64, stat: &Stat) -> FileAttr {
+    /// The attributes of the backing object `inode` (whose `fstat` is `stat`), with ebb's
+    /// size and write time for a cached file.
+    fn attr(&self, ino: u64, stat: &Stat, inode: &Inode) -> FileAttr {
         let kind = kind_of(stat.st_mode);
         let mut size = u64::try_from(stat.st_size).unwrap_or(0);
         let mut mtime = time(stat.st_mtime, stat.st_mtime_nsec as i64);
-        let cached = if kind == FileType::RegularFile {
-            let anchors = self.anchors.lock();
-            anchors
-                .get(&(stat.st_dev, stat.st_ino))
-                .map(|anchor| (Arc::clone(&anchor.file), anchor.written))
-        } else {
-            None
-        };
-        if let Some((file, written)) = cached {
-            if let Ok(len) = file.len() {
-                size = len;
-            }
-            if let Some(written) = written {
-                mtime = mtime.max(written);
+        if kind == FileType::RegularFile {
+            let backing = (stat.st_dev, stat.st_ino);
+            let cached = self
+                .anchors
+                .lock()
+                .get(&backing)
+                .map(|anchor| (Arc::clone(&anchor.file), anchor.written));
+            if let Some((file, written)) = cached {
+                if let Ok(len) = file.len() {
+                    size = len;
+                }
+                if let Some(written) = written {
+                    mtime = mtime.max(written);
+                }
+            } else if let Some(len) = self.with_idle(inode, |file| file.len()) {
+                // On error the size on disk is the best answer left.
+                size = len.unwrap_or(size);
             }
         }
         FileAttr {
@@ -346,7 +361,21 @@ impl Shared {
     fn getattr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
         let inode = self.inode(ino)?;
         let stat = rustix::fs::fstat(&inode.fd).map_err(errno)?;
-        Ok(self.attr(ino.0, &stat))
+        Ok(self.attr(ino.0, &stat, &inode))
+    }
+
+    /// Runs `work` on a handle attached for the call if the file has no anchor but the
+    /// runtime may still cache it (its key is idle); `None` if it has no idle key.
+    fn with_idle<T>(
+        &self,
+        inode: &Inode,
+        work: impl FnOnce(&dyn DataFile) -> io::Result<T>,
+    ) -> Option<io::Result<T>> {
+        let key = self.idle_keys.lock().get(&inode.backing).copied()?;
+        Some(self.data.attach(key, &inode.proc_path()).and_then(|file| {
+            let result = work(file.as_ref());
+            result.and_then(|value| file.close().map(|()| value))
+        }))
     }
 
     /// Looks `name` up in `parent`, counting one kernel reference on the result.
@@ -356,22 +385,25 @@ impl Shared {
         let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::empty()).map_err(errno)?;
         let stat = rustix::fs::fstat(&fd).map_err(errno)?;
         let backing = (stat.st_dev, stat.st_ino);
-        let ino = {
+        let (ino, inode) = {
             let mut inodes = self.inodes.lock();
-            if let Some(&ino) = inodes.by_backing.get(&backing) {
-                if let Some(entry) = inodes.by_ino.get_mut(&ino) {
+            let known = inodes.by_backing.get(&backing).copied();
+            match known.and_then(|ino| inodes.by_ino.get_mut(&ino).map(|entry| (ino, entry))) {
+                Some((ino, entry)) => {
                     entry.1 += 1;
+                    (ino, Arc::clone(&entry.0))
                 }
-                ino
-            } else {
-                let ino = inodes.next;
-                inodes.next += 1;
-                inodes.by_ino.insert(ino, (Arc::new(Inode { fd, backing }), 1));
-                inodes.by_backing.insert(backing, ino);
-                ino
+                None => {
+                    let ino = inodes.next;
+                    inodes.next += 1;
+                    let inode = Arc::new(Inode { fd, backing });
+                    inodes.by_ino.insert(ino, (Arc::clone(&inode), 1));
+                    inodes.by_backing.insert(backing, ino);
+                    (ino, inode)
+                }
             }
         };
-        Ok(self.attr(ino, &stat))
+        Ok(self.attr(ino, &stat, &inode))
     }
 
     fn forget(&self, ino: u64, count: u64) {
@@ -410,6 +442,7 @@ impl Shared {
 
     /// The file lost its last name: its anchor goes now, or at its last close.
     fn after_remove(&self, backing: BackingId) {
+        self.idle_keys.lock().remove(&backing);
         let closing = {
             let mut anchors = self.anchors.lock();
             match anchors.get_mut(&backing) {
@@ -436,8 +469,17 @@ impl Shared {
                 anchor.open_handles += 1;
                 anchor.key
             } else {
-                let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-                let file = self.data.attach(key, &path)?;
+                let idle = self.idle_keys.lock().remove(&inode.backing);
+                let key = idle.unwrap_or_else(|| self.next_key.fetch_add(1, Ordering::Relaxed));
+                let file = match self.data.attach(key, &path) {
+                    Ok(file) => file,
+                    Err(error) => {
+                        if let Some(key) = idle {
+                            self.idle_keys.lock().insert(inode.backing, key);
+                        }
+                        return Err(error);
+                    }
+                };
                 let file = Arc::new(file);
                 let anchor = Anchor { key, file, open_handles: 1, unlinked: false, written: None };
                 anchors.insert(inode.backing, anchor);
@@ -475,16 +517,16 @@ impl Shared {
     }
 
     /// One handle of the file closed: drop the anchor if the file has no name any more, or if
-    /// there are too many anchors (after writing the file's data).
+    /// there are too many anchors (then its key stays known, see the module doc).
     fn release_anchor(&self, backing: BackingId) {
         let closing = {
             let mut anchors = self.anchors.lock();
-            let too_many = anchors.len() > ANCHOR_LIMIT;
+            let too_many = anchors.len() > self.anchor_limit;
             match anchors.get_mut(&backing) {
                 Some(anchor) => {
                     anchor.open_handles = anchor.open_handles.saturating_sub(1);
                     if anchor.open_handles == 0 && (anchor.unlinked || too_many) {
-                        anchors.remove(&backing).map(|anchor| (anchor, too_many))
+                        anchors.remove(&backing)
                     } else {
                         None
                     }
@@ -492,12 +534,9 @@ impl Shared {
                 None => None,
             }
         };
-        if let Some((anchor, evicted)) = closing {
-            if evicted
-                && !anchor.unlinked
-                && let Err(error) = anchor.file.fsync()
-            {
-                eprintln!("ebb mount: writing a closed file's data failed: {error}");
+        if let Some(anchor) = closing {
+            if !anchor.unlinked {
+                self.idle_keys.lock().insert(backing, anchor.key);
             }
             if let Err(error) = close_anchor(anchor) {
                 eprintln!("ebb mount: closing a file: {error}");
@@ -516,6 +555,9 @@ impl Shared {
         let anchor = self.anchors.lock().get(&inode.backing).map(|a| Arc::clone(&a.file));
         if let Some(file) = anchor {
             return file.set_len(size);
+        }
+        if let Some(result) = self.with_idle(inode, |file| file.set_len(size)) {
+            return result;
         }
         let file = std::fs::OpenOptions::new().write(true).open(inode.proc_path())?;
         file.set_len(size)

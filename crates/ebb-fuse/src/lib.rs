@@ -91,6 +91,13 @@ impl std::fmt::Debug for Mount {
 impl Mount {
     /// Clears a stale mount at the mountpoint, builds the data path and mounts.
     pub fn start(config: &MountConfig) -> io::Result<Mount> {
+        Mount::start_keeping(config, fs::ANCHOR_LIMIT)
+    }
+
+    /// [`Mount::start`], keeping at most `kept_closed_files` closed files attached to the
+    /// cache (so `stat` of them costs no open; `start` keeps 4096). Past that, a closed file
+    /// keeps only its cache key and the runtime decides when to write and forget it.
+    pub fn start_keeping(config: &MountConfig, kept_closed_files: usize) -> io::Result<Mount> {
         let backend = config.backend.canonicalize().map_err(|error| {
             io::Error::new(
                 error.kind(),
@@ -120,7 +127,7 @@ impl Mount {
             DataMode::Ebb => Arc::new(runtime::EbbData::new(&backend, config)?),
             DataMode::Passthrough => Arc::new(data::PassthroughData),
         };
-        Mount::start_with(&backend, &mountpoint, data)
+        Mount::start_with(&backend, &mountpoint, data, kept_closed_files)
     }
 
     /// Mounts `backend` on `mountpoint` (both canonical) with the data path `data`.
@@ -128,8 +135,9 @@ impl Mount {
         backend: &Path,
         mountpoint: &Path,
         data: Arc<dyn data::DataPath>,
+        anchor_limit: usize,
     ) -> io::Result<Mount> {
-        let (fs, shared) = EbbFs::new(backend, data)?;
+        let (fs, shared) = EbbFs::new(backend, data, anchor_limit)?;
         let mut options = fuser::Config::default();
         options.mount_options = vec![
             fuser::MountOption::FSName(format!("ebb:{}", backend.display())),

@@ -102,7 +102,8 @@ fn held_writers_do_not_block_other_requests() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     let gate = Arc::new(Gate::default());
-    let mount = Mount::start_with(&dir, &mnt, Arc::new(GatedData(Arc::clone(&gate)))).unwrap();
+    let data = Arc::new(GatedData(Arc::clone(&gate)));
+    let mount = Mount::start_with(&dir, &mnt, data, crate::fs::ANCHOR_LIMIT).unwrap();
     const HELD: usize = 3;
     let writers: Vec<_> = (0..HELD)
         .map(|i| {
