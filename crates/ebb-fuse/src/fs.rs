@@ -23,10 +23,11 @@
 //! new one, which must not meet the old file's cached pages.
 //!
 //! The kernel keeps no copy of the data: files are opened with `FOPEN_DIRECT_IO`, so every
-//! `read(2)` and `write(2)` reaches us. A shared writable `mmap` therefore fails with `ENODEV`
-//! (the kernel refuses it for direct-IO files unless the filesystem asks for
-//! `FUSE_DIRECT_IO_ALLOW_MMAP`, which would bring back a second cache); private mappings work
-//! from a read-only copy the kernel makes at fault time.
+//! `read(2)` and `write(2)` reaches us. A `MAP_SHARED` `mmap` (even read-only) therefore fails
+//! with `ENODEV` (the kernel refuses it for direct-IO files unless the filesystem asks for
+//! `FUSE_DIRECT_IO_ALLOW_MMAP`, which would bring back a second cache whose dirty pages a
+//! direct `read(2)` does not see until they are written back); private mappings work from a
+//! copy the kernel makes at fault time.
 //!
 //! # Threads
 //!
