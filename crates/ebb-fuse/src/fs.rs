@@ -25,9 +25,9 @@
 //! The kernel keeps no copy of the data: files are opened with `FOPEN_DIRECT_IO`, so every
 //! `read(2)` and `write(2)` reaches us. A `MAP_SHARED` `mmap` (even read-only) therefore fails
 //! with `ENODEV` (the kernel refuses it for direct-IO files unless the filesystem asks for
-//! `FUSE_DIRECT_IO_ALLOW_MMAP`, which would bring back a second cache whose dirty pages a
-//! direct `read(2)` does not see until they are written back); private mappings work from a
-//! copy the kernel makes at fault time.
+//! `FUSE_DIRECT_IO_ALLOW_MMAP`, which would bring back a second cache, for mapped files,
+//! whose coherence with direct `read(2)`/`write(2)` we have not verified); private mappings
+//! work from a copy the kernel makes at fault time.
 //!
 //! # Threads
 //!
