@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
-/// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint.
+/// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint. The mount is
+/// the first field so that it is dropped (detached) before the directories are removed.
 struct Fixture {
-    _root: tempfile::TempDir,
+    mount: Option<Mount>,
     dir: PathBuf,
     mnt: PathBuf,
-    mount: Option<Mount>,
+    _root: tempfile::TempDir,
 }
 
 impl Fixture {
@@ -54,7 +55,7 @@ impl Fixture {
             None => Mount::start(&config),
         }
         .expect("mount");
-        Some(Fixture { _root: root, dir, mnt, mount: Some(mount) })
+        Some(Fixture { mount: Some(mount), dir, mnt, _root: root })
     }
 
     fn unmount(&mut self) {
