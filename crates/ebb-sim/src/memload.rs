@@ -18,7 +18,9 @@
 //! - `anon-churn`: a program that starts, faults in `size_bytes` of anonymous memory, runs for
 //!   `hold` and exits, once every `period`, for as long as the other writers run (the posting's
 //!   USB test launched and closed firefox and gnome-terminal all along). It is a background
-//!   writer: the run's elapsed time and progress ignore it.
+//!   writer: the run's elapsed time and progress ignore it, and it ends when the other writers
+//!   have finished (a `hold` longer than the run makes memory that stays resident, such as a
+//!   desktop's).
 //!
 //! Cost of touching anonymous memory: one page fault that allocates and zeroes a page, taken
 //! as 1 µs per page (a 2011 x86-64 minor fault with a page clear is about 1-2 µs).

@@ -571,6 +571,7 @@ impl<'a> Sim<'a> {
                 }
                 Ev::Sample => {
                     self.sample();
+                    self.end_background();
                     if self.writers.iter().any(|w| w.state != WriterState::Done) {
                         self.queue.push(self.now + self.spec.sample_interval, Ev::Sample);
                     }
@@ -1311,6 +1312,20 @@ impl Sim<'_> {
         let backend = BackendId(self.writers[i].backend as u32);
         self.engine.handle(self.now, Event::Open { handle, inode, backend }, &mut self.maps);
         (inode, handle)
+    }
+
+    /// Background writers (anon-churn) end once every foreground writer has finished, even in
+    /// the middle of a sleep.
+    fn end_background(&mut self) {
+        if self.writers.iter().any(|w| w.cycle.is_empty() && w.state != WriterState::Done) {
+            return;
+        }
+        for i in 0..self.writers.len() {
+            if !self.writers[i].cycle.is_empty() && self.writers[i].state != WriterState::Done {
+                self.free_anon(i);
+                self.finish_writer(i);
+            }
+        }
     }
 
     fn free_anon(&mut self, i: usize) {
