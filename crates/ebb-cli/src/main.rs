@@ -184,6 +184,10 @@ enum BenchCommand {
         /// ebb's memory budget.
         #[arg(long, default_value = "256MiB")]
         memory: String,
+        /// A knob for the ebb modes by its kernel name, e.g. `--knob wbt_lat_usec=2000`
+        /// (repeatable; `wbt` itself is set by each mode).
+        #[arg(long)]
+        knob: Vec<String>,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -333,8 +337,16 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let result = bench::stream(&opts)?;
             print_json(&result, json.as_deref())?;
         }
-        BenchCommand::ReadUnderWrite { dir, seconds, read_size, memory, json } => {
+        BenchCommand::ReadUnderWrite { dir, seconds, read_size, memory, knob, json } => {
+            let mut knobs = Vec::new();
+            for k in &knob {
+                let Some((name, value)) = k.split_once('=') else {
+                    return Err(Usage(format!("--knob {k:?}: expected NAME=VALUE")).into());
+                };
+                knobs.push((name.trim().to_owned(), value.trim().to_owned()));
+            }
             let opts = bench::ReadUnderWriteOptions {
+                knobs,
                 dir,
                 seconds: seconds.max(1) as f64,
                 read_file_size: size_arg("--read-size", &read_size)?,

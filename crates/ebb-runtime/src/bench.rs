@@ -183,6 +183,8 @@ pub struct ReadUnderWriteOptions {
     pub write_file_size: u64,
     /// ebb's memory budget.
     pub memory: u64,
+    /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
+    pub knobs: Vec<(String, String)>,
 }
 
 /// One mode of [`read_under_write`].
@@ -319,8 +321,13 @@ pub fn read_under_write(
     let mut wbt_lat = 0;
     for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
         progress(mode);
-        let ebb = Builder::new()
-            .memory(opts.memory)
+        let mut builder = Builder::new().memory(opts.memory);
+        for (name, value) in opts.knobs.iter().map(|(n, v)| (n.as_str(), v.as_str())) {
+            builder = builder
+                .knob(name, value)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        }
+        let ebb = builder
             .knob("wbt", wbt)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
             .directory(&opts.dir)?
