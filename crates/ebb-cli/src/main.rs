@@ -197,11 +197,12 @@ enum BenchCommand {
         /// Largest thread count; 1, 2, 4, ... up to it are measured.
         #[arg(long, default_value_t = 4)]
         threads: usize,
-        /// Size of each thread's file, rewritten by every pass (1 MiB stays in the CPU caches).
-        #[arg(long, default_value = "1MiB")]
+        /// Size of each thread's file, rewritten by every pass (long enough that starting a pass
+        /// costs little, small enough to stay in the shared L3 cache).
+        #[arg(long, default_value = "8MiB")]
         size: String,
         /// Passes per measurement.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 32)]
         passes: u32,
         /// Measurements per thread count; the fastest is reported (the machine may be shared).
         #[arg(long, default_value_t = 5)]

@@ -396,8 +396,8 @@ pub fn read_under_write(
 pub struct WritePathOptions {
     /// Thread counts to measure, e.g. `[1, 2, 4]`.
     pub threads: Vec<usize>,
-    /// Size of each thread's file, rewritten by every pass. 1 MiB per thread stays in the CPU
-    /// caches, so the figure is the write path's cost rather than memory bandwidth.
+    /// Size of each thread's file, rewritten by every pass: long enough that starting a pass
+    /// (a barrier wake-up) costs little, small enough to stay in the L3 cache.
     pub bytes_per_thread: u64,
     /// Passes per measurement.
     pub passes: u32,
