@@ -645,6 +645,12 @@ impl Engine {
             return self.bw2010_finish(w, b);
         }
         w.call_throttled = true;
+        // Past freerun the writer waits for writeback it does not do itself: make sure the
+        // flusher runs (the posting's loop starts background writeback when none is in
+        // progress). Without it a writer over its limit could wait for a flusher nobody woke.
+        if !self.writeback_in_progress(b) && nr_reclaimable > g.bg_thresh {
+            self.wake_flusher(b);
+        }
         let wbd = self.read_backend(b, &g);
         let (num, den) = self.dirty_shares.fraction(&w.dirty_share);
         let a = limits::task_dirty_limit(wbd.thresh, num, den, 16);
