@@ -515,6 +515,13 @@ impl Engine {
         })
     }
 
+    /// Reports to `handle` a write error of its file it has not seen yet, once (errseq
+    /// semantics, as `close(2)` does on filesystems that report at close): drivers call it for
+    /// a flush that does not close the handle.
+    pub fn check_handle_error(&mut self, handle: HandleId) -> Result<(), IoError> {
+        self.take_handle_error(handle)
+    }
+
     /// The error not yet reported to `handle`, marking it reported (errseq semantics).
     fn take_handle_error(&mut self, handle: HandleId) -> Result<(), IoError> {
         let Some(&(inode, seen)) = self.handles.get(&handle) else { return Ok(()) };

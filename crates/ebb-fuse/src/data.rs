@@ -44,6 +44,10 @@ pub(crate) trait DataFile: Send + Sync {
     fn fsync(&self) -> io::Result<()>;
     /// Closes the handle, reporting a write error not yet reported to it.
     fn close(self: Box<Self>) -> io::Result<()>;
+    /// Reports a write error not yet reported to this handle, without closing it.
+    fn check_error(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// No cache of ours: positional IO on the backing file, buffered by the kernel.

@@ -950,9 +950,11 @@ impl Filesystem for EbbFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // close(2) does not write the data (as on a local filesystem); fsync does.
-        match self.shared.handle(fh) {
-            Ok(_) => reply.ok(),
+        // close(2) does not write the data (as on a local filesystem; fsync does), but it
+        // reports a write-back error this handle has not seen yet, once, as close(2) on NFS
+        // does: the release that follows cannot reach the caller.
+        match self.shared.handle(fh).and_then(|h| h.file.check_error().map_err(|e| errno_of(&e))) {
+            Ok(()) => reply.ok(),
             Err(error) => reply.error(error),
         }
     }

@@ -114,4 +114,8 @@ impl DataFile for EbbFile {
     fn close(self: Box<Self>) -> io::Result<()> {
         self.0.close()
     }
+
+    fn check_error(&self) -> io::Result<()> {
+        self.0.check_error()
+    }
 }

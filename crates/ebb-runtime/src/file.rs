@@ -414,6 +414,17 @@ impl File {
         sync_backend_file(&self.fs)
     }
 
+    /// Reports a write error of this file that this handle has not seen yet, once, without
+    /// writing anything or closing (what `close(2)` reports on NFS; a FUSE flush uses it).
+    pub fn check_error(&self) -> io::Result<()> {
+        let handle = self.handle;
+        self.ebb
+            .inner
+            .shared
+            .enter(|core, _, _| core.engine.check_handle_error(handle))
+            .map_err(from_io_error)
+    }
+
     /// What this handle's writer has been through (pauses, waits).
     pub fn throttle_stats(&self) -> ThrottleStats {
         let ws = self.writer.lock();

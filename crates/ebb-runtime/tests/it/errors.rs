@@ -35,6 +35,24 @@ fn failed_writes_are_reported_once_per_handle_and_lose_nothing() {
     b.close().unwrap();
 }
 
+/// A flush-style check reports a write-back error once to the handle, without closing it.
+#[test]
+fn check_error_reports_once_without_closing() {
+    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
+    let plan = faulty.plan().clone();
+    let backend: Arc<dyn Backend> = faulty;
+    let ebb = Builder::new().memory(64 << 20).backend("f", backend.clone()).build().unwrap();
+    let a = ebb.open("c", CREATE).unwrap();
+    let b = ebb.open("c", CREATE).unwrap();
+    plan.fail_next(FaultOp::Write, libc::EIO, 1);
+    a.write_at(&[1u8; 8192], 0).unwrap();
+    assert_eq!(a.fsync().unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(b.check_error().unwrap_err().raw_os_error(), Some(libc::EIO), "b sees it once");
+    b.check_error().unwrap();
+    b.fsync().unwrap();
+    assert_eq!(backend_bytes(&*backend, "c"), vec![1u8; 8192]);
+}
+
 /// Writes fail with EIO for 300 ms while a writer keeps fsyncing: once the window passes, all
 /// the data is on the backend, and a handle that checks only afterwards sees the error once.
 #[test]
