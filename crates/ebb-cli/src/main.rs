@@ -165,6 +165,10 @@ enum BenchCommand {
         /// its bandwidth estimate settles (it converges over several seconds).
         #[arg(long, default_value = "16GiB")]
         warmup: String,
+        /// A knob by its kernel name, e.g. `--knob dirty_background_bytes=64M`, or ebb's
+        /// `initial_write_bandwidth=2G` (repeatable).
+        #[arg(long)]
+        knob: Vec<String>,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -323,10 +327,22 @@ fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> 
     Ok(())
 }
 
+/// `--knob NAME=VALUE` arguments.
+fn parse_knobs(args: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut knobs = Vec::new();
+    for k in args {
+        let Some((name, value)) = k.split_once('=') else {
+            return Err(Usage(format!("--knob {k:?}: expected NAME=VALUE")).into());
+        };
+        knobs.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(knobs)
+}
+
 fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
     use ebb_runtime::bench;
     match command {
-        BenchCommand::Stream { dir, size, memory, rounds, warmup, json } => {
+        BenchCommand::Stream { dir, size, memory, rounds, warmup, knob, json } => {
             let opts = bench::StreamOptions {
                 dir,
                 size: size_arg("--size", &size)?,
@@ -334,20 +350,14 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 block: 1 << 20,
                 rounds,
                 warmup: size_arg("--warmup", &warmup)?,
+                knobs: parse_knobs(&knob)?,
             };
             let result = bench::stream(&opts)?;
             print_json(&result, json.as_deref())?;
         }
         BenchCommand::ReadUnderWrite { dir, seconds, read_size, memory, knob, json } => {
-            let mut knobs = Vec::new();
-            for k in &knob {
-                let Some((name, value)) = k.split_once('=') else {
-                    return Err(Usage(format!("--knob {k:?}: expected NAME=VALUE")).into());
-                };
-                knobs.push((name.trim().to_owned(), value.trim().to_owned()));
-            }
             let opts = bench::ReadUnderWriteOptions {
-                knobs,
+                knobs: parse_knobs(&knob)?,
                 dir,
                 seconds: seconds.max(1) as f64,
                 read_file_size: size_arg("--read-size", &read_size)?,

@@ -90,6 +90,16 @@ impl Rates {
         }
     }
 
+    /// Starts every estimate at `pages_per_sec` instead of the kernel's 100 MB/s (a known
+    /// device; see `BackendConfig::initial_write_bandwidth`).
+    pub fn seed(&mut self, pages_per_sec: u64) {
+        let bw = pages_per_sec.max(1);
+        self.write_bandwidth = bw;
+        self.avg_write_bandwidth = bw;
+        self.dirty_ratelimit = bw;
+        self.balanced_dirty_ratelimit = bw;
+    }
+
     /// Resets the stamps without producing a sample (the kernel's
     /// `wb_bandwidth_estimate_start` after more than 1 s of idleness), so idle time does not
     /// count as zero bandwidth.

@@ -153,6 +153,10 @@ pub struct BackendConfig {
     pub wbt_lat_usec: Option<u64>,
     /// wbt window, microseconds (the kernel's 100 ms default).
     pub wbt_window_usec: u64,
+    /// Starting write bandwidth estimate, bytes/s (`None`: the kernel's 100 MB/s). Not a kernel
+    /// knob: a long-lived cache learns its device over tens of seconds (the estimate moves ~5%
+    /// per 200 ms and the ratelimit more slowly); a user who knows the device can start there.
+    pub initial_write_bandwidth: Option<u64>,
 }
 
 impl BackendConfig {
@@ -172,6 +176,7 @@ impl BackendConfig {
             wbt: WbtMode::On,
             wbt_lat_usec: None,
             wbt_window_usec: 100_000,
+            initial_write_bandwidth: None,
         }
     }
 
@@ -373,6 +378,14 @@ impl Config {
                     format!("{} is outside 1000..=10000000", b.wbt_window_usec),
                 ));
             }
+            if let Some(bw) = b.initial_write_bandwidth
+                && !(PAGE_SIZE..=1 << 40).contains(&bw)
+            {
+                return Err(ConfigError::new(
+                    knob("initial_write_bandwidth"),
+                    format!("{bw} bytes/s is outside 4 KiB/s..=1 TiB/s"),
+                ));
+            }
             if let Some(lat) = b.wbt_lat_usec
                 && lat > 10_000_000
             {
@@ -436,6 +449,7 @@ impl BackendConfig {
         "wbt",
         "wbt_lat_usec",
         "wbt_window_usec",
+        "initial_write_bandwidth",
     ];
 
     /// Sets a per-backend knob by its `/sys/class/bdi` (or block queue) name. Values are checked
@@ -453,6 +467,9 @@ impl BackendConfig {
             "wbt" => self.wbt = value.trim().parse()?,
             "wbt_lat_usec" => self.wbt_lat_usec = Some(parse_knob(name, value, "microseconds")?),
             "wbt_window_usec" => self.wbt_window_usec = parse_knob(name, value, "microseconds")?,
+            "initial_write_bandwidth" => {
+                self.initial_write_bandwidth = Some(parse_bytes(name, value)?)
+            }
             _ => return Err(unknown_knob(name)),
         }
         Ok(())

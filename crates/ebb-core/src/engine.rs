@@ -271,7 +271,13 @@ impl Engine {
             .iter()
             .map(|b| Wb {
                 counters: Counters::default(),
-                rates: Rates::new(now_j),
+                rates: {
+                    let mut r = Rates::new(now_j);
+                    if let Some(bytes_per_sec) = b.initial_write_bandwidth {
+                        r.seed(bytes_per_sec / crate::config::PAGE_SIZE);
+                    }
+                    r
+                },
                 share: Local::default(),
                 dirty_exceeded: false,
                 inflight: 0,

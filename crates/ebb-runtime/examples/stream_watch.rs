@@ -13,11 +13,13 @@ fn main() -> std::io::Result<()> {
     let mem_mib: u64 = args.next().map_or(256, |s| s.parse().expect("MiB"));
     let threads: usize =
         std::env::var("EBB_IO_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
-    let ebb = ebb_runtime::Builder::new()
-        .memory(mem_mib << 20)
-        .io_threads(threads)
-        .directory(&dir)?
-        .build()?;
+    let mut builder = ebb_runtime::Builder::new().memory(mem_mib << 20).io_threads(threads);
+    // EBB_KNOBS="name=value,name=value" sets knobs by name.
+    for kv in std::env::var("EBB_KNOBS").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').expect("EBB_KNOBS entries are name=value");
+        builder = builder.knob(k, v).map_err(std::io::Error::other)?;
+    }
+    let ebb = builder.directory(&dir)?.build()?;
     let file = ebb.open("watch", ebb_backend::OpenOptions { create: true, truncate: true })?;
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {

@@ -44,6 +44,8 @@ pub struct StreamOptions {
     /// its bandwidth estimate and ratelimit settle (the kernel starts the estimate at 100 MB/s
     /// and moves it about 5% per 200 ms: a long-lived cache is past that, a fresh one is not).
     pub warmup: u64,
+    /// Knobs for ebb (kernel names, plus ebb's `initial_write_bandwidth`).
+    pub knobs: Vec<(String, String)>,
 }
 
 /// What [`stream`] measured.
@@ -97,7 +99,13 @@ fn raw_stream(dir: &Path, size: u64, block: usize) -> io::Result<f64> {
 }
 
 fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
-    let ebb = Builder::new().memory(opts.memory).directory(&opts.dir)?.build()?;
+    let mut builder = Builder::new().memory(opts.memory);
+    for (name, value) in &opts.knobs {
+        builder = builder
+            .knob(name, value)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    }
+    let ebb = builder.directory(&opts.dir)?.build()?;
     let buf: Vec<u8> = (0..opts.block).map(|i| i as u8).collect();
     if opts.warmup > 0 {
         // Stream until the bandwidth estimate and the ratelimit have each moved less than 5% in
