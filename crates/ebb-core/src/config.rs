@@ -19,6 +19,7 @@
 //! | `max_ratio` (per backend) | % of the threshold | 100 | cap on the share |
 //! | `strict_limit` (per backend) | bool | false | throttle on the backend's own share (FUSE) |
 //! | `wbt_lat_usec` (per backend) | us | 2000 solid state, 75000 rotating | read latency target; 0 disables wbt |
+| `initial_write_bandwidth` (per backend, ebb's own) | bytes/s | unset (100 MB/s) | where the bandwidth estimate and ratelimit start |
 
 use std::fmt;
 use std::str::FromStr;
@@ -616,6 +617,11 @@ mod tests {
         assert_eq!(c.backends[0].wbt_lat_usec, Some(5000));
         c.set_knob("strict_limit", "on").unwrap();
         assert!(c.backends[0].strict_limit);
+        c.set_knob("initial_write_bandwidth", "2G").unwrap();
+        assert_eq!(c.backends[0].initial_write_bandwidth, Some(2 << 30));
+        c.backends[0].initial_write_bandwidth = Some(1);
+        assert_eq!(c.validate().unwrap_err().knob, "backends[0].initial_write_bandwidth");
+        c.backends[0].initial_write_bandwidth = None;
         let err = c.set_knob("dirty_ratio", "lots").unwrap_err();
         assert_eq!(err.knob, "dirty_ratio");
         let err = c.set_knob("dirty_bytes", "5Q").unwrap_err();
