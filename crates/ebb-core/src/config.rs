@@ -19,7 +19,7 @@
 //! | `max_ratio` (per backend) | % of the threshold | 100 | cap on the share |
 //! | `strict_limit` (per backend) | bool | false | throttle on the backend's own share (FUSE) |
 //! | `wbt_lat_usec` (per backend) | us | 2000 solid state, 75000 rotating | read latency target; 0 disables wbt |
-| `initial_write_bandwidth` (per backend, ebb's own) | bytes/s | unset (100 MB/s) | where the bandwidth estimate and ratelimit start |
+//! | `initial_write_bandwidth` (per backend, ebb's own) | bytes/s | unset (100 MB/s) | where the bandwidth estimate and ratelimit start |
 
 use std::fmt;
 use std::str::FromStr;
