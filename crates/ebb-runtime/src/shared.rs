@@ -494,6 +494,11 @@ impl Shared {
 
     /// Reads pages from `first` into the frames the engine assigned (page `first + i` into
     /// `frames[i]`); bytes past the end of the backend file read as zeros.
+    ///
+    /// Known gap: if, while this read is in flight, a page of its range is written, written
+    /// back and evicted, the read's older bytes are inserted for it (the kernel's locked page
+    /// in the page cache prevents this). It needs all three within one read's latency; the
+    /// model checker has not hit it. A truncate during the read is handled by the engine.
     fn do_read(
         &self,
         inode: InodeId,
