@@ -165,11 +165,13 @@ pub(crate) enum IoKind {
         issuer: Issuer,
     },
     /// `keep_below`: a truncate while the read was in flight; pages at or past it are stale
-    /// and not inserted.
+    /// and not inserted. `stale`: pages evicted while the read was in flight (they may have been
+    /// rewritten and written back meanwhile, so the read's bytes for them may be older).
     Read {
         run: Run,
         frames: Vec<FrameId>,
         keep_below: u64,
+        stale: Vec<u64>,
     },
     /// The pages this COMMIT covers.
     Commit {
@@ -482,6 +484,18 @@ impl Engine {
     /// The backend of a known file.
     pub fn inode_backend(&self, inode: InodeId) -> Option<BackendId> {
         self.inodes.get(&inode).map(|m| m.backend)
+    }
+
+    /// Reclaim evicted page `index` of `inode`: a read in flight over it must not insert its
+    /// (possibly older) bytes for that page.
+    pub(crate) fn page_evicted(&mut self, inode: InodeId, index: u64) {
+        let Some(meta) = self.inodes.get(&inode) else { return };
+        let Some((_, &(end, io))) = meta.reading.range(..=index).next_back() else { return };
+        if index < end
+            && let Some(IoRecord { kind: IoKind::Read { stale, .. }, .. }) = self.ios.get_mut(&io)
+        {
+            stale.push(index);
+        }
     }
 
     /// Whether `inode` has no IO in flight (writes, reads, commit): a driver may forget it.
@@ -1106,7 +1120,12 @@ impl Engine {
                     IoRecord {
                         backend: b,
                         inode,
-                        kind: IoKind::Read { run: gap, frames, keep_below: u64::MAX },
+                        kind: IoKind::Read {
+                            run: gap,
+                            frames,
+                            keep_below: u64::MAX,
+                            stale: Vec::new(),
+                        },
                         issued: self.now,
                     },
                 );
@@ -1141,7 +1160,7 @@ impl Engine {
     fn read_done<M: PageMaps>(&mut self, io: IoId, result: Result<(), IoError>, maps: &mut M) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Read { run, mut frames, keep_below } = record.kind else {
+        let IoKind::Read { run, mut frames, keep_below, mut stale } = record.kind else {
             panic!("io {io} is not a read")
         };
         let (b, inode) = (record.backend, record.inode);
@@ -1152,8 +1171,29 @@ impl Engine {
         let fresh = keep_below.saturating_sub(run.first).min(frames.len() as u64) as usize;
         let mut unused = frames.split_off(fresh);
         if result.is_ok() {
-            let (inserted, rest) = maps.with(inode, |m| m.insert_clean(run.first, &frames));
-            unused.extend(rest);
+            // Insert the runs between stale pages; a stale page's frame goes back unused.
+            stale.sort_unstable();
+            stale.dedup();
+            let mut inserted = Vec::new();
+            let mut start = 0usize;
+            let cuts: Vec<usize> = stale
+                .iter()
+                .filter(|&&p| p >= run.first)
+                .map(|&p| (p - run.first) as usize)
+                .filter(|&c| c < fresh)
+                .chain(std::iter::once(fresh))
+                .collect();
+            for cut in cuts {
+                let first = run.first + start as u64;
+                let segment = &frames[start..cut];
+                let (ins, rest) = maps.with(inode, |m| m.insert_clean(first, segment));
+                inserted.extend(ins);
+                unused.extend(rest);
+                if cut < fresh {
+                    unused.push(frames[cut]);
+                }
+                start = cut + 1;
+            }
             let n = inserted.len() as i64;
             for (frame, index) in inserted {
                 self.mem.add_to_lru(frame, inode, index);

@@ -293,6 +293,7 @@ impl Engine {
                 PageState::Clean => {
                     let freed = maps.with(inode, |m| m.evict(index));
                     assert_eq!(freed, Some(frame));
+                    self.page_evicted(inode, index);
                     self.mem.unlink(frame);
                     self.mem.release(frame);
                     self.account(inode, Counters { resident: -1, ..Counters::default() });

@@ -494,11 +494,8 @@ impl Shared {
 
     /// Reads pages from `first` into the frames the engine assigned (page `first + i` into
     /// `frames[i]`); bytes past the end of the backend file read as zeros.
-    ///
-    /// Known gap: if, while this read is in flight, a page of its range is written, written
-    /// back and evicted, the read's older bytes are inserted for it (the kernel's locked page
-    /// in the page cache prevents this). It needs all three within one read's latency; the
-    /// model checker has not hit it. A truncate during the read is handled by the engine.
+    /// A page of the range written, written back and evicted while the read is in flight, or
+    /// truncated meanwhile, does not get these (older) bytes: the engine leaves it out.
     fn do_read(
         &self,
         inode: InodeId,

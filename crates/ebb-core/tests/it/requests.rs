@@ -406,3 +406,72 @@ fn sync_rewrites_after_a_server_restart() {
     assert_eq!((c.clean, c.dirty, c.unstable), (8, 0, 0), "sync answered with data not durable");
     assert_eq!(commits, 2, "a second commit after the rewrite");
 }
+
+/// A page written, written back and evicted while a read of it is in flight: the read's older
+/// bytes must not come back as that page (the kernel's locked page prevents it).
+#[test]
+fn a_read_in_flight_does_not_resurrect_an_evicted_newer_page() {
+    let mut engine = Engine::new(config(16, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
+    let mut maps = MapStore::new();
+    let inode = InodeId(1);
+    let mut t = Instant::ZERO;
+    let mut tick = || {
+        t = t + Duration::from_millis(1);
+        t
+    };
+    engine.handle(
+        tick(),
+        Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
+        &mut maps,
+    );
+    engine.handle(
+        tick(),
+        Event::Read { inode, first_page: 0, pages: 8, request: RequestId(1) },
+        &mut maps,
+    );
+    let mut reads = Vec::new();
+    while let Some(a) = engine.poll_action() {
+        if let Action::Read { io, .. } = a {
+            reads.push(io);
+        }
+    }
+    assert!(!reads.is_empty());
+    // A writer dirties page 3 meanwhile; sync writes it back.
+    let mut w = Writer::new(WriterId(1), GroupId(0));
+    let _ = engine.balance_dirty_pages(tick(), &mut w, &mut maps);
+    let step = write_pages(&mut w, inode, maps.get_mut(inode), 3, 1);
+    assert_eq!(step.consumed, 1);
+    if step.inode_became_dirty {
+        engine.inode_dirtied(tick(), inode);
+    }
+    engine.flush_writer(tick(), &mut w, &mut maps);
+    engine.handle(tick(), Event::Sync { request: RequestId(2) }, &mut maps);
+    let mut writes = Vec::new();
+    while let Some(a) = engine.poll_action() {
+        if let Action::Write { io, .. } = a {
+            writes.push(io);
+        }
+    }
+    assert_eq!(writes.len(), 1);
+    engine.handle(
+        tick(),
+        Event::WriteDone { io: writes[0], result: Ok(Stability::Stable) },
+        &mut maps,
+    );
+    assert_eq!(maps.get(inode).unwrap().page(3).unwrap().state, PageState::Clean);
+    // Memory pressure evicts it.
+    let total = engine.meminfo().total;
+    engine.handle(tick(), Event::AnonAlloc { pages: total - 8 }, &mut maps);
+    assert!(maps.get(inode).unwrap().page(3).is_none(), "page 3 was not evicted");
+    engine.handle(tick(), Event::AnonFree { pages: total - 8 }, &mut maps);
+    // Now the old read completes.
+    for io in reads {
+        engine.handle(tick(), Event::ReadDone { io, result: Ok(()) }, &mut maps);
+    }
+    assert!(
+        maps.get(inode).unwrap().page(3).is_none(),
+        "the read's stale bytes came back as page 3"
+    );
+    assert!(maps.get(inode).unwrap().page(2).is_some(), "the rest of the read is inserted");
+    engine.check_accounting(&maps, &[&w]).unwrap();
+}
