@@ -416,7 +416,7 @@ fn a_read_in_flight_does_not_resurrect_an_evicted_newer_page() {
     let inode = InodeId(1);
     let mut t = Instant::ZERO;
     let mut tick = || {
-        t = t + Duration::from_millis(1);
+        t += Duration::from_millis(1);
         t
     };
     engine.handle(
