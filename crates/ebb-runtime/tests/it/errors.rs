@@ -126,3 +126,24 @@ fn two_phase_restart_loses_nothing() {
     assert!(backend_bytes(&*backend, "u") == data, "committed data lost by a restart");
     assert!(ebb.stats().counters.commits > 0);
 }
+
+/// A write far past what the filesystem allows: the write-back error (EFBIG) reaches fsync,
+/// the data is held, not dropped, and dropping the cache does not hang on it.
+#[test]
+fn a_write_past_the_filesystem_limit_is_reported_and_does_not_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let ebb = Builder::new().memory(16 << 20).directory(dir.path()).unwrap().build().unwrap();
+    let f = ebb.open("huge", CREATE).unwrap();
+    f.write_at(b"far", 1 << 50).unwrap();
+    assert_eq!(f.len(), (1 << 50) + 3);
+    let err = f.fsync().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EFBIG), "{err}");
+    assert!(ebb.stats().meminfo.dirty_kb > 0, "the held page is kept");
+    let mut got = [0u8; 3];
+    assert_eq!(f.read_at(&mut got, 1 << 50).unwrap(), 3);
+    assert_eq!(&got, b"far");
+    let start = std::time::Instant::now();
+    drop(f);
+    drop(ebb);
+    assert!(start.elapsed() < Duration::from_secs(30), "dropping the cache hung on held pages");
+}
