@@ -332,15 +332,12 @@ impl File {
         let shared = &self.ebb.inner.shared;
         let backend = self.fs.backend;
         let id = shared.next_id();
-        shared.enter(|core, maps, now| {
-            core.engine.handle(now, Event::DirectReadStart { backend, id }, maps)
-        });
+        // Reported without taking the engine lock; the engine sees them at its next entry.
+        shared.direct_reads.push(Event::DirectReadStart { backend, id });
         let start = std::time::Instant::now();
         let result = self.fs.file.read_at(buf, offset);
         let latency = ebb_core::Duration::from_nanos(start.elapsed().as_nanos() as u64);
-        shared.enter(|core, maps, now| {
-            core.engine.handle(now, Event::DirectRead { backend, id, latency }, maps)
-        });
+        shared.direct_reads.push(Event::DirectRead { backend, id, latency });
         result
     }
 

@@ -151,6 +151,9 @@ pub(crate) struct Shared {
     ids: AtomicU64,
     /// Serialises opens so two opens of one file share one cache entry.
     pub(crate) open_lock: Mutex<()>,
+    /// Direct reads' start and end events, delivered to the engine at its next entry, so a
+    /// reader never waits for the engine lock (its latency is what wbt protects).
+    pub(crate) direct_reads: crossbeam::queue::SegQueue<Event>,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -209,6 +212,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             ids: AtomicU64::new(1),
             open_lock: Mutex::new(()),
+            direct_reads: crossbeam::queue::SegQueue::new(),
         });
         let mut threads = Vec::new();
         for i in 0..io_threads.max(1) {
@@ -302,6 +306,9 @@ impl Shared {
         let mut core = self.core.lock();
         let now = self.now();
         let mut maps = Maps { files: &self.files };
+        while let Some(event) = self.direct_reads.pop() {
+            core.engine.handle(now, event, &mut maps);
+        }
         let r = f(&mut core, &mut maps, now);
         self.dispatch(&mut core);
         r
@@ -379,6 +386,9 @@ impl Shared {
             match core.engine.poll_timeout() {
                 Some(t) if t <= now => {
                     let mut maps = Maps { files: &self.files };
+                    while let Some(event) = self.direct_reads.pop() {
+                        core.engine.handle(now, event, &mut maps);
+                    }
                     core.engine.handle(now, Event::Timer, &mut maps);
                     self.dispatch(&mut core);
                     // A timeout the engine could not act on yet must not spin the thread.
