@@ -219,6 +219,12 @@ pub struct Config {
     pub min_free_kbytes: Option<u64>,
     /// Distance between watermarks, in 1/10000 of memory (kernel default 10).
     pub watermark_scale_factor: u32,
+    /// Memory zones: the physical addresses (bytes of memory from 0, increasing) where each
+    /// lower zone ends; the zone above the last bound runs to the end of memory, and bounds at
+    /// or beyond the end of memory are ignored (as `mem=` trims the zones above it). Empty (the
+    /// default): one zone. x86-64 of the 2.6/3.x era: `[16 MiB, 4 GiB]` (DMA, DMA32, Normal).
+    /// See `memory` for what zones change.
+    pub zone_bounds_bytes: Vec<u64>,
     /// Writer-throttling policy.
     pub throttle: ThrottlePolicy,
     /// Reclaim policy.
@@ -251,6 +257,7 @@ impl Config {
             dirty_writeback_centisecs: 500,
             min_free_kbytes: None,
             watermark_scale_factor: 10,
+            zone_bounds_bytes: Vec::new(),
             throttle: ThrottlePolicy::Ioless,
             reclaim: ReclaimPolicy::FlusherOnly,
             swap_backend: None,
@@ -321,6 +328,24 @@ impl Config {
                 "watermark_scale_factor",
                 format!("{} is outside 1..=3000", self.watermark_scale_factor),
             );
+        }
+        if self.zone_bounds_bytes.len() > 7 {
+            return err(
+                "zone_bounds_bytes",
+                format!("{} bounds exceed the limit of 7 (8 zones)", self.zone_bounds_bytes.len()),
+            );
+        }
+        let mut prev = 0;
+        for &bound in &self.zone_bounds_bytes {
+            if bound / PAGE_SIZE <= prev / PAGE_SIZE {
+                return err(
+                    "zone_bounds_bytes",
+                    format!(
+                        "bound {bound} is not above the previous one ({prev}) by at least a page"
+                    ),
+                );
+            }
+            prev = bound;
         }
         if self.backends.is_empty() {
             return err("backends", "at least one backend is needed".into());
@@ -593,6 +618,9 @@ mod tests {
                 }),
                 "min_ratio",
             ),
+            (Box::new(|c| c.zone_bounds_bytes = vec![16 << 20, 16 << 20]), "zone_bounds_bytes"),
+            (Box::new(|c| c.zone_bounds_bytes = vec![0]), "zone_bounds_bytes"),
+            (Box::new(|c| c.zone_bounds_bytes = vec![1 << 20; 8]), "zone_bounds_bytes"),
         ];
         for (i, (mutate, knob)) in cases.into_iter().enumerate() {
             let mut c = base();

@@ -1,19 +1,35 @@
-//! The memory budget: frames, watermarks and the file LRU lists (kernel-reference §8.1).
+//! The memory budget: zones, frames, watermarks and the file LRU lists (kernel-reference §8.1).
 //!
 //! Every page the cache holds occupies one frame of a fixed budget (`Config::memory_bytes`),
 //! so the cache can never exceed it. Anonymous memory of the workload (simulator) shares the
 //! same budget. Resident frames sit on an inactive or an active list, linked through the frame
 //! table (an intrusive doubly linked list, O(1) per move); reclaim scans the inactive tail.
 //!
+//! Zones (the 2.6/3.x kernel's `struct zone`, before LRUs moved to the node in 4.8): memory is
+//! split by physical address at `Config::zone_bounds_bytes` (x86-64: DMA below 16 MiB, DMA32
+//! below 4 GiB, Normal above). Every zone has its own free pages, anonymous pages, LRU lists and
+//! watermarks; a frame belongs to one zone for life. With no bounds (the default) there is one
+//! zone and everything behaves as a single pool. Zone `i` is higher than zone `i - 1`;
+//! allocations prefer the highest zone (the policy lives in `reclaim`).
+//!
 //! Watermarks follow the kernel: `min_free_kbytes = clamp(sqrt(16 * memory_kbytes), 128,
-//! 262144)`, `gap = max(min / 4, memory * watermark_scale_factor / 10000)`, `low = min + gap`,
+//! 262144)`, split over the zones in proportion to their pages (`__setup_per_zone_wmarks`);
+//! per zone `gap = max(min / 4, pages * watermark_scale_factor / 10000)`, `low = min + gap`,
 //! `high = min + 2 * gap`. Below `low` background reclaim runs until `high`; an allocation that
 //! would go below `min` reclaims directly.
+//!
+//! Lowmem reserve (`setup_per_zone_lowmem_reserve`): an allocation that could have used zone
+//! `c` but falls back to a lower zone `z` must leave `reserve[z][c] = pages(z+1 ..= c) / 256`
+//! pages free there on top of the watermark (the x86-64 `lowmem_reserve_ratio` of DMA and DMA32
+//! is 256), so that lower zones keep room for the allocations only they can serve.
 
 use crate::config::Config;
 use crate::ids::{FrameId, InodeId};
 
 const NIL: u32 = u32::MAX;
+
+/// `lowmem_reserve_ratio` of the lower zones on x86-64 (DMA and DMA32: 256).
+const LOWMEM_RESERVE_RATIO: u64 = 256;
 
 /// Which LRU list a frame is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +49,7 @@ struct FrameMeta {
     prev: u32,
     next: u32,
     list: List,
+    zone: u8,
 }
 
 #[derive(Clone, Copy)]
@@ -45,7 +62,7 @@ struct ListHead {
 const EMPTY_LIST: ListHead = ListHead { head: NIL, tail: NIL, len: 0 };
 
 /// The three watermarks, in pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Watermarks {
     /// Below this, allocations reclaim directly.
     pub min: u64,
@@ -56,23 +73,55 @@ pub struct Watermarks {
 }
 
 impl Watermarks {
-    /// The kernel's watermarks for `config`.
+    /// The kernel's watermarks for `config`, all zones together.
     pub fn for_config(config: &Config) -> Watermarks {
+        Watermarks::per_zone(config).into_iter().fold(Watermarks::default(), |a, w| Watermarks {
+            min: a.min + w.min,
+            low: a.low + w.low,
+            high: a.high + w.high,
+        })
+    }
+
+    /// The watermarks of each zone of `config`, lowest zone first.
+    pub fn per_zone(config: &Config) -> Vec<Watermarks> {
         let pages = config.memory_pages();
         let kbytes = pages * 4;
         let min_kbytes =
             config.min_free_kbytes.unwrap_or_else(|| isqrt(kbytes * 16).clamp(128, 262_144));
-        let min = (min_kbytes / 4).min(pages / 4);
-        let gap = (min / 4).max(pages * u64::from(config.watermark_scale_factor) / 10_000);
-        Watermarks { min, low: min + gap, high: min + 2 * gap }
+        let min_total = (min_kbytes / 4).min(pages / 4);
+        zone_pages(config)
+            .into_iter()
+            .map(|zp| {
+                let min =
+                    (u128::from(min_total) * u128::from(zp) / u128::from(pages.max(1))) as u64;
+                let gap = (min / 4).max(zp * u64::from(config.watermark_scale_factor) / 10_000);
+                Watermarks { min, low: min + gap, high: min + 2 * gap }
+            })
+            .collect()
     }
 }
 
-/// Frames and LRU lists.
-pub(crate) struct Memory {
-    total: u64,
-    frames: Vec<FrameMeta>,
-    free: Vec<u32>,
+/// The pages of each zone of `config`, lowest first: the bounds that fall inside memory cut it,
+/// the rest is the highest zone (as `mem=` trims the zones above the end of memory).
+pub fn zone_pages(config: &Config) -> Vec<u64> {
+    let total = config.memory_pages();
+    let mut out = Vec::new();
+    let mut prev = 0;
+    for &bound in &config.zone_bounds_bytes {
+        let b = bound / crate::config::PAGE_SIZE;
+        if b >= total {
+            break;
+        }
+        out.push(b - prev);
+        prev = b;
+    }
+    out.push(total - prev);
+    out
+}
+
+struct Zone {
+    pages: u64,
+    free_ids: Vec<u32>,
     /// Frames handed out (resident, reserved by writers, or in flight to the LRU).
     allocated: u64,
     /// Resident anonymous pages (including those being swapped out or already written).
@@ -81,31 +130,93 @@ pub(crate) struct Memory {
     anon_writeback: u64,
     /// Anonymous pages written to swap, waiting for the next reclaim pass to free them.
     anon_swapped: u64,
+    lists: [ListHead; 2],
+    wmark: Watermarks,
+    /// `reserve[c]`: pages an allocation of class `c` leaves free here (lowmem reserve).
+    reserve: Vec<u64>,
+}
+
+/// Zones, frames and LRU lists.
+pub(crate) struct Memory {
+    total: u64,
+    frames: Vec<FrameMeta>,
+    zones: Vec<Zone>,
     /// Anonymous pages the workload holds, resident or in swap (what it will free).
     anon_owned: u64,
-    lists: [ListHead; 2],
+    /// The watermarks of all zones together.
     pub(crate) wmark: Watermarks,
 }
 
 impl Memory {
     pub(crate) fn new(config: &Config) -> Memory {
+        let sizes = zone_pages(config);
+        let wmarks = Watermarks::per_zone(config);
+        let n = sizes.len();
+        let zones = (0..n)
+            .map(|z| Zone {
+                pages: sizes[z],
+                free_ids: Vec::new(),
+                allocated: 0,
+                anon: 0,
+                anon_writeback: 0,
+                anon_swapped: 0,
+                lists: [EMPTY_LIST; 2],
+                wmark: wmarks[z],
+                reserve: (0..n)
+                    .map(|c| {
+                        if c <= z {
+                            0
+                        } else {
+                            sizes[z + 1..=c].iter().sum::<u64>() / LOWMEM_RESERVE_RATIO
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
         Memory {
             total: config.memory_pages(),
             frames: Vec::new(),
-            free: Vec::new(),
-            allocated: 0,
-            anon: 0,
-            anon_writeback: 0,
-            anon_swapped: 0,
+            zones,
             anon_owned: 0,
-            lists: [EMPTY_LIST; 2],
             wmark: Watermarks::for_config(config),
         }
     }
 
+    /// The number of zones.
+    pub(crate) fn zones(&self) -> usize {
+        self.zones.len()
+    }
+
+    /// The highest zone: the class of every allocation (no request in the model needs low
+    /// memory, as none did in the posting's workloads).
+    pub(crate) fn top_zone(&self) -> usize {
+        self.zones.len() - 1
+    }
+
+    /// The watermarks of zone `z`.
+    pub(crate) fn zone_wmark(&self, z: usize) -> Watermarks {
+        self.zones[z].wmark
+    }
+
+    /// Pages an allocation of class `class` leaves free in zone `z` (lowmem reserve).
+    pub(crate) fn reserve(&self, z: usize, class: usize) -> u64 {
+        self.zones[z].reserve[class]
+    }
+
+    /// Free pages of zone `z`.
+    pub(crate) fn zone_free(&self, z: usize) -> u64 {
+        let zone = &self.zones[z];
+        zone.pages.saturating_sub(zone.allocated + zone.anon)
+    }
+
+    /// The zone a frame belongs to.
+    pub(crate) fn zone_of(&self, frame: FrameId) -> usize {
+        usize::from(self.frames[frame.index()].zone)
+    }
+
     /// Pages not used by the cache or by anonymous memory.
     pub(crate) fn free_pages(&self) -> u64 {
-        self.total.saturating_sub(self.allocated + self.anon)
+        (0..self.zones.len()).map(|z| self.zone_free(z)).sum()
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -113,29 +224,42 @@ impl Memory {
     }
 
     pub(crate) fn allocated(&self) -> u64 {
-        self.allocated
+        self.zones.iter().map(|z| z.allocated).sum()
     }
 
     pub(crate) fn anon(&self) -> u64 {
-        self.anon
+        self.zones.iter().map(|z| z.anon).sum()
     }
 
+    /// Adds anonymous pages without a zone choice (the simulator's pre-existing memory): the
+    /// highest zone first, then lower ones, ignoring watermarks.
     pub(crate) fn add_anon(&mut self, pages: u64) {
-        self.anon += pages;
+        let mut left = pages;
+        for z in (0..self.zones.len()).rev() {
+            let n = left.min(self.zone_free(z));
+            self.zones[z].anon += n;
+            left -= n;
+        }
+        // Beyond memory: charged to the highest zone, as before zones existed.
+        let top = self.top_zone();
+        self.zones[top].anon += left;
         self.anon_owned += pages;
     }
 
-    /// Takes up to `want` free pages for anonymous memory while staying at or above `floor`.
-    pub(crate) fn take_anon(&mut self, want: u64, floor: u64) -> u64 {
-        let n = want.min(self.free_pages().saturating_sub(floor));
-        self.add_anon(n);
+    /// Takes up to `want` free pages of zone `z` for anonymous memory while staying at or above
+    /// `floor` free pages there.
+    pub(crate) fn take_anon(&mut self, z: usize, want: u64, floor: u64) -> u64 {
+        let n = want.min(self.zone_free(z).saturating_sub(floor));
+        self.zones[z].anon += n;
+        self.anon_owned += n;
         n
     }
 
     /// The workload frees `pages` of the anonymous memory it holds. The anonymous pool keeps no
     /// per-page identity, so the resident part freed is the freed share of what is held:
     /// `pages * swappable / owned` (pages in swap simply leave swap; pages being written or
-    /// already written stay until reclaim finishes with them).
+    /// already written stay until reclaim finishes with them), taken from the zones in
+    /// proportion to their swappable pages.
     pub(crate) fn sub_anon(&mut self, pages: u64) {
         let pages = pages.min(self.anon_owned);
         if pages == 0 {
@@ -147,56 +271,92 @@ impl Memory {
         } else {
             (u128::from(pages) * u128::from(swappable) / u128::from(self.anon_owned)) as u64
         };
-        self.anon -= resident;
+        let mut left = resident;
+        for z in 0..self.zones.len() {
+            let zs = self.zone_swappable_anon(z);
+            let share = if swappable == 0 {
+                0
+            } else {
+                (u128::from(resident) * u128::from(zs) / u128::from(swappable)) as u64
+            };
+            let n = share.min(left);
+            self.zones[z].anon -= n;
+            left -= n;
+        }
+        for z in (0..self.zones.len()).rev() {
+            let n = left.min(self.zone_swappable_anon(z));
+            self.zones[z].anon -= n;
+            left -= n;
+        }
         self.anon_owned -= pages;
     }
 
-    /// Anonymous pages whose swap-out write is in flight.
-    pub(crate) fn anon_writeback(&self) -> u64 {
-        self.anon_writeback
+    /// Anonymous pages of zone `z` whose swap-out write is in flight.
+    pub(crate) fn zone_anon_writeback(&self, z: usize) -> u64 {
+        self.zones[z].anon_writeback
     }
 
     /// Resident anonymous pages reclaim may swap out.
     pub(crate) fn swappable_anon(&self) -> u64 {
-        self.anon - self.anon_writeback - self.anon_swapped
+        (0..self.zones.len()).map(|z| self.zone_swappable_anon(z)).sum()
     }
 
-    /// Reclaim starts swapping out `pages` anonymous pages.
-    pub(crate) fn anon_start_swap(&mut self, pages: u64) {
-        debug_assert!(pages <= self.swappable_anon());
-        self.anon_writeback += pages;
+    /// Resident anonymous pages of zone `z` reclaim may swap out.
+    pub(crate) fn zone_swappable_anon(&self, z: usize) -> u64 {
+        let zone = &self.zones[z];
+        zone.anon - zone.anon_writeback - zone.anon_swapped
     }
 
-    /// A swap-out write of `pages` ended; written pages wait for reclaim to free them.
-    pub(crate) fn anon_swap_done(&mut self, pages: u64, ok: bool) {
-        self.anon_writeback -= pages;
+    /// Reclaim starts swapping out `pages` anonymous pages of zone `z`.
+    pub(crate) fn anon_start_swap(&mut self, z: usize, pages: u64) {
+        debug_assert!(pages <= self.zone_swappable_anon(z));
+        self.zones[z].anon_writeback += pages;
+    }
+
+    /// A swap-out write of `pages` of zone `z` ended; written pages wait for reclaim to free
+    /// them.
+    pub(crate) fn anon_swap_done(&mut self, z: usize, pages: u64, ok: bool) {
+        self.zones[z].anon_writeback -= pages;
         if ok {
-            self.anon_swapped += pages;
+            self.zones[z].anon_swapped += pages;
         }
     }
 
-    /// Frees up to `want` anonymous pages already written to swap; returns how many.
-    pub(crate) fn free_swapped_anon(&mut self, want: u64) -> u64 {
-        let n = want.min(self.anon_swapped);
-        self.anon_swapped -= n;
-        self.anon -= n;
+    /// Frees up to `want` anonymous pages of zone `z` already written to swap; returns how many.
+    pub(crate) fn free_swapped_anon(&mut self, z: usize, want: u64) -> u64 {
+        let zone = &mut self.zones[z];
+        let n = want.min(zone.anon_swapped);
+        zone.anon_swapped -= n;
+        zone.anon -= n;
         n
     }
 
+    /// Pages on `list` in all zones.
     pub(crate) fn list_len(&self, list: List) -> u64 {
+        (0..self.zones.len()).map(|z| self.zone_list_len(z, list)).sum()
+    }
+
+    /// Pages on `list` of zone `z`.
+    pub(crate) fn zone_list_len(&self, z: usize, list: List) -> u64 {
         match list {
             List::None => 0,
-            List::Inactive => self.lists[0].len,
-            List::Active => self.lists[1].len,
+            List::Inactive => self.zones[z].lists[0].len,
+            List::Active => self.zones[z].lists[1].len,
         }
     }
 
-    /// Takes up to `want` frames while staying at or above `floor` free pages.
-    pub(crate) fn alloc(&mut self, want: usize, floor: u64, out: &mut Vec<FrameId>) -> usize {
-        let available = self.free_pages().saturating_sub(floor);
+    /// Takes up to `want` frames of zone `z` while staying at or above `floor` free pages there.
+    pub(crate) fn alloc(
+        &mut self,
+        z: usize,
+        want: usize,
+        floor: u64,
+        out: &mut Vec<FrameId>,
+    ) -> usize {
+        let available = self.zone_free(z).saturating_sub(floor);
         let n = (want as u64).min(available) as usize;
         for _ in 0..n {
-            let id = match self.free.pop() {
+            let id = match self.zones[z].free_ids.pop() {
                 Some(id) => id,
                 None => {
                     let id = self.frames.len() as u32;
@@ -206,22 +366,24 @@ impl Memory {
                         prev: NIL,
                         next: NIL,
                         list: List::None,
+                        zone: z as u8,
                     });
                     id
                 }
             };
             out.push(FrameId(id));
         }
-        self.allocated += n as u64;
+        self.zones[z].allocated += n as u64;
         n
     }
 
-    /// Returns a frame that is on no list to the free pool.
+    /// Returns a frame that is on no list to the free pool of its zone.
     pub(crate) fn release(&mut self, frame: FrameId) {
         let meta = &self.frames[frame.index()];
         assert_eq!(meta.list, List::None, "frame {frame} released while on an LRU list");
-        self.free.push(frame.0);
-        self.allocated -= 1;
+        let zone = &mut self.zones[usize::from(meta.zone)];
+        zone.free_ids.push(frame.0);
+        zone.allocated -= 1;
     }
 
     /// Records the page a frame holds and puts it at the head of the inactive list (new pages
@@ -243,31 +405,32 @@ impl Memory {
         self.frames[frame.index()].list
     }
 
-    /// The frame at the tail (reclaim end) of `list`.
-    pub(crate) fn tail(&self, list: List) -> Option<FrameId> {
-        let t = self.lists[list_slot(list)].tail;
+    /// The frame at the tail (reclaim end) of `list` of zone `z`.
+    pub(crate) fn tail(&self, z: usize, list: List) -> Option<FrameId> {
+        let t = self.zones[z].lists[list_slot(list)].tail;
         (t != NIL).then_some(FrameId(t))
     }
 
     /// Takes a frame off its list.
     pub(crate) fn unlink(&mut self, frame: FrameId) {
         let id = frame.0;
-        let FrameMeta { prev, next, list, .. } = self.frames[id as usize];
+        let FrameMeta { prev, next, list, zone, .. } = self.frames[id as usize];
         if list == List::None {
             return;
         }
         let slot = list_slot(list);
+        let lists = &mut self.zones[usize::from(zone)].lists;
         if prev == NIL {
-            self.lists[slot].head = next
+            lists[slot].head = next
         } else {
             self.frames[prev as usize].next = next
         }
         if next == NIL {
-            self.lists[slot].tail = prev
+            lists[slot].tail = prev
         } else {
             self.frames[next as usize].prev = prev
         }
-        self.lists[slot].len -= 1;
+        lists[slot].len -= 1;
         let meta = &mut self.frames[id as usize];
         meta.prev = NIL;
         meta.next = NIL;
@@ -284,35 +447,37 @@ impl Memory {
     pub(crate) fn move_to_inactive_tail(&mut self, frame: FrameId) {
         self.unlink(frame);
         let slot = list_slot(List::Inactive);
-        let tail = self.lists[slot].tail;
+        let z = self.zone_of(frame);
+        let tail = self.zones[z].lists[slot].tail;
         let meta = &mut self.frames[frame.index()];
         meta.prev = tail;
         meta.next = NIL;
         meta.list = List::Inactive;
         if tail == NIL {
-            self.lists[slot].head = frame.0
+            self.zones[z].lists[slot].head = frame.0
         } else {
             self.frames[tail as usize].next = frame.0
         }
-        self.lists[slot].tail = frame.0;
-        self.lists[slot].len += 1;
+        self.zones[z].lists[slot].tail = frame.0;
+        self.zones[z].lists[slot].len += 1;
     }
 
     fn link_head(&mut self, id: u32, list: List) {
         let slot = list_slot(list);
-        let head = self.lists[slot].head;
+        let z = usize::from(self.frames[id as usize].zone);
+        let head = self.zones[z].lists[slot].head;
         let meta = &mut self.frames[id as usize];
         assert_eq!(meta.list, List::None);
         meta.prev = NIL;
         meta.next = head;
         meta.list = list;
         if head == NIL {
-            self.lists[slot].tail = id
+            self.zones[z].lists[slot].tail = id
         } else {
             self.frames[head as usize].prev = id
         }
-        self.lists[slot].head = id;
-        self.lists[slot].len += 1;
+        self.zones[z].lists[slot].head = id;
+        self.zones[z].lists[slot].len += 1;
     }
 }
 
@@ -353,22 +518,71 @@ mod tests {
         assert_eq!(w, Watermarks { min: 2048, low: 2048 + 1048, high: 2048 + 2096 });
     }
 
+    /// The posting's 4.5 GiB box with x86-64 zones (DMA to 16 MiB, DMA32 to 3.5 GiB): sizes,
+    /// watermarks split by size, lowmem reserves by hand; bounds beyond memory are dropped.
+    #[test]
+    fn zones_by_hand() {
+        let mut config = Config::new(4608 << 20, BackendConfig::new("d"));
+        config.zone_bounds_bytes = vec![16 << 20, 3584 << 20];
+        assert_eq!(zone_pages(&config), [4096, 913_408, 262_144]);
+        let w = Watermarks::per_zone(&config);
+        // min_free_kbytes = sqrt(16 * 4718592) = 8688 KiB = 2172 pages, split by zone size.
+        assert_eq!(w.iter().map(|w| w.min).collect::<Vec<_>>(), [7, 1681, 482]);
+        let total = Watermarks::for_config(&config);
+        assert_eq!(total.min, 7 + 1681 + 482);
+        let m = Memory::new(&config);
+        assert_eq!(m.zones(), 3);
+        // DMA keeps (DMA32 + Normal) / 256 from a Normal allocation, DMA32 keeps Normal / 256.
+        assert_eq!(m.reserve(0, 2), (913_408 + 262_144) / 256);
+        assert_eq!(m.reserve(1, 2), 262_144 / 256);
+        assert_eq!((m.reserve(0, 0), m.reserve(2, 2), m.reserve(1, 0)), (0, 0, 0));
+        // 512 MiB: the Normal bound lies beyond memory; DMA and DMA32 remain.
+        config.memory_bytes = 512 << 20;
+        assert_eq!(zone_pages(&config), [4096, 126_976]);
+        config.zone_bounds_bytes.clear();
+        assert_eq!(zone_pages(&config), [131_072]);
+    }
+
+    /// Frames come from the zone asked for, return to it, and each zone has its own lists.
+    #[test]
+    fn zones_keep_their_frames_and_lists() {
+        let mut config = Config::new(64 << 20, BackendConfig::new("d"));
+        config.zone_bounds_bytes = vec![16 << 20];
+        let mut m = Memory::new(&config);
+        let mut low = Vec::new();
+        let mut high = Vec::new();
+        assert_eq!(m.alloc(0, 2, 0, &mut low), 2);
+        assert_eq!(m.alloc(1, 1, 0, &mut high), 1);
+        assert_eq!((m.zone_free(0), m.zone_free(1)), (4094, 12_287));
+        m.add_to_lru(low[0], InodeId(1), 0);
+        m.add_to_lru(high[0], InodeId(1), 1);
+        assert_eq!(m.tail(0, List::Inactive), Some(low[0]));
+        assert_eq!(m.tail(1, List::Inactive), Some(high[0]));
+        assert_eq!(m.list_len(List::Inactive), 2);
+        m.unlink(high[0]);
+        m.release(high[0]);
+        assert_eq!(m.zone_free(1), 12_288);
+        // The zone's own floor: zone 0 cannot go below it even with zone 1 free.
+        let mut more = Vec::new();
+        assert_eq!(m.alloc(0, 10_000, 4000, &mut more), 94);
+    }
+
     /// Frames move between lists in O(1) and the lists keep their order.
     #[test]
     fn lru_lists_keep_order() {
         let mut m = Memory::new(&Config::new(64 << 20, BackendConfig::new("d")));
         let mut frames = Vec::new();
-        assert_eq!(m.alloc(3, 0, &mut frames), 3);
+        assert_eq!(m.alloc(0, 3, 0, &mut frames), 3);
         for (i, &f) in frames.iter().enumerate() {
             m.add_to_lru(f, InodeId(1), i as u64);
         }
         // Added at the head: the first added is at the tail.
-        assert_eq!(m.tail(List::Inactive), Some(frames[0]));
+        assert_eq!(m.tail(0, List::Inactive), Some(frames[0]));
         m.move_to_head(frames[0], List::Active);
-        assert_eq!(m.tail(List::Inactive), Some(frames[1]));
+        assert_eq!(m.tail(0, List::Inactive), Some(frames[1]));
         assert_eq!(m.list_len(List::Active), 1);
         m.move_to_inactive_tail(frames[2]);
-        assert_eq!(m.tail(List::Inactive), Some(frames[2]));
+        assert_eq!(m.tail(0, List::Inactive), Some(frames[2]));
         m.unlink(frames[2]);
         m.release(frames[2]);
         assert_eq!(m.allocated(), 2);

@@ -50,6 +50,19 @@
 //! Not modelled: page-table referenced bits (an anonymous page is never found referenced and
 //! reactivated) and swap-in (workloads never read back what they wrote to anonymous memory).
 //!
+//! Zones (`memory`; one by default, where everything below reduces to a single pool). An
+//! allocation's class is the highest zone; it takes frames from the highest zone first and
+//! falls back to lower ones (the zonelist), each down to its `min` watermark plus the lowmem
+//! reserve for the class. kswapd is woken when the zones together cannot serve the request above
+//! their `low` watermarks (plus reserve), or when some zone is under `low` on a later wake; it
+//! then balances every zone up to the highest unbalanced one (`end_zone`, 2.6.3x-3.x
+//! `balance_pgdat`): each zone below `high + reserve[end_zone]` is shrunk from its own LRU by the
+//! difference. Direct reclaim shrinks the zones of the allocation, highest first, until the
+//! request is met. Not modelled: kswapd's `balance_gap` and its running time (kswapd is
+//! instantaneous here, so it never lags behind the allocator; the 3.12 fair zone allocator's
+//! commit describes how the kernel's lag made the preferred zone age faster than the others),
+//! and per-zone `recent_scanned`/`recent_rotated` (one pair for all zones).
+//!
 //! Stalls: a writer that finds no frame even after direct reclaim waits for memory; the number
 //! of such waits and their total time are counted (`Stats::reclaim_stalls`,
 //! `Stats::reclaim_stall_ns`).
@@ -60,7 +73,7 @@ use crate::config::ReclaimPolicy;
 use crate::engine::{Counters, Engine, IoKind, IoRecord, PageMaps, WaitReason};
 use crate::event::{Action, IoClass, IoError, Issuer, Stability, Verdict};
 use crate::ids::{BackendId, FrameId, InodeId, IoId, WriterId};
-use crate::memory::List;
+use crate::memory::{List, Watermarks};
 use crate::pagemap::{PageState, flag};
 use crate::time::{Duration, Instant};
 use crate::writer::{CallState, Writer};
@@ -81,8 +94,8 @@ pub(crate) struct ReclaimState {
     /// `[anon, file]` pages scanned and rotated recently (`zone_reclaim_stat`).
     recent_scanned: [u64; 2],
     recent_rotated: [u64; 2],
-    /// Swap-out writes in flight: io -> pages.
-    swap_ios: BTreeMap<IoId, u64>,
+    /// Swap-out writes in flight: io -> (zone, pages).
+    swap_ios: BTreeMap<IoId, (usize, u64)>,
     /// Anonymous pages written to swap, ever.
     swap_written: u64,
     /// Next swap slot; wraps at the swap size.
@@ -118,22 +131,72 @@ impl Engine {
         out: &mut Vec<FrameId>,
         maps: &mut M,
     ) -> usize {
-        let wmark = self.mem.wmark;
+        let class = self.mem.top_zone();
         self.reclaim.direct_throttle = None;
-        if self.mem.free_pages() < wmark.low + want as u64 {
+        if self.room_above(class, |w| w.low) < (want as u64).max(1) {
             self.kswapd(maps);
         }
-        let mut got = self.mem.alloc(want, wmark.min, out);
+        let mut got = self.alloc_zonelist(class, want, out);
         if got < want {
             self.direct_reclaim((want - got) as u64, maps);
-            got += self.mem.alloc(want - got, wmark.min, out);
+            got += self.alloc_zonelist(class, want - got, out);
         }
         self.reclaim.recent_scanned[1] += got as u64;
         got
     }
 
+    /// Free pages the zones of `class` hold above `mark` plus their lowmem reserve.
+    fn room_above(&self, class: usize, mark: impl Fn(Watermarks) -> u64) -> u64 {
+        (0..=class)
+            .map(|z| {
+                let floor = mark(self.mem.zone_wmark(z)) + self.mem.reserve(z, class);
+                self.mem.zone_free(z).saturating_sub(floor)
+            })
+            .sum()
+    }
+
+    /// Frames from the zones of `class`, highest first, each down to `min` plus the reserve.
+    fn alloc_zonelist(&mut self, class: usize, want: usize, out: &mut Vec<FrameId>) -> usize {
+        let mut got = 0;
+        for z in (0..=class).rev() {
+            if got == want {
+                break;
+            }
+            let floor = self.mem.zone_wmark(z).min + self.mem.reserve(z, class);
+            got += self.mem.alloc(z, want - got, floor, out);
+        }
+        got
+    }
+
+    /// Anonymous pages from the zones of `class`, as [`Engine::alloc_zonelist`].
+    fn anon_zonelist(&mut self, class: usize, want: u64) -> u64 {
+        let mut got = 0;
+        for z in (0..=class).rev() {
+            if got == want {
+                break;
+            }
+            let floor = self.mem.zone_wmark(z).min + self.mem.reserve(z, class);
+            got += self.mem.take_anon(z, want - got, floor);
+        }
+        got
+    }
+
+    /// Direct reclaim for an allocation of the highest class: the zones of the zonelist,
+    /// highest first, until `target` pages are freed.
     fn direct_reclaim<M: PageMaps>(&mut self, target: u64, maps: &mut M) {
-        let shrink = self.shrink(target, true, maps);
+        let class = self.mem.top_zone();
+        let mut shrink = Shrink::default();
+        for z in (0..=class).rev() {
+            if shrink.reclaimed >= target {
+                break;
+            }
+            let s = self.shrink(z, target - shrink.reclaimed, true, maps);
+            shrink.scanned += s.scanned;
+            shrink.reclaimed += s.reclaimed;
+            shrink.unqueued_dirty += s.unqueued_dirty;
+            shrink.writeback += s.writeback;
+            shrink.immediate += s.immediate;
+        }
         self.stats.direct_scanned += shrink.scanned;
         self.stats.direct_reclaimed += shrink.reclaimed;
         let dirty = shrink.unqueued_dirty + shrink.writeback;
@@ -181,15 +244,15 @@ impl Engine {
     ) -> (u64, Verdict) {
         self.advance(now);
         self.apply_pending(w, maps);
-        let wmark = self.mem.wmark;
+        let class = self.mem.top_zone();
         self.reclaim.direct_throttle = None;
-        if self.mem.free_pages() < wmark.low + pages {
+        if self.room_above(class, |w| w.low) < pages.max(1) {
             self.kswapd(maps);
         }
-        let mut got = self.mem.take_anon(pages, wmark.min);
+        let mut got = self.anon_zonelist(class, pages);
         if got < pages {
             self.direct_reclaim(pages - got, maps);
-            got += self.mem.take_anon(pages - got, wmark.min);
+            got += self.anon_zonelist(class, pages - got);
         }
         // New anonymous pages start on the active list: scanned and rotated.
         self.reclaim.recent_scanned[0] += got;
@@ -224,13 +287,12 @@ impl Engine {
         }
     }
 
-    /// Background reclaim: from below `low` up to `high`. While throttled (WRITEBACK, below)
-    /// it does nothing.
+    /// Background reclaim: runs when some zone is below `low` and balances the zones up to
+    /// `high` (module doc). While throttled (WRITEBACK, below) it does nothing.
     pub(crate) fn kswapd<M: PageMaps>(&mut self, maps: &mut M) {
-        let wmark = self.mem.wmark;
-        let free = self.mem.free_pages();
-        if free >= wmark.low {
-            if free >= wmark.high {
+        let zones = self.mem.zones();
+        if (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).low) {
+            if (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).high) {
                 // Balanced: the node flags clear.
                 self.node_dirty = false;
             }
@@ -243,7 +305,34 @@ impl Engine {
             }
             self.reclaim.kswapd_throttled = None;
         }
-        let shrink = self.shrink(wmark.high - free, false, maps);
+        // The highest zone under its high watermark; every zone up to it is balanced against
+        // that class (its high watermark plus the lowmem reserve for end_zone).
+        let Some(end_zone) =
+            (0..zones).rev().find(|&z| self.mem.zone_free(z) < self.mem.zone_wmark(z).high)
+        else {
+            return;
+        };
+        let mut shrink = Shrink::default();
+        let mut file_scanned = 0;
+        for z in 0..=end_zone {
+            let goal = self.mem.zone_wmark(z).high + self.mem.reserve(z, end_zone);
+            let free = self.mem.zone_free(z);
+            if free >= goal {
+                continue;
+            }
+            let (s, file) = self.shrink_counted(z, goal - free, false, maps);
+            shrink.scanned += s.scanned;
+            shrink.reclaimed += s.reclaimed;
+            shrink.unqueued_dirty += s.unqueued_dirty;
+            shrink.writeback += s.writeback;
+            shrink.immediate += s.immediate;
+            file_scanned += file;
+        }
+        if file_scanned > 0 {
+            // kswapd flags the node when a whole pass found only unqueued dirty file pages
+            // (`PGDAT_DIRTY`); the flag clears when the node is balanced.
+            self.node_dirty = shrink.unqueued_dirty == file_scanned;
+        }
         self.stats.kswapd_scanned += shrink.scanned;
         self.stats.kswapd_reclaimed += shrink.reclaimed;
         if shrink.immediate > 0 {
@@ -257,31 +346,42 @@ impl Engine {
         }
     }
 
-    /// Frees up to `target` clean pages from the inactive tail, scanning at most about twice
-    /// the target plus one batch per call.
-    fn shrink<M: PageMaps>(&mut self, target: u64, direct: bool, maps: &mut M) -> Shrink {
-        self.age_active_list();
+    /// Direct reclaim's pass over zone `z` ([`Engine::shrink_counted`]).
+    fn shrink<M: PageMaps>(&mut self, z: usize, target: u64, direct: bool, maps: &mut M) -> Shrink {
+        self.shrink_counted(z, target, direct, maps).0
+    }
+
+    /// Frees up to `target` clean pages from the inactive tail of zone `z`, scanning at most
+    /// about twice the target plus one batch per call. Also returns the file pages scanned.
+    fn shrink_counted<M: PageMaps>(
+        &mut self,
+        z: usize,
+        target: u64,
+        direct: bool,
+        maps: &mut M,
+    ) -> (Shrink, u64) {
+        self.age_active_list(z);
         let mut out = Shrink::default();
         // Anonymous pages written to swap since the last pass are freed first (they were
         // rotated to the tail when their write completed).
-        let freed = self.mem.free_swapped_anon(target);
+        let freed = self.mem.free_swapped_anon(z, target);
         out.scanned += freed;
         out.reclaimed += freed;
         let mut budget = 2 * target + SWAP_CLUSTER_MAX;
         // Pages already on their way to swap count toward the target: the kernel's kswapd
         // does not scan again for memory its writes are about to free.
-        let anon_target = target.saturating_sub(self.mem.anon_writeback());
-        let anon_scan = self.anon_scan_share((2 * anon_target).min(budget));
+        let anon_target = target.saturating_sub(self.mem.zone_anon_writeback(z));
+        let anon_scan = self.anon_scan_share(z, (2 * anon_target).min(budget));
         if anon_scan > 0 && out.reclaimed < target {
-            self.swap_out(anon_scan, direct);
+            self.swap_out(z, anon_scan, direct);
             out.scanned += anon_scan;
             budget -= anon_scan;
         }
-        let budget = out.scanned + budget.min(self.mem.list_len(List::Inactive));
+        let budget = out.scanned + budget.min(self.mem.zone_list_len(z, List::Inactive));
         let mut woken: Vec<BackendId> = Vec::new();
         let mut batch = Shrink::default();
         while out.scanned < budget && out.reclaimed < target {
-            let Some(frame) = self.mem.tail(List::Inactive) else { break };
+            let Some(frame) = self.mem.tail(z, List::Inactive) else { break };
             let (inode, index) = self.mem.owner(frame);
             out.scanned += 1;
             batch.scanned += 1;
@@ -353,14 +453,9 @@ impl Engine {
             }
         }
         let file_scanned = out.scanned - out.scanned.min(freed + anon_scan);
-        if !direct && file_scanned > 0 {
-            // kswapd flags the node when a whole pass found only unqueued dirty file pages
-            // (`PGDAT_DIRTY`); the flag clears when the node is balanced.
-            self.node_dirty = out.unqueued_dirty == file_scanned;
-        }
         self.reclaim.recent_scanned[1] += file_scanned;
         self.age_reclaim_stat();
-        out
+        (out, file_scanned)
     }
 
     /// Where a dirty or writeback page reclaim leaves goes: `flusher-only` activates it (out of
@@ -373,17 +468,19 @@ impl Engine {
         }
     }
 
-    /// How many of `budget` pages this pass scans from anonymous memory (module doc).
-    fn anon_scan_share(&self, budget: u64) -> u64 {
+    /// How many of `budget` pages this pass over zone `z` scans from anonymous memory (module
+    /// doc).
+    fn anon_scan_share(&self, z: usize, budget: u64) -> u64 {
         if self.cfg.swap_backend.is_none() {
             return 0;
         }
-        let anon = self.mem.swappable_anon();
+        let anon = self.mem.zone_swappable_anon(z);
         if anon == 0 {
             return 0;
         }
-        let file = self.mem.list_len(List::Inactive) + self.mem.list_len(List::Active);
-        if file + self.mem.free_pages() <= self.mem.wmark.high {
+        let file =
+            self.mem.zone_list_len(z, List::Inactive) + self.mem.zone_list_len(z, List::Active);
+        if file + self.mem.zone_free(z) <= self.mem.zone_wmark(z).high {
             return anon.min(budget);
         }
         let st = &self.reclaim;
@@ -411,12 +508,12 @@ impl Engine {
     }
 
     /// Starts swap-out writes of `pages` anonymous pages, in clusters of consecutive slots.
-    fn swap_out(&mut self, pages: u64, direct: bool) {
+    fn swap_out(&mut self, z: usize, pages: u64, direct: bool) {
         let Some(swap) = self.cfg.swap_backend else { return };
         let b = BackendId(swap as u32);
         // Swap space twice the memory, the sizing advice of the era.
         let slots = 2 * self.mem.total();
-        self.mem.anon_start_swap(pages);
+        self.mem.anon_start_swap(z, pages);
         if direct {
             self.stats.direct_swapped += pages;
         } else {
@@ -432,7 +529,7 @@ impl Engine {
             let io = self.new_io();
             let first_page = self.reclaim.swap_next;
             self.reclaim.swap_next += n;
-            self.reclaim.swap_ios.insert(io, n);
+            self.reclaim.swap_ios.insert(io, (z, n));
             self.stats.writes += 1;
             self.stats.write_pages += n;
             self.emit(Action::Write {
@@ -466,11 +563,11 @@ impl Engine {
         result: Result<Stability, IoError>,
         maps: &mut M,
     ) {
-        let pages = self.reclaim.swap_ios.remove(&io).expect("a swap io");
+        let (z, pages) = self.reclaim.swap_ios.remove(&io).expect("a swap io");
         if result.is_err() {
             self.stats.write_errors += 1;
         }
-        self.mem.anon_swap_done(pages, result.is_ok());
+        self.mem.anon_swap_done(z, pages, result.is_ok());
         if result.is_ok() {
             self.reclaim.swap_written += pages;
         }
@@ -522,9 +619,9 @@ impl Engine {
 
     /// Keeps the inactive list at least as long as the active one by moving pages from the
     /// active tail to the inactive head (the kernel's `inactive_is_low` / `shrink_active_list`).
-    fn age_active_list(&mut self) {
-        while self.mem.list_len(List::Inactive) < self.mem.list_len(List::Active) {
-            let Some(frame) = self.mem.tail(List::Active) else { break };
+    fn age_active_list(&mut self, z: usize) {
+        while self.mem.zone_list_len(z, List::Inactive) < self.mem.zone_list_len(z, List::Active) {
+            let Some(frame) = self.mem.tail(z, List::Active) else { break };
             self.mem.move_to_head(frame, List::Inactive);
         }
     }
@@ -535,11 +632,12 @@ impl Engine {
             return;
         }
         self.kswapd(maps);
-        if self.mem.free_pages() <= self.mem.wmark.min {
+        let class = self.mem.top_zone();
+        if self.room_above(class, |w| w.min) == 0 {
             // Try freeing clean pages the completions just produced.
             self.direct_reclaim(SWAP_CLUSTER_MAX, maps);
             self.reclaim.direct_throttle = None;
-            if self.mem.free_pages() <= self.mem.wmark.min {
+            if self.room_above(class, |w| w.min) == 0 {
                 return;
             }
         }
@@ -554,5 +652,86 @@ impl Engine {
             self.reclaim_forget(w);
             self.emit(Action::Resume { writer: w });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, Config};
+    use crate::engine::MapStore;
+    use crate::writer::Writer;
+    use crate::{Event, GroupId};
+
+    /// 64 MiB in three zones of 4, 12 and 48 MiB (1024, 3072 and 12288 pages).
+    fn zoned(swap: bool) -> Config {
+        let mut c = Config::new(64 << 20, BackendConfig::new("data"));
+        c.zone_bounds_bytes = vec![4 << 20, 16 << 20];
+        c.backends.push(BackendConfig::new("swap"));
+        c.swap_backend = swap.then_some(1);
+        c
+    }
+
+    /// Allocations take the highest zone first and fall back to lower zones only when it is
+    /// down to its min watermark; a lower zone keeps its lowmem reserve for the class.
+    #[test]
+    fn allocations_prefer_the_highest_zone() {
+        let mut engine = Engine::new(zoned(false), Instant::ZERO).expect("valid");
+        let mut maps = MapStore::new();
+        let mut w = Writer::new(WriterId(0), GroupId(0));
+        let (got, _) = engine.anon_fault(Instant::ZERO, &mut w, 10_000, &mut maps);
+        assert_eq!(got, 10_000);
+        assert_eq!(engine.mem.zone_free(2), 12_288 - 10_000, "all from the highest zone");
+        assert_eq!((engine.mem.zone_free(1), engine.mem.zone_free(0)), (3072, 1024));
+        // Without swap nothing is reclaimable: take everything the floors allow.
+        let (got, _) = engine.anon_fault(Instant::ZERO, &mut w, 100_000, &mut maps);
+        assert!(got > 0);
+        for z in 0..3 {
+            let floor = engine.mem.zone_wmark(z).min + engine.mem.reserve(z, 2);
+            assert_eq!(engine.mem.zone_free(z), floor, "zone {z} down to min + reserve");
+        }
+        assert_eq!(engine.mem.reserve(0, 2), (3072 + 12_288) / 256);
+    }
+
+    /// With swap, kswapd balances every zone it has to: after faulting twice the memory, each
+    /// zone is at or above its min watermark, what did not fit went to swap, and the budget held.
+    #[test]
+    fn kswapd_balances_every_zone() {
+        let mut engine = Engine::new(zoned(true), Instant::ZERO).expect("valid");
+        let mut maps = MapStore::new();
+        let mut w = Writer::new(WriterId(0), GroupId(0));
+        let mut now = Instant::ZERO;
+        let mut granted = 0;
+        let mut pending: Vec<IoId> = Vec::new();
+        for _ in 0..10_000 {
+            if granted >= 2 * 16_384 {
+                break;
+            }
+            now += Duration::from_millis(1);
+            let want = 256.min(2 * 16_384 - granted);
+            let (got, _) = engine.anon_fault(now, &mut w, want, &mut maps);
+            granted += got;
+            for io in pending.drain(..) {
+                let done = Event::WriteDone { io, result: Ok(Stability::Stable) };
+                engine.handle(now, done, &mut maps);
+            }
+            while let Some(action) = engine.poll_action() {
+                if let Action::Write { io, .. } = action {
+                    pending.push(io);
+                }
+            }
+            assert!(engine.mem.anon() + engine.mem.allocated() <= engine.mem.total());
+        }
+        assert_eq!(granted, 2 * 16_384, "every page was faulted in");
+        for z in 0..3 {
+            assert!(
+                engine.mem.zone_free(z) >= engine.mem.zone_wmark(z).min,
+                "zone {z}: {} free",
+                engine.mem.zone_free(z)
+            );
+        }
+        let s = engine.stats();
+        assert!(s.kswapd_swapped + s.direct_swapped >= 16_384, "{s:?}");
+        assert!(s.kswapd_reclaimed > 0, "{s:?}");
     }
 }

@@ -22,6 +22,8 @@
 //! steady_from = "20s"                       # optional, default 0s
 //! sample_interval = "100ms"                 # optional, default 100ms
 //! knobs = { hz = 250, nr_cpus = 4, dirty_ratio = 20 }
+//! # optional: zones = ["16MiB", "4GiB"], the memory addresses where each lower zone ends
+//! # (Config::zone_bounds_bytes; default one zone)
 //!
 //! [[case.backend]]
 //! name = "sda"
@@ -201,6 +203,7 @@ struct RawKnobs {
     dirty_writeback_centisecs: Option<u32>,
     min_free_kbytes: Option<u64>,
     watermark_scale_factor: Option<u32>,
+    zones: Option<Vec<toml::Value>>,
     throttle: Option<String>,
     reclaim: Option<String>,
     unstable_accounting: Option<String>,
@@ -665,6 +668,7 @@ fn config_key(case_key: &str, variant_index: usize, compare: Knob, error: &Confi
         "memory_bytes" => format!("{case_key}.memory"),
         "backends" => format!("{case_key}.backend"),
         "min_ratio" => format!("{case_key}.backend"),
+        "zone_bounds_bytes" => format!("{case_key}.knobs.zones"),
         _ => format!("{case_key}.knobs.{knob}"),
     }
 }
@@ -984,6 +988,13 @@ fn apply_knobs(
     set(&mut config.watermark_scale_factor, knobs.watermark_scale_factor);
     if let Some(kbytes) = knobs.min_free_kbytes {
         config.min_free_kbytes = Some(kbytes);
+    }
+    if let Some(bounds) = &knobs.zones {
+        config.zone_bounds_bytes = bounds
+            .iter()
+            .enumerate()
+            .map(|(i, v)| size_value(v).map_err(|r| fail(&format!("zones[{i}]"), r)))
+            .collect::<Result<_, _>>()?;
     }
     if let Some(value) = &knobs.dirty_bytes {
         config.dirty_bytes = size_value(value).map_err(|r| fail("dirty_bytes", r))?;

@@ -131,9 +131,9 @@ fn throttle() -> impl Strategy<Value = ThrottlePolicy> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// No deadlock: with 4-12 MiB of memory, a USB stick, several writers (dd, fs_mark,
-    /// mmap-strm) and a program faulting in anonymous memory, every writer finishes, every
-    /// page ends clean, and dirty pages never exceed the memory budget.
+    /// No deadlock: with 4-12 MiB of memory in one to three zones, a USB stick, several
+    /// writers (dd, fs_mark, mmap-strm) and a program faulting in anonymous memory, every writer
+    /// finishes, every page ends clean, and dirty pages never exceed the memory budget.
     #[test]
     fn tiny_memory_slow_device_finishes(
         memory_mib in 4u64..=12,
@@ -143,30 +143,40 @@ proptest! {
         churn_mib in 0u64..=3,
         reclaim in policy(),
         throttle in throttle(),
+        zones in 1usize..=3,
         seed in any::<u64>(),
     ) {
-        finishes(memory_mib, dds, fsmark_threads, with_mmap, churn_mib, reclaim, throttle, seed)?;
+        let run = Run { memory_mib, dds, fsmark_threads, with_mmap, churn_mib, zones };
+        finishes(run, reclaim, throttle, seed)?;
     }
 }
 
 /// A case the property test once found (seven writers never finished), kept as a fixed test.
 #[test]
 fn tiny_memory_three_dds_and_fs_mark_finish() {
-    finishes(4, 3, 3, true, 0, ReclaimPolicy::FlusherOnly, ThrottlePolicy::Bandwidth2010, 0)
-        .unwrap();
+    let run =
+        Run { memory_mib: 4, dds: 3, fsmark_threads: 3, with_mmap: true, churn_mib: 0, zones: 1 };
+    finishes(run, ReclaimPolicy::FlusherOnly, ThrottlePolicy::Bandwidth2010, 0).unwrap();
 }
 
-#[expect(clippy::too_many_arguments, reason = "the property test's parameters, one by one")]
-fn finishes(
+/// The workload side of one property-test case.
+struct Run {
     memory_mib: u64,
     dds: usize,
     fsmark_threads: u32,
     with_mmap: bool,
     churn_mib: u64,
+    /// 1: one zone; 2: a 1 MiB low zone below the rest; 3: also a bound at half the memory.
+    zones: usize,
+}
+
+fn finishes(
+    run_case: Run,
     reclaim: ReclaimPolicy,
     throttle: ThrottlePolicy,
     seed: u64,
 ) -> Result<(), TestCaseError> {
+    let Run { memory_mib, dds, fsmark_threads, with_mmap, churn_mib, zones } = run_case;
     let memory = memory_mib * MIB;
     let mut workloads: Vec<Workload> = (0..dds)
         .map(|i| Workload::Dd {
@@ -199,7 +209,8 @@ fn finishes(
             start: Duration::from_millis(500),
         }));
     }
-    let s = spec(memory, "usb-stick", reclaim, throttle, workloads, seed);
+    let mut s = spec(memory, "usb-stick", reclaim, throttle, workloads, seed);
+    s.config.zone_bounds_bytes = [MIB, memory / 2][..zones - 1].to_vec();
     let m = run(&s, &mut |_| {}).expect("run").metrics;
     prop_assert_eq!(m["writers_unfinished"], 0.0, "{:?}", m);
     prop_assert_eq!(m["end_unclean_pages"], 0.0, "{:?}", m);
@@ -226,6 +237,8 @@ fn reclaim_experiment_loads() {
             assert_eq!(r.config.dirty_ratio, 40, "{}", r.name);
             let model = if r.name.starts_with("usb") { "usb-stick" } else { "raid0-4x-sata-2010" };
             assert_eq!(r.devices[0].model, model, "{}", r.name);
+            // The x86-64 zones of the era: DMA to 16 MiB, DMA32 to 3.5 GiB of memory.
+            assert_eq!(r.config.zone_bounds_bytes, [16 * MIB, 3584 * MIB], "{}", r.name);
         }
     }
 }
