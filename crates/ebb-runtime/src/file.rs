@@ -24,6 +24,8 @@ use crate::shared::{FileState, PAGE, from_io_error, read_page_direct};
 
 /// Pages one step of a write or read covers at most (bounds the time a page map is locked).
 const STEP_PAGES: u64 = 1024;
+/// Direct-read events queued before a reader delivers them to the engine itself.
+const DIRECT_READ_BATCH: usize = 256;
 
 /// The throttling state of one handle: the kernel keeps it per task; ebb keeps it per handle.
 pub(crate) struct WriterState {
@@ -338,6 +340,10 @@ impl File {
         let result = self.fs.file.read_at(buf, offset);
         let latency = ebb_core::Duration::from_nanos(start.elapsed().as_nanos() as u64);
         shared.direct_reads.push(Event::DirectRead { backend, id, latency });
+        // Nothing else may be entering the engine (a reader alone): bound the queue.
+        if shared.direct_reads.len() >= DIRECT_READ_BATCH {
+            shared.enter(|_, _, _| ());
+        }
         result
     }
 

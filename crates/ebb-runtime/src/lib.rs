@@ -327,6 +327,12 @@ impl Ebb {
         drain(self.shared(), deadline, progress)
     }
 
+    /// Direct-read events waiting for the engine (for tests of the bound).
+    #[doc(hidden)]
+    pub fn inner_direct_read_queue_len(&self) -> usize {
+        self.shared().direct_reads.len()
+    }
+
     /// The cache's state, shaped like `/proc/meminfo` and `/sys/class/bdi/*/stats`.
     pub fn stats(&self) -> RuntimeStats {
         let core = self.shared().core.lock();

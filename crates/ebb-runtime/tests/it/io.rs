@@ -281,3 +281,19 @@ fn closed_files_are_forgotten_beyond_a_bound() {
         assert_eq!(u32::from_le_bytes(got), i, "file f{i} after being forgotten");
     }
 }
+
+/// A reader alone on direct reads (no writer, no timer) does not let its queued wbt events
+/// grow without bound, and reads what was written.
+#[test]
+fn direct_reads_alone_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r"), vec![9u8; 1 << 20]).unwrap();
+    let ebb = Builder::new().memory(16 << 20).directory(dir.path()).unwrap().build().unwrap();
+    let f = ebb.open("r", OpenOptions { create: false, truncate: false }).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..5000u64 {
+        assert_eq!(f.read_direct_at(&mut buf, (i % 256) * 4096).unwrap(), 4096);
+        assert!(buf.iter().all(|&b| b == 9));
+    }
+    assert!(ebb.inner_direct_read_queue_len() < 300, "queued wbt events grew without bound");
+}
