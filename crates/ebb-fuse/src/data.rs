@@ -27,6 +27,9 @@ pub(crate) trait DataPath: Send + Sync {
     fn unwritten(&self) -> String;
     /// The cache's statistics as a JSON object.
     fn stats_json(&self) -> String;
+    /// The backing file attached under `key` was deleted and nothing has it open: drop its
+    /// cached data (dirty data included) instead of writing it back.
+    fn discard(&self, _key: u64) {}
 }
 
 /// One handle on a cached file. Reads see every write made through any handle of the file.

@@ -443,7 +443,7 @@ impl Shared {
 
     /// The file lost its last name: its anchor goes now, or at its last close.
     fn after_remove(&self, backing: BackingId) {
-        self.idle_keys.lock().remove(&backing);
+        let idle = self.idle_keys.lock().remove(&backing);
         let closing = {
             let mut anchors = self.anchors.lock();
             match anchors.get_mut(&backing) {
@@ -457,7 +457,12 @@ impl Shared {
         };
         if let Some(anchor) = closing {
             // The file has no name and no opener: its data can no longer be read by anyone.
+            let key = anchor.key;
             let _ = close_anchor(anchor);
+            self.data.discard(key);
+        } else if let Some(key) = idle {
+            // Closed past the anchor limit, only its key was kept: drop its cached data too.
+            self.data.discard(key);
         }
     }
 
@@ -536,11 +541,16 @@ impl Shared {
             }
         };
         if let Some(anchor) = closing {
-            if !anchor.unlinked {
-                self.idle_keys.lock().insert(backing, anchor.key);
+            let (key, unlinked) = (anchor.key, anchor.unlinked);
+            if !unlinked {
+                self.idle_keys.lock().insert(backing, key);
             }
             if let Err(error) = close_anchor(anchor) {
                 eprintln!("ebb mount: closing a file: {error}");
+            }
+            if unlinked {
+                // The last close of a file without a name: nobody can read its data again.
+                self.data.discard(key);
             }
         }
     }

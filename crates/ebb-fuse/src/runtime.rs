@@ -78,6 +78,12 @@ impl DataPath for EbbData {
         )
     }
 
+    fn discard(&self, key: u64) {
+        if let Err(error) = self.ebb.discard(&self.backend, key) {
+            eprintln!("ebb mount: forgetting a deleted file: {error}");
+        }
+    }
+
     fn stats_json(&self) -> String {
         serde_json::to_string_pretty(&self.ebb.stats())
             .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"))

@@ -301,6 +301,32 @@ impl Ebb {
         shared.backends[0].backend.remove(name)
     }
 
+    /// Forgets the file attached under `key` after its backing file was deleted: its cached
+    /// pages, dirty ones included, are dropped (nobody can read them any more) and the key is
+    /// free. If a handle of it is still open, only the key is forgotten and the pages stay for
+    /// that handle.
+    pub fn discard(&self, backend: &str, key: u64) -> io::Result<()> {
+        let b = self.backend_id(backend)?;
+        let shared = self.shared();
+        let _g = shared.open_lock.lock();
+        let inode = shared.core.lock().keys.remove(&(b, FileKey::Id(key)));
+        let Some(fs) = inode.and_then(|inode| shared.file(inode)) else { return Ok(()) };
+        if fs.handles.load(Ordering::Acquire) > 0 {
+            return Ok(());
+        }
+        let inode = fs.inode;
+        fs.size.store(0, Ordering::Release);
+        shared.enter(|core, maps, now| {
+            core.engine.handle(now, Event::Truncate { inode, first_page: 0 }, maps);
+            // Forget it now unless writes of it are still in flight (the closed-file list
+            // forgets it later then).
+            if core.engine.inode_idle(inode) {
+                shared.files.write().remove(&inode);
+            }
+        });
+        Ok(())
+    }
+
     /// Makes everything dirty now durable, on every backend (`sync(2)`).
     pub fn sync(&self) -> io::Result<()> {
         let shared = self.shared();

@@ -297,3 +297,28 @@ fn direct_reads_alone_stay_bounded() {
     }
     assert!(ebb.inner_direct_read_queue_len() < 300, "queued wbt events grew without bound");
 }
+
+/// A deleted file's cached data is dropped by `discard`, not written back; while a handle is
+/// open, `discard` only forgets the key.
+#[test]
+fn discard_drops_a_deleted_files_data() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = small_cache(backend.clone());
+    let file = backend.open("gone", CREATE).unwrap();
+    let f = ebb.attach("mem", 7, file.clone()).unwrap();
+    f.write_at(&[5u8; 64 << 10], 0).unwrap();
+    ebb.discard("mem", 7).unwrap();
+    assert_eq!(f.len(), 64 << 10, "an open handle keeps its data");
+    f.close().unwrap();
+    let g = ebb.attach("mem", 8, file.clone()).unwrap();
+    g.write_at(&[6u8; 64 << 10], 0).unwrap();
+    g.close().unwrap();
+    assert!(ebb.stats().meminfo.dirty_kb >= 64, "dirty before the discard");
+    ebb.discard("mem", 8).unwrap();
+    ebb.discard("mem", 7).unwrap(); // already forgotten: a no-op
+    ebb.sync().unwrap();
+    let s = ebb.stats();
+    assert!(s.meminfo.dirty_kb <= 64, "key 8's dirty data was dropped: {:?}", s.meminfo);
+    assert!(backend_bytes(&*backend, "gone").iter().all(|&b| b != 6), "discarded data was written");
+    assert_eq!(ebb.discard("nope", 1).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+}
