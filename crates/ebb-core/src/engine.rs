@@ -372,6 +372,7 @@ impl Engine {
         for meta in self.inodes.values() {
             consider(meta.retry_at);
         }
+        consider(self.kswapd_timer());
         next
     }
 
@@ -1306,7 +1307,7 @@ impl Engine {
             self.mark_inode_dirty(inode);
             self.wbs[b.index()].flusher.start_all = true;
         }
-        let _ = maps;
+        self.kswapd_run(maps);
     }
 
     // ----- views -----

@@ -106,6 +106,8 @@ pub(crate) struct ReclaimState {
     kswapd_throttled: Option<(Instant, u64)>,
     /// The direct reclaim just done found the LRU congested: the allocating writer sleeps.
     direct_throttle: Option<Instant>,
+    /// kswapd is awake (timed mode, `Config::kswapd_scan_ns` > 0): its next batch runs then.
+    kswapd_at: Option<Instant>,
 }
 
 /// `reclaim_throttle(WRITEBACK)` timeout: HZ/10 (kernel-reference §8.5).
@@ -287,21 +289,99 @@ impl Engine {
         }
     }
 
-    /// Background reclaim: runs when some zone is below `low` and balances the zones up to
-    /// `high` (module doc). While throttled (WRITEBACK, below) it does nothing.
+    /// Wakes background reclaim (module doc). Instant mode (`kswapd_scan_ns` 0): balances the
+    /// zones now. Timed mode: a sleeping kswapd that finds some zone below `low` wakes and runs
+    /// its first batch one batch's time later; an awake one keeps its schedule, except that a
+    /// WRITEBACK throttle ends early once `SWAP_CLUSTER_MAX` pages have been written.
     pub(crate) fn kswapd<M: PageMaps>(&mut self, maps: &mut M) {
+        if self.cfg.kswapd_scan_ns == 0 {
+            self.kswapd_balance(u64::MAX, maps);
+            return;
+        }
+        if let Some(at) = self.reclaim.kswapd_at {
+            if at > self.now
+                && let Some((_, written)) = self.reclaim.kswapd_throttled
+                && self.pages_written().saturating_sub(written) >= SWAP_CLUSTER_MAX
+            {
+                self.reclaim.kswapd_at = Some(self.now);
+            }
+            return;
+        }
         let zones = self.mem.zones();
-        if (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).low) {
+        if (0..zones).any(|z| self.mem.zone_free(z) < self.mem.zone_wmark(z).low) {
+            self.reclaim.kswapd_at = Some(self.now + self.kswapd_batch_time(SWAP_CLUSTER_MAX));
+        }
+    }
+
+    /// Virtual time kswapd spends scanning `pages` pages.
+    fn kswapd_batch_time(&self, pages: u64) -> Duration {
+        Duration::from_nanos(pages.max(1).saturating_mul(self.cfg.kswapd_scan_ns))
+    }
+
+    /// When the awake kswapd runs its next batch (timed mode).
+    pub(crate) fn kswapd_timer(&self) -> Option<Instant> {
+        self.reclaim.kswapd_at
+    }
+
+    /// Timed mode: kswapd's batch is due. It reclaims at most `SWAP_CLUSTER_MAX` pages per zone
+    /// it balances, then schedules its next batch after the time the pages it scanned cost, or
+    /// after its throttle; it sleeps once every zone is at `high`.
+    pub(crate) fn kswapd_run<M: PageMaps>(&mut self, maps: &mut M) {
+        let Some(at) = self.reclaim.kswapd_at else { return };
+        if at > self.now {
+            return;
+        }
+        let zones = self.mem.zones();
+        if (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).high) {
+            // Balanced: kswapd sleeps and the node flags clear.
+            self.node_dirty = false;
+            self.reclaim.kswapd_at = None;
+            self.reclaim.kswapd_throttled = None;
+            return;
+        }
+        if let Some((until, written)) = self.reclaim.kswapd_throttled
+            && self.now < until
+            && self.pages_written().saturating_sub(written) < SWAP_CLUSTER_MAX
+        {
+            self.reclaim.kswapd_at = Some(until);
+            return;
+        }
+        self.reclaim.kswapd_throttled = None;
+        let scanned = self.kswapd_balance(SWAP_CLUSTER_MAX, maps);
+        let next = match self.reclaim.kswapd_throttled {
+            Some((until, _)) => until.max(self.now + self.kswapd_batch_time(scanned)),
+            None if scanned == 0 => {
+                // Nothing it could scan (what is left is on its way to swap or disk): kswapd
+                // naps HZ/10 as 2.6.3x-3.x `congestion_wait` does, or until SWAP_CLUSTER_MAX
+                // pages have been written.
+                self.reclaim.kswapd_throttled =
+                    Some((self.now + WRITEBACK_THROTTLE, self.pages_written()));
+                self.now + WRITEBACK_THROTTLE
+            }
+            None => self.now + self.kswapd_batch_time(scanned),
+        };
+        self.reclaim.kswapd_at = Some(next);
+        self.wake_memory_waiters(maps);
+    }
+
+    /// Background reclaim's balancing pass: runs when some zone is below `low` and balances the
+    /// zones up to `high`, freeing at most `batch` pages per zone (module doc); an awake timed
+    /// kswapd (`batch` limited) keeps balancing while any zone is under `high`. While throttled
+    /// (WRITEBACK, below) it does nothing. Returns the pages scanned.
+    fn kswapd_balance<M: PageMaps>(&mut self, batch: u64, maps: &mut M) -> u64 {
+        let zones = self.mem.zones();
+        let instant = batch == u64::MAX;
+        if instant && (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).low) {
             if (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).high) {
                 // Balanced: the node flags clear.
                 self.node_dirty = false;
             }
-            return;
+            return 0;
         }
         if let Some((until, written)) = self.reclaim.kswapd_throttled {
             let done = self.pages_written().saturating_sub(written);
             if self.now < until && done < SWAP_CLUSTER_MAX {
-                return;
+                return 0;
             }
             self.reclaim.kswapd_throttled = None;
         }
@@ -310,7 +390,7 @@ impl Engine {
         let Some(end_zone) =
             (0..zones).rev().find(|&z| self.mem.zone_free(z) < self.mem.zone_wmark(z).high)
         else {
-            return;
+            return 0;
         };
         let mut shrink = Shrink::default();
         let mut file_scanned = 0;
@@ -320,7 +400,7 @@ impl Engine {
             if free >= goal {
                 continue;
             }
-            let (s, file) = self.shrink_counted(z, goal - free, false, maps);
+            let (s, file) = self.shrink_counted(z, (goal - free).min(batch), false, maps);
             shrink.scanned += s.scanned;
             shrink.reclaimed += s.reclaimed;
             shrink.unqueued_dirty += s.unqueued_dirty;
@@ -344,6 +424,7 @@ impl Engine {
                 Some((self.now + WRITEBACK_THROTTLE, self.pages_written()));
             self.stats.kswapd_throttled += 1;
         }
+        shrink.scanned
     }
 
     /// Direct reclaim's pass over zone `z` ([`Engine::shrink_counted`]).
@@ -628,6 +709,10 @@ impl Engine {
 
     /// Lets writers waiting for memory retry once some is free or reclaimable.
     pub(crate) fn wake_memory_waiters<M: PageMaps>(&mut self, maps: &mut M) {
+        if self.cfg.kswapd_scan_ns > 0 {
+            // Timed kswapd: a completion may end its throttle or find a zone under `low`.
+            self.kswapd(maps);
+        }
         if !self.waiters.values().any(|r| *r == WaitReason::Memory) {
             return;
         }
@@ -708,6 +793,10 @@ mod tests {
                 break;
             }
             now += Duration::from_millis(1);
+            // kswapd's batches (and any other timer) due by now run first.
+            while let Some(t) = engine.poll_timeout().filter(|&t| t <= now) {
+                engine.handle(t.max(engine.now), Event::Timer, &mut maps);
+            }
             let want = 256.min(2 * 16_384 - granted);
             let (got, _) = engine.anon_fault(now, &mut w, want, &mut maps);
             granted += got;
