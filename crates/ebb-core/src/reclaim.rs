@@ -808,7 +808,9 @@ mod tests {
     /// zone is back at `high` kswapd sleeps (no timer).
     #[test]
     fn kswapd_reclaims_in_batches_over_time() {
-        let mut engine = Engine::new(zoned(true), Instant::ZERO).expect("valid");
+        let mut config = zoned(true);
+        config.kswapd_scan_ns = 2000;
+        let mut engine = Engine::new(config, Instant::ZERO).expect("valid");
         let mut maps = MapStore::new();
         let mut w = Writer::new(WriterId(0), GroupId(0));
         let t0 = Instant::ZERO + Duration::from_millis(1);

@@ -204,6 +204,7 @@ struct RawKnobs {
     min_free_kbytes: Option<u64>,
     watermark_scale_factor: Option<u32>,
     zones: Option<Vec<toml::Value>>,
+    kswapd_scan_ns: Option<u64>,
     throttle: Option<String>,
     reclaim: Option<String>,
     unstable_accounting: Option<String>,
@@ -986,6 +987,7 @@ fn apply_knobs(
     set(&mut config.dirty_expire_centisecs, knobs.dirty_expire_centisecs);
     set(&mut config.dirty_writeback_centisecs, knobs.dirty_writeback_centisecs);
     set(&mut config.watermark_scale_factor, knobs.watermark_scale_factor);
+    set(&mut config.kswapd_scan_ns, knobs.kswapd_scan_ns);
     if let Some(kbytes) = knobs.min_free_kbytes {
         config.min_free_kbytes = Some(kbytes);
     }
