@@ -23,7 +23,8 @@
 //! sample_interval = "100ms"                 # optional, default 100ms
 //! knobs = { hz = 250, nr_cpus = 4, dirty_ratio = 20 }
 //! # optional: zones = ["16MiB", "4GiB"], the memory addresses where each lower zone ends
-//! # (Config::zone_bounds_bytes; default one zone)
+//! # (Config::zone_bounds_bytes; default one zone); kswapd_scan_ns = 2000, kswapd's virtual
+//! # CPU time per page scanned (default 0: kswapd balances instantly)
 //!
 //! [[case.backend]]
 //! name = "sda"
