@@ -403,7 +403,7 @@ impl Engine {
         match event {
             Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
             Event::Close { handle, request } => {
-                let result = self.take_handle_error(handle);
+                let result = self.check_handle_error(handle);
                 if let Some((inode, _)) = self.handles.remove(&handle)
                     && let Some(meta) = self.inodes.get_mut(&inode)
                 {
@@ -536,15 +536,10 @@ impl Engine {
         })
     }
 
-    /// Reports to `handle` a write error of its file it has not seen yet, once (errseq
-    /// semantics, as `close(2)` does on filesystems that report at close): drivers call it for
-    /// a flush that does not close the handle.
+    /// Reports to `handle` a write error of its file it has not seen yet, once, marking it seen
+    /// (errseq semantics): fsync and close answer with it, and drivers call it for a flush
+    /// that does not close the handle (as `close(2)` reports on NFS).
     pub fn check_handle_error(&mut self, handle: HandleId) -> Result<(), IoError> {
-        self.take_handle_error(handle)
-    }
-
-    /// The error not yet reported to `handle`, marking it reported (errseq semantics).
-    fn take_handle_error(&mut self, handle: HandleId) -> Result<(), IoError> {
         let Some(&(inode, seen)) = self.handles.get(&handle) else { return Ok(()) };
         let Some(meta) = self.inodes.get_mut(&inode) else { return Ok(()) };
         if meta.err_seq > seen {
@@ -954,7 +949,7 @@ impl Engine {
             return;
         }
         let state = self.fsyncs.remove(&request).expect("fsync");
-        let result = self.take_handle_error(state.handle);
+        let result = self.check_handle_error(state.handle);
         self.emit(Action::FsyncDone { request, result });
     }
 

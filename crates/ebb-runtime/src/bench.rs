@@ -99,13 +99,7 @@ fn raw_stream(dir: &Path, size: u64, block: usize) -> io::Result<f64> {
 }
 
 fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
-    let mut builder = Builder::new().memory(opts.memory);
-    for (name, value) in &opts.knobs {
-        builder = builder
-            .knob(name, value)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    }
-    let ebb = builder.directory(&opts.dir)?.build()?;
+    let ebb = builder_with(opts.memory, &opts.knobs)?.directory(&opts.dir)?.build()?;
     let buf: Vec<u8> = (0..opts.block).map(|i| i as u8).collect();
     if opts.warmup > 0 {
         // Stream until the bandwidth estimate and the ratelimit have each moved less than 5% in
@@ -283,6 +277,40 @@ fn writer(
     Ok(written as f64 / MIB / start.elapsed().as_secs_f64())
 }
 
+/// Random reads (`read`) while a streaming writer (`write`, then `sync`) runs for `seconds`;
+/// the reader stops when the writer starts its sync.
+fn reader_beside_writer(
+    pages: u64,
+    seconds: f64,
+    wrap: u64,
+    read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
+    write: impl FnMut(&[u8], u64) -> io::Result<()>,
+    sync: impl FnOnce() -> io::Result<()>,
+) -> io::Result<ModeResult> {
+    let stop = AtomicBool::new(false);
+    let (h, mb_s) = std::thread::scope(|s| {
+        let r = s.spawn(|| reader(pages, &stop, read));
+        let w = writer(seconds, wrap, write, || {
+            stop.store(true, Ordering::Relaxed);
+            sync()
+        });
+        stop.store(true, Ordering::Relaxed);
+        (r.join().expect("reader thread"), w)
+    });
+    Ok(mode_result(&h?, mb_s?))
+}
+
+/// A builder with ebb's memory budget and the given knobs.
+fn builder_with(memory: u64, knobs: &[(String, String)]) -> io::Result<Builder> {
+    let mut builder = Builder::new().memory(memory);
+    for (name, value) in knobs {
+        builder = builder
+            .knob(name, value)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    }
+    Ok(builder)
+}
+
 fn prepare_read_file(dir: &Path, size: u64) -> io::Result<Arc<dyn BackendFile>> {
     let backend = dir_backend(dir)?;
     let name = "ebb-bench-read";
@@ -329,13 +357,7 @@ pub fn read_under_write(
     let mut wbt_lat = 0;
     for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
         progress(mode);
-        let mut builder = Builder::new().memory(opts.memory);
-        for (name, value) in opts.knobs.iter().map(|(n, v)| (n.as_str(), v.as_str())) {
-            builder = builder
-                .knob(name, value)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        }
-        let ebb = builder
+        let ebb = builder_with(opts.memory, &opts.knobs)?
             .knob("wbt", wbt)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
             .directory(&opts.dir)?
@@ -346,22 +368,15 @@ pub fn read_under_write(
         }
         let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
         let wf = ebb.open("ebb-bench-write", CREATE)?;
-        let stop = AtomicBool::new(false);
-        let (h, mb_s) = std::thread::scope(|s| {
-            let r = s.spawn(|| reader(pages, &stop, |b, o| rf.read_direct_at(b, o)));
-            let w = writer(
-                secs,
-                opts.write_file_size,
-                |b, o| wf.write_at(b, o).map(drop),
-                || {
-                    stop.store(true, Ordering::Relaxed);
-                    wf.fsync()
-                },
-            );
-            stop.store(true, Ordering::Relaxed);
-            (r.join().expect("reader thread"), w)
-        });
-        modes.insert(mode.to_owned(), mode_result(&h?, mb_s?));
+        let result = reader_beside_writer(
+            pages,
+            secs,
+            opts.write_file_size,
+            |b, o| rf.read_direct_at(b, o),
+            |b, o| wf.write_at(b, o).map(drop),
+            || wf.fsync(),
+        )?;
+        modes.insert(mode.to_owned(), result);
         drop(rf);
         wf.close()?;
         ebb.remove("ebb-bench-write")?;
@@ -370,25 +385,18 @@ pub fn read_under_write(
     progress("kernel: buffered writer through the page cache");
     let path = opts.dir.join("ebb-bench-kernel-write");
     let kf = std::fs::File::create(&path)?;
-    let stop = AtomicBool::new(false);
-    let (h, mb_s) = std::thread::scope(|s| {
-        let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
-        let w = writer(
-            secs,
-            opts.write_file_size,
-            |b, o| {
-                use std::os::unix::fs::FileExt;
-                kf.write_all_at(b, o)
-            },
-            || {
-                stop.store(true, Ordering::Relaxed);
-                kf.sync_data()
-            },
-        );
-        stop.store(true, Ordering::Relaxed);
-        (r.join().expect("reader thread"), w)
-    });
-    modes.insert("kernel".to_owned(), mode_result(&h?, mb_s?));
+    let result = reader_beside_writer(
+        pages,
+        secs,
+        opts.write_file_size,
+        |b, o| read_file.read_at(b, o),
+        |b, o| {
+            use std::os::unix::fs::FileExt;
+            kf.write_all_at(b, o)
+        },
+        || kf.sync_data(),
+    )?;
+    modes.insert("kernel".to_owned(), result);
     drop(kf);
     std::fs::remove_file(&path)?;
     Ok(ReadUnderWriteResult {

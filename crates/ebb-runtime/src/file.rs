@@ -128,10 +128,8 @@ impl File {
                 "the ebb cache is draining and accepts no more writes",
             ));
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= i64::MAX as u64)
-            .ok_or_else(|| {
+        offset.checked_add(buf.len() as u64).filter(|&e| e <= i64::MAX as u64).ok_or_else(
+            || {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
@@ -139,8 +137,8 @@ impl File {
                         buf.len()
                     ),
                 )
-            })?;
-        let _ = end;
+            },
+        )?;
         let mut ws = self.writer.lock();
         let mut done = 0usize;
         while done < buf.len() {
@@ -156,7 +154,10 @@ impl File {
             // A partial page that is not cached but holds data gets its old bytes first (the
             // kernel's write_begin read), outside the lock.
             let size = self.fs.size.load(Ordering::Acquire);
-            let (need_head, need_tail) = {
+            // Whole-page steps (the common case) skip this and take the page-map lock once.
+            let (need_head, need_tail) = if !head_partial && !tail_partial {
+                (false, false)
+            } else {
                 let map = self.fs.map.lock();
                 let need = |p: u64| map.page(p).is_none() && p * PAGE_SIZE < size;
                 (head_partial && need(first), tail_partial && need(last))

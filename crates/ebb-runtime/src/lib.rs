@@ -332,14 +332,7 @@ impl Ebb {
         let shared = self.shared();
         let slot = shared.request(|request| Event::Sync { request });
         let engine_result = slot.wait().map_err(from_io_error);
-        let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
-        let mut first_err = engine_result.err();
-        for fs in files {
-            if let Err(e) = file::sync_backend_file(&fs) {
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        sync_files(shared, engine_result)
     }
 
     /// Stops accepting writes (they fail with `ReadOnlyFilesystem`), writes everything back and
@@ -403,13 +396,20 @@ fn drain(
             ));
         }
     };
+    let result = sync_files(shared, result.map_err(from_io_error));
+    progress(&report(true));
+    result
+}
+
+/// Trims and syncs every written backend file after the engine's sync answered `engine`;
+/// returns the first error of either.
+fn sync_files(shared: &Shared, engine: io::Result<()>) -> io::Result<()> {
     let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
-    let mut first_err = result.map_err(from_io_error).err();
+    let mut first_err = engine.err();
     for fs in files {
         if let Err(e) = file::sync_backend_file(&fs) {
             first_err.get_or_insert(e);
         }
     }
-    progress(&report(true));
     first_err.map_or(Ok(()), Err)
 }

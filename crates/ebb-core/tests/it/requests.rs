@@ -190,17 +190,17 @@ fn errno_eio() -> i32 {
     ebb_core::event::errno::EIO
 }
 
-/// On a two-phase backend, fsync answers only once a COMMIT with the write verifier made the
-/// data durable: when the server restarted between the writes and the COMMIT (the verifier
-/// changed), the pages are written and committed again first.
-#[test]
-fn fsync_rewrites_after_a_server_restart() {
+fn ms(ms: u64) -> Instant {
+    Instant::ZERO + Duration::from_millis(ms)
+}
+
+/// An engine with file 1 open (handle 1) and its pages 0..8 dirty, the writer's batch folded in.
+fn eight_dirty_pages() -> (Engine, MapStore, InodeId) {
     let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
     let mut maps = MapStore::new();
     let inode = InodeId(1);
-    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
     engine.handle(
-        at(0),
+        ms(0),
         Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
         &mut maps,
     );
@@ -210,17 +210,24 @@ fn fsync_rewrites_after_a_server_restart() {
         let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 8 - pos));
         pos += step.consumed;
         if step.inode_became_dirty {
-            engine.inode_dirtied(at(0), inode);
+            engine.inode_dirtied(ms(0), inode);
         }
         if step.next == NextStep::Check {
-            engine.balance_dirty_pages(at(0), &mut w, &mut maps);
+            engine.balance_dirty_pages(ms(0), &mut w, &mut maps);
         }
     }
-    engine.flush_writer(at(0), &mut w, &mut maps);
-    engine.handle(at(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    engine.flush_writer(ms(0), &mut w, &mut maps);
+    (engine, maps, inode)
+}
+
+/// Plays a two-phase server whose verifier is 1 for the first writes and 2 after a restart
+/// just before the first COMMIT, until the engine has nothing left to ask; returns the answer
+/// of the fsync or sync in progress and the COMMITs seen.
+fn serve_with_a_restart_before_the_first_commit(
+    engine: &mut Engine,
+    maps: &mut MapStore,
+) -> (Option<Result<(), IoError>>, u32) {
     let mut answer = None;
-    let mut rounds = 0;
-    // The server's verifier is 1 for the first writes, then it restarts (verifier 2).
     let mut verifier = 1;
     let mut commits = 0;
     for step in 2..100 {
@@ -232,26 +239,34 @@ fn fsync_rewrites_after_a_server_restart() {
             match a {
                 Action::Write { io, .. } => {
                     let result = Ok(Stability::Unstable { verifier });
-                    engine.handle(at(step), Event::WriteDone { io, result }, &mut maps);
+                    engine.handle(ms(step), Event::WriteDone { io, result }, maps);
                 }
                 Action::Commit { io, .. } => {
                     commits += 1;
                     if commits == 1 {
-                        verifier = 2; // restarted before the first COMMIT
+                        verifier = 2;
                     }
-                    engine.handle(
-                        at(step),
-                        Event::CommitDone { io, result: Ok(verifier) },
-                        &mut maps,
-                    );
+                    engine.handle(ms(step), Event::CommitDone { io, result: Ok(verifier) }, maps);
                 }
-                Action::FsyncDone { result, .. } => answer = Some(result),
+                Action::FsyncDone { result, .. } | Action::SyncDone { result, .. } => {
+                    answer = Some(result)
+                }
                 _ => {}
             }
         }
-        rounds += 1;
     }
-    assert_eq!(answer, Some(Ok(())), "after {rounds} rounds");
+    (answer, commits)
+}
+
+/// On a two-phase backend, fsync answers only once a COMMIT with the write verifier made the
+/// data durable: when the server restarted between the writes and the COMMIT (the verifier
+/// changed), the pages are written and committed again first.
+#[test]
+fn fsync_rewrites_after_a_server_restart() {
+    let (mut engine, mut maps, inode) = eight_dirty_pages();
+    engine.handle(ms(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let (answer, commits) = serve_with_a_restart_before_the_first_commit(&mut engine, &mut maps);
+    assert_eq!(answer, Some(Ok(())));
     assert_eq!(commits, 2, "a second commit after the rewrite");
     let c = maps.get(inode).unwrap().counts();
     assert_eq!((c.clean, c.dirty, c.unstable), (8, 0, 0));
@@ -348,59 +363,9 @@ fn held_pages_and_error_state_are_queryable() {
 /// committed again first.
 #[test]
 fn sync_rewrites_after_a_server_restart() {
-    let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
-    let mut maps = MapStore::new();
-    let inode = InodeId(1);
-    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
-    engine.handle(
-        at(0),
-        Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
-        &mut maps,
-    );
-    let mut w = Writer::new(WriterId(1), GroupId(0));
-    let mut pos = 0;
-    while pos < 8 {
-        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 8 - pos));
-        pos += step.consumed;
-        if step.inode_became_dirty {
-            engine.inode_dirtied(at(0), inode);
-        }
-        if step.next == NextStep::Check {
-            engine.balance_dirty_pages(at(0), &mut w, &mut maps);
-        }
-    }
-    engine.flush_writer(at(0), &mut w, &mut maps);
-    engine.handle(at(1), Event::Sync { request: RequestId(1) }, &mut maps);
-    let mut answer = None;
-    let mut verifier = 1;
-    let mut commits = 0;
-    for step in 2..100 {
-        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
-        if actions.is_empty() {
-            break;
-        }
-        for a in actions {
-            match a {
-                Action::Write { io, .. } => {
-                    let result = Ok(Stability::Unstable { verifier });
-                    engine.handle(at(step), Event::WriteDone { io, result }, &mut maps);
-                }
-                Action::Commit { io, .. } => {
-                    commits += 1;
-                    if commits == 1 {
-                        verifier = 2; // restarted before the first COMMIT
-                    }
-                    engine.handle(
-                        at(step),
-                        Event::CommitDone { io, result: Ok(verifier) },
-                        &mut maps,
-                    );
-                }
-                Action::SyncDone { result, .. } => answer = Some(result),
-                _ => {}
-            }
-        }
-    }
+    let (mut engine, mut maps, inode) = eight_dirty_pages();
+    engine.handle(ms(1), Event::Sync { request: RequestId(1) }, &mut maps);
+    let (answer, commits) = serve_with_a_restart_before_the_first_commit(&mut engine, &mut maps);
     let c = maps.get(inode).unwrap().counts();
     assert_eq!(answer, Some(Ok(())));
     assert_eq!((c.clean, c.dirty, c.unstable), (8, 0, 0), "sync answered with data not durable");

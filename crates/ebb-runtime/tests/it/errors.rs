@@ -4,22 +4,28 @@ use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_backend::{Backend, FaultOp, FaultyBackend, MemBackend, OpenOptions};
-use ebb_runtime::Builder;
+use ebb_backend::{Backend, FaultOp, FaultPlan, FaultyBackend, MemBackend, OpenOptions};
+use ebb_runtime::{Builder, Ebb};
 
 use crate::io::backend_bytes;
 
 const CREATE: OpenOptions = OpenOptions { create: true, truncate: false };
 
+/// A cache of `memory` bytes over a memory backend whose faults the test injects.
+fn faulty_cache(memory: u64) -> (Ebb, Arc<FaultPlan>, Arc<dyn Backend>) {
+    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
+    let plan = faulty.plan().clone();
+    let backend: Arc<dyn Backend> = faulty;
+    let ebb = Builder::new().memory(memory).backend("f", backend.clone()).build().unwrap();
+    (ebb, plan, backend)
+}
+
 /// The next writes fail with EIO: fsync reports the error once to each handle (even one that
 /// did not write), the pages are written again, and every byte reaches the backend.
 #[test]
 fn failed_writes_are_reported_once_per_handle_and_lose_nothing() {
-    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
-    let plan = faulty.plan().clone();
-    let backend: Arc<dyn Backend> = faulty;
     // 2 MiB stays below the 64 MiB cache's background threshold: only fsync writes it.
-    let ebb = Builder::new().memory(64 << 20).backend("f", backend.clone()).build().unwrap();
+    let (ebb, plan, backend) = faulty_cache(64 << 20);
     let a = ebb.open("x", CREATE).unwrap();
     let b = ebb.open("x", CREATE).unwrap();
     plan.fail_next(FaultOp::Write, libc::EIO, 2);
@@ -38,10 +44,7 @@ fn failed_writes_are_reported_once_per_handle_and_lose_nothing() {
 /// A flush-style check reports a write-back error once to the handle, without closing it.
 #[test]
 fn check_error_reports_once_without_closing() {
-    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
-    let plan = faulty.plan().clone();
-    let backend: Arc<dyn Backend> = faulty;
-    let ebb = Builder::new().memory(64 << 20).backend("f", backend.clone()).build().unwrap();
+    let (ebb, plan, backend) = faulty_cache(64 << 20);
     let a = ebb.open("c", CREATE).unwrap();
     let b = ebb.open("c", CREATE).unwrap();
     plan.fail_next(FaultOp::Write, libc::EIO, 1);
@@ -57,10 +60,7 @@ fn check_error_reports_once_without_closing() {
 /// the data is on the backend, and a handle that checks only afterwards sees the error once.
 #[test]
 fn eio_for_a_while_loses_nothing() {
-    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
-    let plan = faulty.plan().clone();
-    let backend: Arc<dyn Backend> = faulty;
-    let ebb = Builder::new().memory(16 << 20).backend("f", backend.clone()).build().unwrap();
+    let (ebb, plan, backend) = faulty_cache(16 << 20);
     let a = ebb.open("x", CREATE).unwrap();
     let late = ebb.open("x", CREATE).unwrap();
     plan.fail_for(FaultOp::Write, libc::EIO, Duration::from_millis(300));
@@ -82,10 +82,7 @@ fn eio_for_a_while_loses_nothing() {
 /// close and drain report it; once space is back an fsync writes it.
 #[test]
 fn enospc_keeps_the_data_and_reports_it() {
-    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
-    let plan = faulty.plan().clone();
-    let backend: Arc<dyn Backend> = faulty;
-    let ebb = Builder::new().memory(16 << 20).backend("f", backend.clone()).build().unwrap();
+    let (ebb, plan, backend) = faulty_cache(16 << 20);
     let a = ebb.open("full", CREATE).unwrap();
     plan.fail_always(FaultOp::Write, libc::ENOSPC);
     a.write_at(&vec![5u8; 1 << 20], 0).unwrap();
