@@ -283,22 +283,11 @@ impl Ebb {
         Ok(File::new(self.clone(), fs, handle, writer))
     }
 
-    /// Removes the file `name` of the default backend: its cached pages are dropped (open handles
-    /// keep working on the unlinked file, as with a file descriptor) and the backend file removed.
+    /// Removes the file `name` of the default backend and drops its cached pages; while a handle
+    /// is open, that handle keeps the file and its data, as a descriptor of an unlinked file does.
     pub fn remove(&self, name: &str) -> io::Result<()> {
-        let shared = self.shared();
-        let _g = shared.open_lock.lock();
-        let key = (BackendId(0), FileKey::Name(name.to_owned()));
-        let inode = shared.core.lock().keys.remove(&key);
-        if let Some(inode) = inode {
-            shared.enter(|core, maps, now| {
-                core.engine.handle(now, Event::Truncate { inode, first_page: 0 }, maps)
-            });
-            if let Some(fs) = shared.file(inode) {
-                fs.size.store(0, Ordering::Release);
-            }
-        }
-        shared.backends[0].backend.remove(name)
+        self.forget(BackendId(0), FileKey::Name(name.to_owned()));
+        self.shared().backends[0].backend.remove(name)
     }
 
     /// Forgets the file attached under `key` after its backing file was deleted: its cached
@@ -307,24 +296,29 @@ impl Ebb {
     /// that handle.
     pub fn discard(&self, backend: &str, key: u64) -> io::Result<()> {
         let b = self.backend_id(backend)?;
+        self.forget(b, FileKey::Id(key));
+        Ok(())
+    }
+
+    /// Forgets `key`; if no handle has the file open, drops its cached pages (dirty included)
+    /// and, unless writes of it are in flight (the closed-file list forgets it later then),
+    /// the file itself.
+    fn forget(&self, b: BackendId, key: FileKey) {
         let shared = self.shared();
         let _g = shared.open_lock.lock();
-        let inode = shared.core.lock().keys.remove(&(b, FileKey::Id(key)));
-        let Some(fs) = inode.and_then(|inode| shared.file(inode)) else { return Ok(()) };
+        let inode = shared.core.lock().keys.remove(&(b, key));
+        let Some(fs) = inode.and_then(|inode| shared.file(inode)) else { return };
         if fs.handles.load(Ordering::Acquire) > 0 {
-            return Ok(());
+            return;
         }
         let inode = fs.inode;
         fs.size.store(0, Ordering::Release);
         shared.enter(|core, maps, now| {
             core.engine.handle(now, Event::Truncate { inode, first_page: 0 }, maps);
-            // Forget it now unless writes of it are still in flight (the closed-file list
-            // forgets it later then).
             if core.engine.inode_idle(inode) {
                 shared.files.write().remove(&inode);
             }
         });
-        Ok(())
     }
 
     /// Makes everything dirty now durable, on every backend (`sync(2)`).

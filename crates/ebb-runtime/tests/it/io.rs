@@ -322,3 +322,19 @@ fn discard_drops_a_deleted_files_data() {
     assert!(backend_bytes(&*backend, "gone").iter().all(|&b| b != 6), "discarded data was written");
     assert_eq!(ebb.discard("nope", 1).unwrap_err().kind(), std::io::ErrorKind::NotFound);
 }
+
+/// `remove` with a handle still open: the handle keeps reading what it wrote (an unlinked file
+/// stays usable through its descriptor), and a new file of the same name starts empty.
+#[test]
+fn remove_keeps_an_open_handles_data() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = small_cache(backend.clone());
+    let f = ebb.open("tmp", CREATE).unwrap();
+    f.write_at(b"still here", 0).unwrap();
+    ebb.remove("tmp").unwrap();
+    let mut got = [0u8; 10];
+    assert_eq!(f.read_at(&mut got, 0).unwrap(), 10);
+    assert_eq!(&got, b"still here");
+    let g = ebb.open("tmp", CREATE).unwrap();
+    assert_eq!(g.len(), 0, "a new file of the same name");
+}
