@@ -95,7 +95,17 @@ fn raw_stream(dir: &Path, size: u64, block: usize) -> io::Result<f64> {
     let secs = start.elapsed().as_secs_f64();
     drop(file);
     backend.remove("ebb-bench-raw")?;
+    settle();
     Ok(size as f64 / MIB / secs)
+}
+
+/// Lets the filesystem finish what the last run left (freeing a deleted file's extents, the
+/// journal commit), so it does not land in the next run's timed window: runs order-dependent
+/// otherwise (measured: the device 100% busy at 10-15% of its write rate for about half a
+/// second after a 4 GiB file is removed).
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(Duration::from_secs(1));
 }
 
 fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
@@ -140,6 +150,7 @@ fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
     let stats = file.throttle_stats();
     file.close()?;
     ebb.remove("ebb-bench-stream")?;
+    settle();
     Ok((opts.size as f64 / MIB / secs, stats))
 }
 
@@ -147,6 +158,7 @@ fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
 pub fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
     let mut rounds = Vec::new();
     let mut pauses: Option<crate::ThrottleStats> = None;
+    settle();
     for _ in 0..opts.rounds.max(1) {
         let raw = raw_stream(&opts.dir, opts.size, opts.block)?;
         let (through_ebb, stats) = ebb_stream(opts)?;
@@ -417,7 +429,8 @@ pub struct WritePathOptions {
     pub bytes_per_thread: u64,
     /// Passes per measurement.
     pub passes: u32,
-    /// Measurements per thread count; the fastest is reported.
+    /// Measurements per thread count, interleaved across counts; the fastest is reported per
+    /// count, and the median of the paired ratios as the scaling.
     pub repeats: u32,
 }
 
@@ -455,99 +468,142 @@ pub struct WritePathResult {
     pub writes_per_s: f64,
     /// Shared-counter reads per throttle check in the first run.
     pub global_counter_reads_per_check: f64,
-    /// Writes per second with 2 threads over 1 thread, when both were measured.
+    /// Writes per second with 2 threads over 1 thread, when both were measured: the median of
+    /// the repeats' ratios (each repeat measures 1 and 2 threads back to back).
     pub scaling_1_to_2: Option<f64>,
+    /// Every repeat's ratio, sorted.
+    pub scaling_1_to_2_pairs: Vec<f64>,
+}
+
+/// One measurement of [`write_path`]: a fresh cache, `threads` writers each rewriting its own
+/// file `1 + passes` times. Returns the first pass's time, the mean of the later passes, and the
+/// shared-counter figures.
+fn write_path_once(
+    threads: usize,
+    per: u64,
+    passes: u32,
+) -> io::Result<(f64, f64, (u64, u64, u64))> {
+    // Freerun point above everything written: memory 4x the data, dirty limits at 90/80%.
+    let memory = (per * threads as u64 * 4).max(64 << 20);
+    let ebb = Builder::new()
+        .memory(memory)
+        .knob("dirty_ratio", "90")
+        .and_then(|b| b.knob("dirty_background_ratio", "80"))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+        .backend("mem", Arc::new(MemBackend::new()))
+        .build()?;
+    let files: Vec<crate::File> =
+        (0..threads).map(|t| ebb.open(&format!("w{t}"), CREATE)).collect::<io::Result<_>>()?;
+    // One long-lived thread per file; the main thread starts each pass (after a sync made the
+    // pages clean again) and times it from start to the last thread's end.
+    let rounds = 1 + passes;
+    let start = std::sync::Barrier::new(threads + 1);
+    let end = std::sync::Barrier::new(threads + 1);
+    let mut times = Vec::with_capacity(rounds as usize);
+    std::thread::scope(|s| -> io::Result<()> {
+        let workers: Vec<_> = files
+            .iter()
+            .map(|f| {
+                let (start, end) = (&start, &end);
+                s.spawn(move || -> io::Result<()> {
+                    let page = [0x5au8; 4096];
+                    for _ in 0..rounds {
+                        start.wait();
+                        let mut at = 0;
+                        while at < per {
+                            f.write_at(&page, at)?;
+                            at += 4096;
+                        }
+                        end.wait();
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for _ in 0..rounds {
+            ebb.sync()?;
+            start.wait();
+            let t = Instant::now();
+            end.wait();
+            times.push(t.elapsed().as_secs_f64());
+        }
+        workers.into_iter().try_for_each(|h| h.join().expect("writer thread"))
+    })?;
+    let stats = ebb.stats().counters;
+    for f in files {
+        f.close()?;
+    }
+    // The first pass dirties pages new to the cache (page faults of new memory); the others
+    // dirty clean cached pages.
+    let warm = times[1..].iter().sum::<f64>() / f64::from(passes);
+    Ok((times[0], warm, (stats.global_counter_reads, stats.throttle_checks, stats.throttled_calls)))
 }
 
 /// Measures the write path into a memory backend with limits high enough that nobody throttles.
+///
+/// The thread counts are measured in turn within each repeat (1, 2, 4, 1, 2, 4, ...), so that a
+/// repeat's figures saw the same machine: on a shared VM a memory-bound loop's speed drifts by
+/// several times over seconds, and the fastest of each count alone compares moments, not counts.
 pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
-    let mut runs = Vec::new();
-    for &threads in &opts.threads {
-        let per = opts.bytes_per_thread / 4096 * 4096;
-        let total = per * threads as u64;
-        // Freerun point above everything written: memory 4x the data, dirty limits at 90/80%.
-        let memory = (total * 4).max(64 << 20);
-        let ebb = Builder::new()
-            .memory(memory)
-            .knob("dirty_ratio", "90")
-            .and_then(|b| b.knob("dirty_background_ratio", "80"))
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
-            .backend("mem", Arc::new(MemBackend::new()))
-            .build()?;
-        let files: Vec<crate::File> =
-            (0..threads).map(|t| ebb.open(&format!("w{t}"), CREATE)).collect::<io::Result<_>>()?;
-        // One long-lived thread per file; the main thread starts each pass (after a sync made
-        // the pages clean again) and times it from start to the last thread's end.
-        let passes = opts.passes.max(1);
-        let repeats = opts.repeats.max(1);
-        let rounds = 1 + passes * repeats;
-        let start = std::sync::Barrier::new(threads + 1);
-        let end = std::sync::Barrier::new(threads + 1);
-        let mut times = Vec::with_capacity(rounds as usize);
-        std::thread::scope(|s| -> io::Result<()> {
-            let workers: Vec<_> = files
-                .iter()
-                .map(|f| {
-                    let (start, end) = (&start, &end);
-                    s.spawn(move || -> io::Result<()> {
-                        let page = [0x5au8; 4096];
-                        for _ in 0..rounds {
-                            start.wait();
-                            let mut at = 0;
-                            while at < per {
-                                f.write_at(&page, at)?;
-                                at += 4096;
-                            }
-                            end.wait();
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            for _ in 0..rounds {
-                ebb.sync()?;
-                start.wait();
-                let t = Instant::now();
-                end.wait();
-                times.push(t.elapsed().as_secs_f64());
+    if opts.threads.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "write-path needs at least one thread count",
+        ));
+    }
+    let per = (opts.bytes_per_thread / 4096 * 4096).max(4096);
+    let passes = opts.passes.max(1);
+    let writes = (per / 4096) as f64;
+    // warm[i][r]: thread count i, repeat r.
+    let mut warm = vec![Vec::new(); opts.threads.len()];
+    let mut cold = vec![0.0; opts.threads.len()];
+    let mut counters = vec![(0, 0, 0); opts.threads.len()];
+    for r in 0..opts.repeats.max(1) {
+        for (i, &threads) in opts.threads.iter().enumerate() {
+            let (c, w, k) = write_path_once(threads, per, passes)?;
+            if r == 0 {
+                cold[i] = c;
             }
-            workers.into_iter().try_for_each(|h| h.join().expect("writer thread"))
-        })?;
-        // The first pass dirties pages new to the cache (page faults of new memory); each later
-        // measurement averages `passes` passes over clean cached pages, and the fastest of
-        // `repeats` is reported: on a shared machine the minimum is the cost.
-        let cold = times[0];
-        let warm = times[1..]
-            .chunks(passes as usize)
-            .map(|c| c.iter().sum::<f64>() / c.len() as f64)
-            .fold(f64::INFINITY, f64::min);
-        let writes = (per / 4096) as f64;
-        let stats = ebb.stats().counters;
-        runs.push(WritePathRun {
-            threads,
-            ns_per_write: warm * 1e9 / writes,
-            writes_per_s: writes * threads as f64 / warm,
-            ns_per_write_cold: cold * 1e9 / writes,
-            writes_per_s_cold: writes * threads as f64 / cold,
-            global_counter_reads_per_check: stats.global_counter_reads as f64
-                / stats.throttle_checks.max(1) as f64,
-            throttle_checks: stats.throttle_checks,
-            throttled_calls: stats.throttled_calls,
-        });
-        for f in files {
-            f.close()?;
+            warm[i].push(w);
+            counters[i] = (counters[i].0 + k.0, counters[i].1 + k.1, counters[i].2 + k.2);
         }
     }
-    let first = runs.first().cloned().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, "write-path needs at least one thread count")
-    })?;
-    let by = |n: usize| runs.iter().find(|r| r.threads == n).map(|r| r.writes_per_s);
-    let scaling_1_to_2 = by(1).zip(by(2)).map(|(one, two)| two / one);
+    let runs: Vec<WritePathRun> = opts
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(i, &threads)| {
+            let fastest = warm[i].iter().copied().fold(f64::INFINITY, f64::min);
+            let (reads, checks, throttled) = counters[i];
+            WritePathRun {
+                threads,
+                ns_per_write: fastest * 1e9 / writes,
+                writes_per_s: writes * threads as f64 / fastest,
+                ns_per_write_cold: cold[i] * 1e9 / writes,
+                writes_per_s_cold: writes * threads as f64 / cold[i],
+                global_counter_reads_per_check: reads as f64 / checks.max(1) as f64,
+                throttle_checks: checks,
+                throttled_calls: throttled,
+            }
+        })
+        .collect();
+    let index = |n: usize| opts.threads.iter().position(|&t| t == n);
+    // Writes per second with 2 threads over 1 thread, repeat by repeat (pairs measured seconds
+    // apart), sorted.
+    let mut pairs: Vec<f64> = match (index(1), index(2)) {
+        (Some(one), Some(two)) => {
+            warm[one].iter().zip(&warm[two]).map(|(w1, w2)| 2.0 * w1 / w2).collect()
+        }
+        _ => Vec::new(),
+    };
+    pairs.sort_by(f64::total_cmp);
+    let first = runs[0].clone();
     Ok(WritePathResult {
         ns_per_write: first.ns_per_write,
         writes_per_s: first.writes_per_s,
         global_counter_reads_per_check: first.global_counter_reads_per_check,
-        scaling_1_to_2,
+        scaling_1_to_2: (!pairs.is_empty()).then(|| pairs[pairs.len() / 2]),
+        scaling_1_to_2_pairs: pairs,
         runs,
     })
 }

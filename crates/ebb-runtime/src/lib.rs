@@ -131,6 +131,14 @@ impl Builder {
             config.backends.push(bc);
             slots.push(BackendSlot { name, caps: backend.capabilities(), backend });
         }
+        // The IO threads are the backends' request slots as the engine sees them: a write the
+        // engine issues beyond them waits in the job queue, counted as writeback (so against
+        // the dirty limit) while no device works on it. A device's own queue depth (sysfs
+        // nr_requests) only lowers this. A `queue_depth` knob below still overrides it.
+        let slots_max = u32::try_from(self.io_threads).unwrap_or(u32::MAX);
+        for bc in &mut config.backends {
+            bc.queue_depth = bc.queue_depth.min(slots_max);
+        }
         for (name, value) in &self.knobs {
             config.set_knob(name, value).map_err(config_error)?;
         }

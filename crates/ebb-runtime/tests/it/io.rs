@@ -338,3 +338,45 @@ fn remove_keeps_an_open_handles_data() {
     let g = ebb.open("tmp", CREATE).unwrap();
     assert_eq!(g.len(), 0, "a new file of the same name");
 }
+
+/// The engine never has more writes in flight than there are IO threads, whatever queue depth
+/// the device reports: a write beyond them would only wait in the job queue, counted as
+/// writeback against the dirty limit. A slow backend (20 ms per write) keeps the writes queued
+/// while a writer streams; the sampled in-flight count stays at the 2 threads, and the data
+/// arrives whole.
+#[test]
+fn writes_in_flight_are_bounded_by_the_io_threads() {
+    use ebb_backend::{FaultOp, FaultyBackend};
+    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
+    faulty.plan().delay(FaultOp::Write, std::time::Duration::from_millis(20));
+    let backend: Arc<dyn Backend> = faulty;
+    let mut config = ebb_core::BackendConfig::new("slow");
+    config.queue_depth = 256;
+    config.wbt = ebb_core::WbtMode::Off;
+    let ebb = Builder::new()
+        .memory(16 << 20)
+        .io_threads(2)
+        .backend_with("slow", backend.clone(), config)
+        .build()
+        .unwrap();
+    let data: Vec<u8> = (0..(24u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let file = ebb.open("s", CREATE).unwrap();
+    let (max_inflight, ()) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for (i, chunk) in data.chunks(1 << 20).enumerate() {
+                file.write_at(chunk, (i as u64) << 20).unwrap();
+            }
+            file.fsync().unwrap();
+        });
+        let mut max = 0;
+        while !writer.is_finished() {
+            max = max.max(ebb.stats().bdi[0].inflight);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        writer.join().unwrap();
+        (max, ())
+    });
+    assert!(max_inflight >= 1, "no write was ever seen in flight");
+    assert!(max_inflight <= 2, "{max_inflight} writes in flight with 2 IO threads");
+    assert!(backend_bytes(&*backend, "s") == data, "data lost");
+}
