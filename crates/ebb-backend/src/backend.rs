@@ -48,6 +48,11 @@ pub struct Capabilities {
     /// Largest buffer a single `read_at`/`write_at` accepts; larger ones fail with
     /// `ErrorKind::InvalidInput`. The engine chunks its runs to at most this.
     pub max_io_bytes: u64,
+    /// Concurrent writes to one file run one at a time underneath (a local filesystem: ext4
+    /// holds a file's inode lock exclusively through an `O_DIRECT` write that extends the file
+    /// or fills a hole, and through every buffered write). A driver then gains nothing from
+    /// issuing one file's writes from several threads, and loses a thread hand-off per write.
+    pub serial_writes: bool,
 }
 
 /// How durable a completed write is.

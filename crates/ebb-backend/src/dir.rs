@@ -145,6 +145,7 @@ impl Backend for DirBackend {
             direct_io: self.direct,
             alignment,
             max_io_bytes: MAX_IO_BYTES,
+            serial_writes: true,
         }
     }
 }
@@ -179,6 +180,7 @@ pub fn open_direct_path(path: &Path) -> io::Result<Arc<dyn BackendFile>> {
             direct_io: direct,
             alignment: if direct { PAGE_SIZE as u64 } else { 1 },
             max_io_bytes: MAX_IO_BYTES,
+            serial_writes: true,
         },
         name_sync_pending: AtomicBool::new(false),
     }))

@@ -151,6 +151,7 @@ impl Backend for MemBackend {
             direct_io: false,
             alignment: 1,
             max_io_bytes: MAX_IO_BYTES,
+            serial_writes: false,
         }
     }
 
@@ -193,6 +194,7 @@ impl MemFile {
             direct_io: false,
             alignment: 1,
             max_io_bytes: MAX_IO_BYTES,
+            serial_writes: false,
         }
     }
 }

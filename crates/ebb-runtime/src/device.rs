@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use ebb_core::BackendConfig;
 
+/// Pages per write to a directory backend (1 MiB), unless the device takes less.
+pub(crate) const DIRECTORY_WRITE_PAGES: u32 = 256;
+
 /// The device facts found, each `None` when sysfs does not say (a virtual filesystem, a
 /// container without /sys).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,10 +64,14 @@ impl DeviceInfo {
         if let Some(n) = self.nr_requests {
             config.queue_depth = n.clamp(1, 65_536);
         }
-        // Writes stay at the default 512 KiB even when max_sectors_kb allows more: measured with
-        // `ebb bench read-under-write` on this machine's virtio disk (max_sectors_kb 4096),
-        // 4 MiB writes raised the reader's p99 from 2.4 ms to 6-12 ms with no gain in write
-        // throughput (BENCHMARKS.md). Only a smaller device limit lowers them.
+        // Writes of 1 MiB (256 pages, the most one bio of the kernel's writeback carries, as we
+        // recall BIO_MAX_VECS; unverified here), where the device takes them: measured on this
+        // machine's ext4 (BENCHMARKS.md, "Runtime"), writing back 4 GiB with no writer running
+        // took 2.36 s in 1 MiB writes and 3.30 s in the engine's default 512 KiB, each write of
+        // a file extension paying the filesystem's fixed cost; 4 MiB writes raised a
+        // concurrent reader's p99 from 2.4 ms to 6-12 ms with no gain in write throughput, so
+        // `max_sectors_kb` beyond 1 MiB is not used. A smaller device limit lowers them.
+        config.max_write_pages = DIRECTORY_WRITE_PAGES;
         if let Some(kb) = self.max_sectors_kb {
             config.max_write_pages = config.max_write_pages.min((kb / 4).max(1));
         }

@@ -276,6 +276,7 @@ impl Ebb {
                     needs_sync: false.into(),
                     key: (b, key),
                     handles: 0.into(),
+                    lane: Mutex::default(),
                 });
                 shared.files.write().insert(inode, fs.clone());
                 fs

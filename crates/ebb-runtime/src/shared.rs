@@ -15,7 +15,9 @@
 //! * IO workers (`io_threads`, default 8) take jobs from one queue: a write gathers the frames
 //!   of its run into an aligned buffer and writes it at once (the core sized the run; the
 //!   backend's request slots pace it), a read fills the frames the core assigned, a commit
-//!   commits; each reports its completion to the engine.
+//!   commits; each reports its completion to the engine. For a backend whose writes to one
+//!   file run one at a time anyway (`Capabilities::serial_writes`, a local filesystem), a
+//!   write's buffer goes to the file's [`Lane`] instead, whose driver writes back to back.
 //! * The timer thread sleeps until the engine's `poll_timeout` (flusher periods, wbt windows,
 //!   retries) and delivers `Event::Timer`. Any entry that brings the timeout forward wakes it.
 //! * Callers' threads are the writers and readers: they sleep for the pauses the engine decides
@@ -72,7 +74,39 @@ pub(crate) struct FileState {
     pub(crate) key: (BackendId, FileKey),
     /// Open handles.
     pub(crate) handles: std::sync::atomic::AtomicU32,
+    /// Writes copied out of the cache, waiting for this file's writing thread (backends with
+    /// `serial_writes`).
+    pub(crate) lane: Mutex<Lane>,
 }
+
+/// One file's writes, issued back to back by one thread at a time.
+///
+/// When the backend runs a file's writes one at a time (ext4 holds the inode lock exclusively
+/// through an `O_DIRECT` write that extends the file), IO threads writing one file in parallel
+/// take turns, and every turn waits for a sleeping thread to wake. Measured on this project's
+/// VM (BENCHMARKS.md, "Runtime"): 8 threads kept the disk busy about 70% of the time where one
+/// thread writing in a loop kept it 85-90% busy. So any IO thread copies a write's pages out of
+/// the cache and queues the buffer here; the first to find the lane idle drives it, writing the
+/// queued buffers in turn until none is left, and hands each completion but the last to another
+/// thread so that its next write goes out at once. Other files' writes, reads and commits keep
+/// the other threads.
+#[derive(Default)]
+pub(crate) struct Lane {
+    queue: std::collections::VecDeque<LaneWrite>,
+    driving: bool,
+}
+
+/// A write waiting in a [`Lane`].
+struct LaneWrite {
+    io: IoId,
+    offset: u64,
+    len: usize,
+    buf: AlignedBuf,
+}
+
+/// Write buffers kept for reuse by lanes (a large aligned allocation is otherwise mapped,
+/// faulted in and unmapped for every write).
+const SPARE_BUFS: usize = 32;
 
 /// A one-shot answer a thread waits for.
 pub(crate) struct Slot {
@@ -131,9 +165,27 @@ pub(crate) struct Core {
 pub(crate) const CLOSED_CACHED: usize = 512;
 
 enum Job {
-    Write { io: IoId, inode: InodeId, first: u64, pages: u64 },
-    Read { io: IoId, inode: InodeId, first: u64, frames: Vec<FrameId> },
-    Commit { io: IoId, inode: InodeId },
+    Write {
+        io: IoId,
+        inode: InodeId,
+        first: u64,
+        pages: u64,
+    },
+    /// A write a lane's driver finished, for another thread to report.
+    WriteDone {
+        io: IoId,
+        result: Result<Stability, IoError>,
+    },
+    Read {
+        io: IoId,
+        inode: InodeId,
+        first: u64,
+        frames: Vec<FrameId>,
+    },
+    Commit {
+        io: IoId,
+        inode: InodeId,
+    },
     Stop,
 }
 
@@ -154,6 +206,8 @@ pub(crate) struct Shared {
     /// Direct reads' start and end events, delivered to the engine at its next entry, so a
     /// reader never waits for the engine lock (its latency is what wbt protects).
     pub(crate) direct_reads: crossbeam::queue::SegQueue<Event>,
+    /// Spare write buffers for lanes.
+    bufs: Mutex<Vec<AlignedBuf>>,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -213,6 +267,7 @@ impl Shared {
             ids: AtomicU64::new(1),
             open_lock: Mutex::new(()),
             direct_reads: crossbeam::queue::SegQueue::new(),
+            bufs: Mutex::new(Vec::new()),
         });
         let mut threads = Vec::new();
         for i in 0..io_threads.max(1) {
@@ -417,11 +472,9 @@ impl Shared {
             match job {
                 Job::Stop => break,
                 Job::Write { io, inode, first, pages } => {
-                    let result = self.do_write(inode, first, pages, &mut buf);
-                    self.enter(|core, maps, now| {
-                        core.engine.handle(now, Event::WriteDone { io, result }, maps)
-                    });
+                    self.write_job(io, inode, first, pages, &mut buf);
                 }
+                Job::WriteDone { io, result } => self.write_done(io, result),
                 Job::Read { io, inode, first, frames } => {
                     let result = self.do_read(inode, first, &frames, &mut buf);
                     self.enter(|core, maps, now| {
@@ -449,23 +502,66 @@ impl Shared {
         }
     }
 
-    /// Writes pages `first..first + pages` (all under writeback) to the backend.
-    fn do_write(
-        &self,
-        inode: InodeId,
-        first: u64,
-        pages: u64,
-        buf: &mut AlignedBuf,
-    ) -> Result<Stability, IoError> {
+    fn write_done(&self, io: IoId, result: Result<Stability, IoError>) {
+        self.enter(|core, maps, now| {
+            core.engine.handle(now, Event::WriteDone { io, result }, maps)
+        });
+    }
+
+    /// A write job: pages `first..first + pages` (all under writeback) go to the backend, from
+    /// this thread's buffer, or through the file's lane when the backend serialises writes.
+    fn write_job(&self, io: IoId, inode: InodeId, first: u64, pages: u64, buf: &mut AlignedBuf) {
         let Some(fs) = self.file(inode) else {
-            return Err(IoError { errno: ebb_core::event::errno::EIO });
+            return self.write_done(io, Err(IoError { errno: ebb_core::event::errno::EIO }));
         };
+        let len = pages as usize * PAGE;
+        let offset = first * PAGE_SIZE;
+        if !self.backends[fs.backend.index()].caps.serial_writes {
+            Self::grow(buf, len);
+            self.gather(&fs, first, pages, buf);
+            let result = self.write_out(&fs, offset, &buf[..len]);
+            return self.write_done(io, result);
+        }
+        let mut own = self.take_buf(len);
+        self.gather(&fs, first, pages, &mut own);
+        {
+            let mut lane = fs.lane.lock();
+            lane.queue.push_back(LaneWrite { io, offset, len, buf: own });
+            if lane.driving {
+                return;
+            }
+            lane.driving = true;
+        }
+        loop {
+            let (w, more) = {
+                let mut lane = fs.lane.lock();
+                let Some(w) = lane.queue.pop_front() else {
+                    lane.driving = false;
+                    return;
+                };
+                let more = !lane.queue.is_empty();
+                (w, more)
+            };
+            let result = self.write_out(&fs, w.offset, &w.buf[..w.len]);
+            let mut spare = self.bufs.lock();
+            if spare.len() < SPARE_BUFS {
+                spare.push(w.buf);
+            }
+            drop(spare);
+            // With more queued another thread reports this write; the last is reported here
+            // (so a lone driver, io_threads = 1, never waits on itself).
+            if !(more && self.jobs.send(Job::WriteDone { io: w.io, result }).is_ok()) {
+                self.write_done(w.io, result);
+            }
+        }
+    }
+
+    /// Copies pages `first..first + pages` out of their frames into `buf` (holes as zeros).
+    fn gather(&self, fs: &FileState, first: u64, pages: u64, buf: &mut AlignedBuf) {
         let frames: Vec<Option<FrameId>> = {
             let map = fs.map.lock();
             (first..first + pages).map(|i| map.page(i).map(|p| p.frame)).collect()
         };
-        let len = pages as usize * PAGE;
-        Self::grow(buf, len);
         for (i, frame) in frames.iter().enumerate() {
             let dst = &mut buf[i * PAGE..(i + 1) * PAGE];
             match frame {
@@ -473,13 +569,28 @@ impl Shared {
                 None => dst.fill(0),
             }
         }
-        let offset = first * PAGE_SIZE;
+    }
+
+    /// A spare buffer of at least `len` bytes, or a new one.
+    fn take_buf(&self, len: usize) -> AlignedBuf {
+        let mut spare = self.bufs.lock();
+        if let Some(i) = spare.iter().position(|b| b.len() >= len) {
+            return spare.swap_remove(i);
+        }
+        drop(spare);
+        AlignedBuf::zeroed(len.next_multiple_of(128 * PAGE))
+    }
+
+    /// Writes `bytes` at `offset`, in pieces of at most the backend's largest IO, then trims
+    /// what lies past the logical size (writeback writes whole pages).
+    fn write_out(&self, fs: &FileState, offset: u64, bytes: &[u8]) -> Result<Stability, IoError> {
+        let len = bytes.len();
         let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
         let mut stability = Stability::Stable;
         let mut at = 0;
         while at < len {
             let end = (at + max).min(len);
-            match fs.file.write_at(&buf[at..end], offset + at as u64) {
+            match fs.file.write_at(&bytes[at..end], offset + at as u64) {
                 Ok(reply) => {
                     if let ebb_backend::Stability::Unstable { verifier } = reply.stability {
                         stability = Stability::Unstable { verifier };
@@ -490,7 +601,6 @@ impl Shared {
             at = end;
         }
         fs.needs_sync.store(true, Ordering::Release);
-        // Writeback writes whole pages: trim what lies past the logical size.
         let end = offset + len as u64;
         if end > fs.size.load(Ordering::Acquire) {
             let _g = fs.size_lock.lock();

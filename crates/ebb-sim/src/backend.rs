@@ -171,6 +171,7 @@ impl Shared {
             direct_io: false,
             alignment: 1,
             max_io_bytes: MAX_IO_BYTES,
+            serial_writes: false,
         }
     }
 }

@@ -144,3 +144,26 @@ fn a_write_past_the_filesystem_limit_is_reported_and_does_not_hang() {
     drop(ebb);
     assert!(start.elapsed() < Duration::from_secs(30), "dropping the cache hung on held pages");
 }
+
+/// Write errors through a lane (a directory backend, whose writes of one file one thread issues
+/// back to back): writes that fail among others queued behind them are each reported, fsync
+/// sees the error once, and the pages written again reach the disk.
+#[test]
+fn lane_write_errors_are_reported_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(FaultyBackend::new(ebb_backend::DirBackend::open(dir.path()).unwrap()));
+    assert!(faulty.capabilities().serial_writes, "a directory backend writes through a lane");
+    let plan = faulty.plan().clone();
+    let backend: Arc<dyn Backend> = faulty;
+    let ebb = Builder::new().memory(4 << 20).io_threads(4).backend("d", backend).build().unwrap();
+    let f = ebb.open("x", CREATE).unwrap();
+    plan.fail_next(FaultOp::Write, libc::EIO, 5);
+    let data: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 253) as u8).collect();
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        f.write_at(chunk, (i as u64) << 20).unwrap();
+    }
+    assert_eq!(f.fsync().unwrap_err().raw_os_error(), Some(libc::EIO), "fsync must see it");
+    f.fsync().unwrap();
+    assert_eq!(plan.injected_count(), 5);
+    assert!(std::fs::read(dir.path().join("x")).unwrap() == data, "data lost after EIO");
+}
