@@ -53,10 +53,17 @@ pub struct StreamOptions {
 pub struct StreamResult {
     /// Through ebb: bytes over the time from the first write to the end of fsync.
     pub write_mb_s: f64,
-    /// Raw `O_DIRECT` sequential writes, same block size, ended by fdatasync.
+    /// Raw `O_DIRECT` sequential writes, same block size, ended by fdatasync, of data copied
+    /// before each write from the same ordinary (unaligned) memory ebb's writer passes to
+    /// `write_at`: what an application writing its own data with `O_DIRECT` does.
     pub raw_mb_s: f64,
     /// `write_mb_s / raw_mb_s`.
     pub ratio: f64,
+    /// Raw `O_DIRECT` writes of one aligned buffer that never changes: the device's best case.
+    /// On this project's VM the same write of a buffer just filled takes longer (BENCHMARKS.md).
+    pub raw_static_mb_s: f64,
+    /// `write_mb_s / raw_static_mb_s`.
+    pub ratio_static: f64,
     /// The ebb writer's pauses (dirty throttling), milliseconds.
     pub pause_ms_p50: f64,
     /// 99th percentile pause.
@@ -69,17 +76,30 @@ pub struct StreamResult {
     pub bytes: u64,
     /// ebb's memory budget.
     pub memory_bytes: u64,
-    /// Each round's (raw, ebb) MB/s.
-    pub rounds: Vec<(f64, f64)>,
+    /// Each round's MB/s.
+    pub rounds: Vec<StreamRound>,
     /// Bytes streamed through the cache before each timed ebb run.
     pub warmup_bytes: u64,
+}
+
+/// One round of [`stream`], MB/s.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct StreamRound {
+    /// Raw, copying each block into its aligned buffer first.
+    pub raw: f64,
+    /// Raw, one unchanged buffer.
+    pub raw_static: f64,
+    /// Through ebb.
+    pub ebb: f64,
 }
 
 fn dir_backend(dir: &Path) -> io::Result<DirBackend> {
     DirBackend::open(dir)
 }
 
-fn raw_stream(dir: &Path, size: u64, block: usize) -> io::Result<f64> {
+/// Raw `O_DIRECT` sequential writes of `block` bytes; with `source`, each block is copied from
+/// it into the aligned buffer before its write.
+fn raw_stream(dir: &Path, size: u64, block: usize, source: Option<&[u8]>) -> io::Result<f64> {
     let backend = dir_backend(dir)?;
     let file = backend.open("ebb-bench-raw", CREATE)?;
     let mut buf = AlignedBuf::zeroed(block);
@@ -88,6 +108,9 @@ fn raw_stream(dir: &Path, size: u64, block: usize) -> io::Result<f64> {
     let mut at = 0;
     while at < size {
         let n = (size - at).min(block as u64) as usize;
+        if let Some(src) = source {
+            buf[..n].copy_from_slice(&src[..n]);
+        }
         file.write_at(&buf[..n], at)?;
         at += n as u64;
     }
@@ -108,9 +131,14 @@ fn settle() {
     std::thread::sleep(Duration::from_secs(1));
 }
 
+/// The bytes every streaming writer of the bench writes, block after block (ordinary memory).
+fn source_block(block: usize) -> Vec<u8> {
+    (0..block).map(|i| i as u8).collect()
+}
+
 fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, crate::ThrottleStats)> {
     let ebb = builder_with(opts.memory, &opts.knobs)?.directory(&opts.dir)?.build()?;
-    let buf: Vec<u8> = (0..opts.block).map(|i| i as u8).collect();
+    let buf = source_block(opts.block);
     if opts.warmup > 0 {
         // Stream until the bandwidth estimate and the ratelimit have each moved less than 5% in
         // the last second (at most `warmup` bytes).
@@ -159,20 +187,25 @@ pub fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
     let mut rounds = Vec::new();
     let mut pauses: Option<crate::ThrottleStats> = None;
     settle();
+    let source = source_block(opts.block);
     for _ in 0..opts.rounds.max(1) {
-        let raw = raw_stream(&opts.dir, opts.size, opts.block)?;
-        let (through_ebb, stats) = ebb_stream(opts)?;
-        rounds.push((raw, through_ebb));
+        let raw = raw_stream(&opts.dir, opts.size, opts.block, Some(&source))?;
+        let raw_static = raw_stream(&opts.dir, opts.size, opts.block, None)?;
+        let (ebb, stats) = ebb_stream(opts)?;
+        rounds.push(StreamRound { raw, raw_static, ebb });
         pauses = Some(stats);
     }
     let n = rounds.len() as f64;
-    let raw_mb_s = rounds.iter().map(|r| r.0).sum::<f64>() / n;
-    let write_mb_s = rounds.iter().map(|r| r.1).sum::<f64>() / n;
+    let raw_mb_s = rounds.iter().map(|r| r.raw).sum::<f64>() / n;
+    let raw_static_mb_s = rounds.iter().map(|r| r.raw_static).sum::<f64>() / n;
+    let write_mb_s = rounds.iter().map(|r| r.ebb).sum::<f64>() / n;
     let p = pauses.unwrap_or_default();
     Ok(StreamResult {
         write_mb_s,
         raw_mb_s,
         ratio: write_mb_s / raw_mb_s,
+        raw_static_mb_s,
+        ratio_static: write_mb_s / raw_static_mb_s,
         pause_ms_p50: p.pause_us_p50 as f64 / 1000.0,
         pause_ms_p99: p.pause_us_p99 as f64 / 1000.0,
         pause_ms_max: p.pause_us_max as f64 / 1000.0,
