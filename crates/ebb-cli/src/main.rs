@@ -208,7 +208,8 @@ enum BenchCommand {
         /// Passes per measurement.
         #[arg(long, default_value_t = 32)]
         passes: u32,
-        /// Measurements per thread count; the fastest is reported (the machine may be shared).
+        /// Measurements per thread count, the counts taking turns; the fastest of each count is
+        /// reported, and the median of the repeats' 2-over-1 ratios as the scaling.
         #[arg(long, default_value_t = 5)]
         repeats: u32,
         /// Write the results as JSON here.
