@@ -512,6 +512,13 @@ impl Engine {
         self.wbs[b.index()].flusher.current.is_some()
     }
 
+    /// Asks the flusher to write `nr_pages` pages, oldest files first (2.6.3x-3.x direct
+    /// reclaim's `wakeup_flusher_threads(total_scanned)`).
+    pub(crate) fn queue_reclaim_work(&mut self, b: BackendId, nr_pages: u64) {
+        let work = Work::new(Reason::Vmscan, nr_pages, self.now);
+        self.wbs[b.index()].flusher.works.push_back(work);
+    }
+
     /// Asks the flusher to write everything dirty (reclaim's `wakeup_flusher_threads`).
     pub(crate) fn start_all(&mut self, b: BackendId) {
         self.wbs[b.index()].flusher.start_all = true;

@@ -53,7 +53,8 @@ impl PageState {
 
 /// Per-page flags.
 pub mod flag {
-    /// Read or written recently (the kernel's `PG_referenced`): reclaim activates it.
+    /// Read or written since reclaim last examined the page (the kernel's `PG_referenced`):
+    /// reclaim keeps such a dirty page for another trip instead of writing it.
     pub const REFERENCED: u8 = 1;
     /// Selected by an integrity sync; only tagged pages are written by that sync (livelock
     /// avoidance, the kernel's `PAGECACHE_TAG_TOWRITE`).
@@ -511,6 +512,10 @@ impl PageMap {
                         break 'chunks;
                     }
                 }
+                // The write marks the page accessed: the 2.6.x-3.x write path calls
+                // `mark_page_accessed` on each page it copies into, so a written page reaches
+                // the LRU tail referenced (see `reclaim`).
+                self.chunks[chunk as usize].slots[offset].flags |= flag::REFERENCED;
                 // A rewrite clears a permanent error: the user supplied new data.
                 if self.unhold(chunk, offset) {
                     out.unheld += 1;

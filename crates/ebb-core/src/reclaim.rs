@@ -12,7 +12,21 @@
 //!   last whole pass found only unqueued dirty file pages (the kernel's `PGDAT_DIRTY` rule).
 //! - `legacy` (before v3.2): both kinds of reclaim write the dirty page themselves, one page
 //!   per write (`pageout`), and mark it so it is freed when the write completes; pages it
-//!   leaves stay on the inactive list.
+//!   leaves stay on the inactive list. Direct reclaim that scanned more than 1.5 times the pages
+//!   it wanted wakes the flushers to write as many pages as it scanned (2.6.3x-3.x
+//!   `do_try_to_free_pages`, kernel-reference §8.5); the batch rules above see only the dirty
+//!   pages legacy reclaim could not write.
+//!
+//! Referenced dirty pages (kernel-reference §8.3, `PAGEREF_RECLAIM_CLEAN`, in the kernel since
+//! 2.6.34): every examination of a dirty page at the tail tests and clears its referenced bit,
+//! and a page that reclaim would write (any under `legacy`; under `flusher-only` only one
+//! background reclaim may write, above) but that was referenced is kept for another trip round
+//! the inactive list instead. Writes set the bit: the 2.6.x-3.x buffered write path
+//! (`generic_perform_write`) calls `mark_page_accessed` on each page it copies into, so a page
+//! written once reaches the tail referenced and is written by reclaim only if it is still dirty
+//! on its second trip. (The kernel activates a page accessed a second time while on the LRU; the
+//! model does not, and the workloads here write each page once.) Clean pages are freed whether
+//! referenced or not (unmapped page cache, `PAGEREF_RECLAIM_CLEAN` again).
 //!
 //! Throttling (kernel-reference §8.5): when kswapd finds pages under writeback a second time it
 //! stops scanning for HZ/10 or until `SWAP_CLUSTER_MAX` pages have been written (`WRITEBACK`;
@@ -214,6 +228,19 @@ impl Engine {
         }
         self.stats.direct_scanned += shrink.scanned;
         self.stats.direct_reclaimed += shrink.reclaimed;
+        if self.cfg.reclaim == ReclaimPolicy::Legacy && 2 * shrink.scanned > 3 * target {
+            // 2.6.3x-3.x `do_try_to_free_pages`: direct reclaim that scanned more than 1.5 times
+            // what it wanted wakes the flushers to write as many pages as it scanned
+            // (kernel-reference §8.5, older history). `flusher-only` wakes them by the batch
+            // rules of `shrink_counted` instead.
+            for b in 0..self.wbs.len() {
+                let b = BackendId(b as u32);
+                if self.wbs[b.index()].counters.writable() > 0 {
+                    self.queue_reclaim_work(b, shrink.scanned);
+                    self.stats.reclaim_flusher_wakeups += 1;
+                }
+            }
+        }
         let dirty = shrink.unqueued_dirty + shrink.writeback;
         if self.cfg.reclaim == ReclaimPolicy::FlusherOnly
             && dirty > 0
@@ -505,29 +532,54 @@ impl Engine {
                     out.reclaimed += 1;
                 }
                 PageState::Dirty => {
+                    // Every examination tests and clears the referenced bit (the kernel's
+                    // `page_check_references`); writes set it (module doc).
+                    let referenced =
+                        maps.with(inode, |m| m.clear_flags(index, flag::REFERENCED)) != 0;
                     let seen_before = info.flags & flag::RECLAIM != 0;
                     let held = info.flags & flag::HELD != 0;
-                    let write_it = !held
+                    let may_write = !held
                         && match self.cfg.reclaim {
                             ReclaimPolicy::Legacy => true,
                             ReclaimPolicy::FlusherOnly => !direct && seen_before && self.node_dirty,
                         };
-                    maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
-                    self.mem.move_to_head(frame, self.skipped_list(write_it));
                     self.reclaim.recent_rotated[1] += 1;
-                    if write_it && self.pageout(inode, index, maps) {
-                        if direct {
-                            self.stats.direct_written += 1;
-                        } else {
-                            self.stats.kswapd_written += 1;
+                    let b = self.inodes[&inode].backend;
+                    if may_write && referenced {
+                        // Referenced and dirty: kept for another trip round the inactive list,
+                        // not written (`PAGEREF_RECLAIM_CLEAN`, kernel-reference §8.3).
+                        self.mem.move_to_head(frame, List::Inactive);
+                        self.stats.reclaim_kept_referenced += 1;
+                        if self.cfg.reclaim == ReclaimPolicy::FlusherOnly {
+                            // Counted as unqueued dirty, as the kernel counts it before the
+                            // referenced test (node flag, flusher wakeups). The 2.6.3x kernel
+                            // had neither rule (its reclaim woke the flushers from direct
+                            // reclaim's scan count instead), so under `legacy` a kept page
+                            // counts as scanned only, as the pages legacy writes do.
+                            out.unqueued_dirty += 1;
+                            batch.unqueued_dirty += 1;
+                            if !woken.contains(&b) {
+                                woken.push(b);
+                            }
                         }
                     } else {
                         out.unqueued_dirty += 1;
                         batch.unqueued_dirty += 1;
-                        self.stats.reclaim_immediate += 1;
-                        let b = self.inodes[&inode].backend;
-                        if !woken.contains(&b) {
-                            woken.push(b);
+                        maps.with(inode, |m| m.set_flags(index, flag::RECLAIM));
+                        self.mem.move_to_head(frame, self.skipped_list(may_write));
+                        if may_write && self.pageout(inode, index, maps) {
+                            out.unqueued_dirty -= 1;
+                            batch.unqueued_dirty -= 1;
+                            if direct {
+                                self.stats.direct_written += 1;
+                            } else {
+                                self.stats.kswapd_written += 1;
+                            }
+                        } else {
+                            self.stats.reclaim_immediate += 1;
+                            if !woken.contains(&b) {
+                                woken.push(b);
+                            }
                         }
                     }
                 }
@@ -779,6 +831,50 @@ mod tests {
         c.backends.push(BackendConfig::new("swap"));
         c.swap_backend = swap.then_some(1);
         c
+    }
+
+    /// A page written once reaches the LRU tail referenced: reclaim that would write it
+    /// (`legacy` here) keeps it for another trip instead, clearing the bit, and writes it on the
+    /// second trip if it is still dirty (`PAGEREF_RECLAIM_CLEAN`). A page written again in
+    /// between is referenced again and kept again.
+    #[test]
+    fn referenced_dirty_pages_get_a_second_trip() {
+        let mut config = Config::new(64 << 20, BackendConfig::new("data"));
+        config.reclaim = ReclaimPolicy::Legacy;
+        let mut engine = Engine::new(config, Instant::ZERO).expect("valid");
+        let mut maps = MapStore::new();
+        let inode = InodeId(1);
+        let open = Event::Open { handle: crate::HandleId(1), inode, backend: BackendId(0) };
+        engine.handle(Instant::ZERO, open, &mut maps);
+        let mut w = Writer::new(WriterId(0), GroupId(0));
+        let mut frames = Vec::new();
+        assert_eq!(engine.alloc_frames(8, &mut frames, &mut maps), 8);
+        w.frames = frames;
+        let step = crate::writer::write_pages(&mut w, inode, maps.get_mut(inode), 0, 8);
+        assert_eq!(step.consumed, 8);
+        engine.apply_pending(&mut w, &mut maps);
+        let referenced = |maps: &mut MapStore, i: u64| {
+            maps.get(inode).and_then(|m| m.page(i)).expect("resident").flags & flag::REFERENCED != 0
+        };
+        assert!((0..8).all(|i| referenced(&mut maps, i)), "writes mark the pages accessed");
+        // First trip: all eight are kept, unwritten, and lose the bit.
+        let (s, _) = engine.shrink_counted(0, 8, false, &mut maps);
+        assert_eq!((s.scanned, s.reclaimed), (8, 0));
+        assert_eq!(engine.stats.kswapd_written, 0);
+        assert_eq!(engine.stats.reclaim_kept_referenced, 8);
+        assert!((0..8).all(|i| !referenced(&mut maps, i)));
+        // Page 0 is written again before the next trip: referenced again.
+        let step = crate::writer::write_pages(&mut w, inode, maps.get_mut(inode), 0, 1);
+        assert_eq!(step.consumed, 1);
+        // Second trip: the seven untouched pages are written one by one, page 0 is kept.
+        let (s, _) = engine.shrink_counted(0, 8, false, &mut maps);
+        assert_eq!((s.scanned, s.reclaimed), (8, 0));
+        assert_eq!(engine.stats.kswapd_written, 7);
+        assert_eq!(engine.stats.reclaim_kept_referenced, 9);
+        let writes = std::iter::from_fn(|| engine.poll_action())
+            .filter(|a| matches!(a, Action::Write { pages: 1, .. }))
+            .count();
+        assert_eq!(writes, 7, "single-page writes from reclaim");
     }
 
     /// Allocations take the highest zone first and fall back to lower zones only when it is

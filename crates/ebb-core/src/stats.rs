@@ -65,6 +65,9 @@ pub struct Stats {
     pub reclaim_stall_ns: u64,
     /// Dirty or writeback pages found at the LRU tail and left for the flusher.
     pub reclaim_immediate: u64,
+    /// Dirty pages reclaim would have written but kept for another trip because they were
+    /// referenced since the last examination (`PAGEREF_RECLAIM_CLEAN`).
+    pub reclaim_kept_referenced: u64,
     /// Flusher wakeups requested by reclaim.
     pub reclaim_flusher_wakeups: u64,
 }

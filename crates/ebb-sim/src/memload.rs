@@ -272,6 +272,7 @@ pub(crate) fn reclaim_metrics(
     put("swap_out_pages", (stats.kswapd_swapped + stats.direct_swapped) as f64);
     put("direct_swap_out_pages", stats.direct_swapped as f64);
     put("reclaim_immediate", stats.reclaim_immediate as f64);
+    put("reclaim_kept_referenced", stats.reclaim_kept_referenced as f64);
     put("reclaim_stalls", stats.reclaim_stalls as f64);
     put("reclaim_stall_s", stats.reclaim_stall_ns as f64 / 1e9);
     if files > 0 {

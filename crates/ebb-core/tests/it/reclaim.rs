@@ -81,3 +81,67 @@ fn without_swap_anonymous_memory_stalls() {
     assert!(engine.stats().reclaim_stalls >= 1);
     assert_eq!(engine.stats().kswapd_swapped + engine.stats().direct_swapped, 0);
 }
+
+/// Writes `pages` pages of a new file (below the background threshold, so no writeback starts),
+/// then faults in anonymous memory until reclaim must take the dirty file pages. Returns the
+/// engine and the page counts of the writes issued meanwhile (never completed).
+fn dirty_file_then_anon_burst(policy: ReclaimPolicy, pages: u64) -> (Engine, Vec<u64>) {
+    let mut c = config(false);
+    c.reclaim = policy;
+    c.dirty_ratio = 90;
+    c.dirty_background_ratio = 80;
+    let mut engine = Engine::new(c, Instant::ZERO).expect("valid");
+    let mut maps = MapStore::new();
+    let inode = InodeId(7);
+    let open = Event::Open { handle: HandleId(1), inode, backend: BackendId(0) };
+    engine.handle(Instant::ZERO, open, &mut maps);
+    let now = Instant::ZERO + Duration::from_millis(1);
+    let mut w = Writer::new(WriterId(0), GroupId(0));
+    let mut pos = 0;
+    while pos < pages {
+        let step = write_pages(&mut w, inode, maps.get_mut(inode), pos, pages - pos);
+        pos += step.consumed;
+        if step.inode_became_dirty {
+            engine.inode_dirtied(now, inode);
+        }
+        if step.next == NextStep::Check {
+            let verdict = engine.balance_dirty_pages(now, &mut w, &mut maps);
+            assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+        }
+    }
+    engine.flush_writer(now, &mut w, &mut maps);
+    let mut writes = Vec::new();
+    let mut program = Writer::new(WriterId(1), GroupId(0));
+    for _ in 0..8 {
+        engine.anon_fault(now, &mut program, 1024, &mut maps);
+        while let Some(action) = engine.poll_action() {
+            if let Action::Write { pages, .. } = action {
+                writes.push(pages);
+            }
+        }
+    }
+    (engine, writes)
+}
+
+/// A burst of anonymous faults over a file dirtied once and not yet written: `legacy` reclaim
+/// keeps each dirty page for one more trip (it was referenced by its write), then writes the
+/// pages it meets again one page at a time; its direct reclaim, having scanned more than 1.5
+/// times what it wanted, also wakes the flusher for as many pages as it scanned.
+/// `flusher-only` direct reclaim writes none and wakes the flusher, which writes them in large
+/// requests.
+#[test]
+fn legacy_reclaim_writes_dirty_pages_on_their_second_trip() {
+    let (old, writes) = dirty_file_then_anon_burst(ReclaimPolicy::Legacy, 2048);
+    let s = old.stats();
+    assert!(s.reclaim_kept_referenced > 0, "first trip kept them: {s:?}");
+    assert!(s.kswapd_written + s.direct_written > 0, "second trip wrote them: {s:?}");
+    let single = writes.iter().filter(|&&p| p == 1).count() as u64;
+    assert!(single >= s.kswapd_written + s.direct_written, "{writes:?}");
+    assert!(s.reclaim_flusher_wakeups > 0, "direct reclaim's scan woke the flusher: {s:?}");
+    assert!(writes.iter().any(|&p| p > 1), "the flusher wrote: {writes:?}");
+    let (new, writes) = dirty_file_then_anon_burst(ReclaimPolicy::FlusherOnly, 2048);
+    let s = new.stats();
+    assert_eq!(s.direct_written, 0, "{s:?}");
+    assert!(s.reclaim_flusher_wakeups > 0, "{s:?}");
+    assert!(writes.iter().any(|&p| p > 1), "the flusher wrote: {writes:?}");
+}
