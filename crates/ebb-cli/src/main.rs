@@ -179,9 +179,12 @@ enum BenchCommand {
         /// Directory on the filesystem to test.
         #[arg(long)]
         dir: PathBuf,
-        /// Seconds per mode.
+        /// Seconds per mode and round.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Rounds: the modes take turns and each mode's reads of every round are merged.
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
         /// Size of the file read at random.
         #[arg(long, default_value = "1GiB")]
         read_size: String,
@@ -356,7 +359,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let result = bench::stream(&opts)?;
             print_json(&result, json.as_deref())?;
         }
-        BenchCommand::ReadUnderWrite { dir, seconds, read_size, memory, knob, json } => {
+        BenchCommand::ReadUnderWrite { dir, seconds, rounds, read_size, memory, knob, json } => {
             let opts = bench::ReadUnderWriteOptions {
                 knobs: parse_knobs(&knob)?,
                 dir,
@@ -364,6 +367,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 read_file_size: size_arg("--read-size", &read_size)?,
                 write_file_size: 4 << 30,
                 memory: size_arg("--memory", &memory)?,
+                rounds,
             };
             let result =
                 bench::read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;

@@ -232,6 +232,10 @@ pub struct ReadUnderWriteOptions {
     pub memory: u64,
     /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
     pub knobs: Vec<(String, String)>,
+    /// Rounds: the modes take turns (idle, ebb wbt on, ebb wbt off, kernel, then again), and
+    /// each mode's reads of every round make one histogram, so that every mode samples the
+    /// machine's slow moments alike.
+    pub rounds: u32,
 }
 
 /// One mode of [`read_under_write`].
@@ -261,8 +265,10 @@ pub struct ModeResult {
 pub struct ReadUnderWriteResult {
     /// `idle`, `ebb_wbt_on`, `ebb_wbt_off`, `kernel`.
     pub modes: BTreeMap<String, ModeResult>,
-    /// Seconds per mode.
+    /// Seconds per mode and round.
     pub seconds: f64,
+    /// Rounds.
+    pub rounds: u32,
     /// ebb's memory budget.
     pub memory_bytes: u64,
     /// The wbt latency target ebb used, microseconds.
@@ -331,7 +337,7 @@ fn reader_beside_writer(
     read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
     write: impl FnMut(&[u8], u64) -> io::Result<()>,
     sync: impl FnOnce() -> io::Result<()>,
-) -> io::Result<ModeResult> {
+) -> io::Result<(Histogram<u64>, f64)> {
     let stop = AtomicBool::new(false);
     let (h, mb_s) = std::thread::scope(|s| {
         let r = s.spawn(|| reader(pages, &stop, read));
@@ -342,7 +348,7 @@ fn reader_beside_writer(
         stop.store(true, Ordering::Relaxed);
         (r.join().expect("reader thread"), w)
     });
-    Ok(mode_result(&h?, mb_s?))
+    Ok((h?, mb_s?))
 }
 
 /// A builder with ebb's memory budget and the given knobs.
@@ -386,67 +392,91 @@ pub fn read_under_write(
     let pages = size / 4096;
     progress("preparing the read file");
     let read_file = prepare_read_file(&opts.dir, size)?;
-    let mut modes = BTreeMap::new();
     let secs = opts.seconds;
-
-    progress("idle: the reader alone");
-    let stop = AtomicBool::new(false);
-    let h = std::thread::scope(|s| {
-        let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        stop.store(true, Ordering::Relaxed);
-        r.join().expect("reader thread")
-    })?;
-    modes.insert("idle".to_owned(), mode_result(&h, 0.0));
-
-    let mut wbt_lat = 0;
-    for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
-        progress(mode);
-        let ebb = builder_with(opts.memory, &opts.knobs)?
-            .knob("wbt", wbt)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
-            .directory(&opts.dir)?
-            .build()?;
-        {
-            let core = ebb.inner.shared.core.lock();
-            wbt_lat = wbt_lat.max(core.engine.config().backends[0].wbt_target_usec());
+    // Per mode: the merged read latencies and each round's writer MB/s.
+    let mut runs: BTreeMap<&str, (Histogram<u64>, Vec<f64>)> = BTreeMap::new();
+    let mut add = |mode: &'static str, h: Histogram<u64>, mb_s: f64| -> io::Result<()> {
+        let e = runs.entry(mode).or_insert_with(|| (h.clone(), Vec::new()));
+        if e.1.is_empty() {
+            e.0 = h;
+        } else {
+            e.0.add(&h).map_err(|e| io::Error::other(e.to_string()))?;
         }
-        let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
-        let wf = ebb.open("ebb-bench-write", CREATE)?;
-        let result = reader_beside_writer(
+        e.1.push(mb_s);
+        Ok(())
+    };
+    let mut wbt_lat = 0;
+    settle();
+    for round in 1..=opts.rounds.max(1) {
+        progress(&format!("round {round}: idle, the reader alone"));
+        let stop = AtomicBool::new(false);
+        let h = std::thread::scope(|s| {
+            let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            stop.store(true, Ordering::Relaxed);
+            r.join().expect("reader thread")
+        })?;
+        add("idle", h, 0.0)?;
+
+        for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
+            progress(&format!("round {round}: {mode}"));
+            let ebb = builder_with(opts.memory, &opts.knobs)?
+                .knob("wbt", wbt)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+                .directory(&opts.dir)?
+                .build()?;
+            {
+                let core = ebb.inner.shared.core.lock();
+                wbt_lat = wbt_lat.max(core.engine.config().backends[0].wbt_target_usec());
+            }
+            let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
+            let wf = ebb.open("ebb-bench-write", CREATE)?;
+            let (h, mb_s) = reader_beside_writer(
+                pages,
+                secs,
+                opts.write_file_size,
+                |b, o| rf.read_direct_at(b, o),
+                |b, o| wf.write_at(b, o).map(drop),
+                || wf.fsync(),
+            )?;
+            add(mode, h, mb_s)?;
+            drop(rf);
+            wf.close()?;
+            ebb.remove("ebb-bench-write")?;
+            drop(ebb);
+            settle();
+        }
+
+        progress(&format!("round {round}: kernel, a buffered writer through the page cache"));
+        let path = opts.dir.join("ebb-bench-kernel-write");
+        let kf = std::fs::File::create(&path)?;
+        let (h, mb_s) = reader_beside_writer(
             pages,
             secs,
             opts.write_file_size,
-            |b, o| rf.read_direct_at(b, o),
-            |b, o| wf.write_at(b, o).map(drop),
-            || wf.fsync(),
+            |b, o| read_file.read_at(b, o),
+            |b, o| {
+                use std::os::unix::fs::FileExt;
+                kf.write_all_at(b, o)
+            },
+            || kf.sync_data(),
         )?;
-        modes.insert(mode.to_owned(), result);
-        drop(rf);
-        wf.close()?;
-        ebb.remove("ebb-bench-write")?;
+        add("kernel", h, mb_s)?;
+        drop(kf);
+        std::fs::remove_file(&path)?;
+        settle();
     }
-
-    progress("kernel: buffered writer through the page cache");
-    let path = opts.dir.join("ebb-bench-kernel-write");
-    let kf = std::fs::File::create(&path)?;
-    let result = reader_beside_writer(
-        pages,
-        secs,
-        opts.write_file_size,
-        |b, o| read_file.read_at(b, o),
-        |b, o| {
-            use std::os::unix::fs::FileExt;
-            kf.write_all_at(b, o)
-        },
-        || kf.sync_data(),
-    )?;
-    modes.insert("kernel".to_owned(), result);
-    drop(kf);
-    std::fs::remove_file(&path)?;
+    let modes = runs
+        .into_iter()
+        .map(|(mode, (h, mb_s))| {
+            let mean = mb_s.iter().sum::<f64>() / mb_s.len().max(1) as f64;
+            (mode.to_owned(), mode_result(&h, mean))
+        })
+        .collect();
     Ok(ReadUnderWriteResult {
         modes,
         seconds: secs,
+        rounds: opts.rounds.max(1),
         memory_bytes: opts.memory,
         wbt_lat_usec: wbt_lat,
     })
