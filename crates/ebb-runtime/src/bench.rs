@@ -507,6 +507,9 @@ pub struct WritePathRun {
     pub ns_per_write: f64,
     /// All threads' writes per second in that pass.
     pub writes_per_s: f64,
+    /// CPU time of a writer thread per write in the same passes (median over the repeats):
+    /// the cost of a write with the machine's availability taken out.
+    pub cpu_ns_per_write: f64,
     /// The first pass: pages new to the cache, including the first touch of their memory
     /// (page faults, which dominate on a VM).
     pub ns_per_write_cold: f64,
@@ -536,16 +539,34 @@ pub struct WritePathResult {
     pub scaling_1_to_2: Option<f64>,
     /// Every repeat's ratio, sorted.
     pub scaling_1_to_2_pairs: Vec<f64>,
+    /// CPU time per write with 2 threads over 1 thread (median of the repeats' ratios): 1.0
+    /// when a write costs a thread the same CPU with another writer beside it, whatever share
+    /// of the machine the threads got.
+    pub cpu_cost_2_over_1: Option<f64>,
+}
+
+/// What one measurement of [`write_path`] saw.
+struct WritePathOnce {
+    /// The first pass's wall time, seconds.
+    cold: f64,
+    /// The later passes' mean wall time, seconds.
+    warm: f64,
+    /// CPU time of the writer threads in the later passes, nanoseconds per write (the mean over
+    /// threads).
+    cpu_ns_per_write: f64,
+    /// Shared-counter reads, throttle checks, throttled checks.
+    counters: (u64, u64, u64),
+}
+
+/// The calling thread's CPU time, nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// One measurement of [`write_path`]: a fresh cache, `threads` writers each rewriting its own
-/// file `1 + passes` times. Returns the first pass's time, the mean of the later passes, and the
-/// shared-counter figures.
-fn write_path_once(
-    threads: usize,
-    per: u64,
-    passes: u32,
-) -> io::Result<(f64, f64, (u64, u64, u64))> {
+/// file `1 + passes` times.
+fn write_path_once(threads: usize, per: u64, passes: u32) -> io::Result<WritePathOnce> {
     // Freerun point above everything written: memory 4x the data, dirty limits at 90/80%.
     let memory = (per * threads as u64 * 4).max(64 << 20);
     let ebb = Builder::new()
@@ -563,23 +584,28 @@ fn write_path_once(
     let start = std::sync::Barrier::new(threads + 1);
     let end = std::sync::Barrier::new(threads + 1);
     let mut times = Vec::with_capacity(rounds as usize);
-    std::thread::scope(|s| -> io::Result<()> {
+    let cpu_total = std::thread::scope(|s| -> io::Result<u64> {
         let workers: Vec<_> = files
             .iter()
             .map(|f| {
                 let (start, end) = (&start, &end);
-                s.spawn(move || -> io::Result<()> {
+                s.spawn(move || -> io::Result<u64> {
                     let page = [0x5au8; 4096];
-                    for _ in 0..rounds {
+                    let mut cpu = 0;
+                    for round in 0..rounds {
                         start.wait();
+                        let before = thread_cpu_ns();
                         let mut at = 0;
                         while at < per {
                             f.write_at(&page, at)?;
                             at += 4096;
                         }
+                        if round > 0 {
+                            cpu += thread_cpu_ns() - before;
+                        }
                         end.wait();
                     }
-                    Ok(())
+                    Ok(cpu)
                 })
             })
             .collect();
@@ -590,7 +616,7 @@ fn write_path_once(
             end.wait();
             times.push(t.elapsed().as_secs_f64());
         }
-        workers.into_iter().try_for_each(|h| h.join().expect("writer thread"))
+        workers.into_iter().map(|h| h.join().expect("writer thread")).sum::<io::Result<u64>>()
     })?;
     let stats = ebb.stats().counters;
     for f in files {
@@ -599,7 +625,13 @@ fn write_path_once(
     // The first pass dirties pages new to the cache (page faults of new memory); the others
     // dirty clean cached pages.
     let warm = times[1..].iter().sum::<f64>() / f64::from(passes);
-    Ok((times[0], warm, (stats.global_counter_reads, stats.throttle_checks, stats.throttled_calls)))
+    let writes = (per / 4096) as f64 * f64::from(passes) * threads as f64;
+    Ok(WritePathOnce {
+        cold: times[0],
+        warm,
+        cpu_ns_per_write: cpu_total as f64 / writes,
+        counters: (stats.global_counter_reads, stats.throttle_checks, stats.throttled_calls),
+    })
 }
 
 /// Measures the write path into a memory backend with limits high enough that nobody throttles.
@@ -621,16 +653,24 @@ pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
     let mut warm = vec![Vec::new(); opts.threads.len()];
     let mut cold = vec![0.0; opts.threads.len()];
     let mut counters = vec![(0, 0, 0); opts.threads.len()];
+    let mut cpu = vec![Vec::new(); opts.threads.len()];
     for r in 0..opts.repeats.max(1) {
         for (i, &threads) in opts.threads.iter().enumerate() {
-            let (c, w, k) = write_path_once(threads, per, passes)?;
+            let m = write_path_once(threads, per, passes)?;
             if r == 0 {
-                cold[i] = c;
+                cold[i] = m.cold;
             }
-            warm[i].push(w);
+            warm[i].push(m.warm);
+            cpu[i].push(m.cpu_ns_per_write);
+            let k = m.counters;
             counters[i] = (counters[i].0 + k.0, counters[i].1 + k.1, counters[i].2 + k.2);
         }
     }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
     let runs: Vec<WritePathRun> = opts
         .threads
         .iter()
@@ -641,6 +681,7 @@ pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
             WritePathRun {
                 threads,
                 ns_per_write: fastest * 1e9 / writes,
+                cpu_ns_per_write: median(&cpu[i]),
                 writes_per_s: writes * threads as f64 / fastest,
                 ns_per_write_cold: cold[i] * 1e9 / writes,
                 writes_per_s_cold: writes * threads as f64 / cold[i],
@@ -660,6 +701,10 @@ pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
         _ => Vec::new(),
     };
     pairs.sort_by(f64::total_cmp);
+    let cpu_pairs: Vec<f64> = match (index(1), index(2)) {
+        (Some(one), Some(two)) => cpu[two].iter().zip(&cpu[one]).map(|(c2, c1)| c2 / c1).collect(),
+        _ => Vec::new(),
+    };
     let first = runs[0].clone();
     Ok(WritePathResult {
         ns_per_write: first.ns_per_write,
@@ -667,6 +712,7 @@ pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
         global_counter_reads_per_check: first.global_counter_reads_per_check,
         scaling_1_to_2: (!pairs.is_empty()).then(|| pairs[pairs.len() / 2]),
         scaling_1_to_2_pairs: pairs,
+        cpu_cost_2_over_1: (!cpu_pairs.is_empty()).then(|| median(&cpu_pairs)),
         runs,
     })
 }
