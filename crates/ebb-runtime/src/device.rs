@@ -25,6 +25,8 @@ pub struct DeviceInfo {
     pub nr_requests: Option<u32>,
     /// `queue/max_sectors_kb`.
     pub max_sectors_kb: Option<u32>,
+    /// `queue/max_segments`.
+    pub max_segments: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -50,6 +52,7 @@ impl DeviceInfo {
             write_cache: read("write_cache").map(|s| s.trim() == "write back"),
             nr_requests: read("nr_requests").and_then(|s| s.trim().parse().ok()),
             max_sectors_kb: read("max_sectors_kb").and_then(|s| s.trim().parse().ok()),
+            max_segments: read("max_segments").and_then(|s| s.trim().parse().ok()),
         }
     }
 
@@ -75,5 +78,43 @@ impl DeviceInfo {
         if let Some(kb) = self.max_sectors_kb {
             config.max_write_pages = config.max_write_pages.min((kb / 4).max(1));
         }
+        // Each 4 KiB page of an IO buffer may be a scatter-gather segment of its own (pages
+        // that happen to be physically adjacent merge), and a write of more segments than the
+        // device takes is split into two requests: this virtio disk (max_segments 254) saw
+        // 1 MiB writes arrive as 630 KiB requests on average, and 1016 KiB writes as 910 KiB,
+        // 10-20% faster (BENCHMARKS.md, "Runtime").
+        if let Some(segments) = self.max_segments {
+            config.max_write_pages = config.max_write_pages.min(segments.max(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes are 1 MiB unless the device takes fewer pages in one request (`max_sectors_kb`)
+    /// or fewer scatter-gather segments (`max_segments`, one per page at worst).
+    #[test]
+    fn write_size_follows_the_device_limits() {
+        let mut config = BackendConfig::new("d");
+        DeviceInfo::default().apply(&mut config);
+        assert_eq!(config.max_write_pages, DIRECTORY_WRITE_PAGES);
+        let virtio = DeviceInfo {
+            max_sectors_kb: Some(4096),
+            max_segments: Some(254),
+            rotational: Some(true),
+            ..DeviceInfo::default()
+        };
+        virtio.apply(&mut config);
+        assert_eq!(config.max_write_pages, 254);
+        assert!(config.rotational);
+        let usb = DeviceInfo {
+            max_sectors_kb: Some(120),
+            max_segments: Some(2048),
+            ..DeviceInfo::default()
+        };
+        usb.apply(&mut config);
+        assert_eq!(config.max_write_pages, 30);
     }
 }
