@@ -32,7 +32,7 @@ mod dir;
 mod faulty;
 mod mem;
 
-pub use aligned::{AlignedBuf, PAGE_SIZE};
+pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};
 pub use backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, ServerRestart, Stability,
     WriteReply, check_name, check_request,

@@ -106,7 +106,7 @@ struct LaneWrite {
 
 /// Write buffers kept for reuse by lanes (a large aligned allocation is otherwise mapped,
 /// faulted in and unmapped for every write).
-const SPARE_BUFS: usize = 32;
+const SPARE_BUFS: usize = 16;
 
 /// A one-shot answer a thread waits for.
 pub(crate) struct Slot {
@@ -578,7 +578,8 @@ impl Shared {
             return spare.swap_remove(i);
         }
         drop(spare);
-        AlignedBuf::zeroed(len.next_multiple_of(128 * PAGE))
+        // Huge-page backed: one scatter-gather segment per write (`AlignedBuf::huge`).
+        AlignedBuf::huge(len)
     }
 
     /// Writes `bytes` at `offset`, in pieces of at most the backend's largest IO, then trims
