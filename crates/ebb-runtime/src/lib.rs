@@ -62,7 +62,10 @@ impl Builder {
         Builder { memory: 256 << 20, knobs: Vec::new(), backends: Vec::new(), io_threads: 8 }
     }
 
-    /// The memory budget in bytes; the cache never holds more (at least 4 MiB).
+    /// The memory budget in bytes; the cache never holds more (at least 4 MiB). The IO threads'
+    /// buffers come on top: per thread one as large as its largest read or write (at least
+    /// 512 KiB), and for backends with `serial_writes` one 2 MiB huge-page buffer per write in
+    /// flight plus at most 8 spare (at most 32 MiB with the default 8 threads).
     pub fn memory(mut self, bytes: u64) -> Builder {
         self.memory = bytes;
         self

@@ -106,7 +106,7 @@ struct LaneWrite {
 
 /// Write buffers kept for reuse by lanes (a large aligned allocation is otherwise mapped,
 /// faulted in and unmapped for every write).
-const SPARE_BUFS: usize = 16;
+const SPARE_BUFS: usize = 8;
 
 /// A one-shot answer a thread waits for.
 pub(crate) struct Slot {
