@@ -57,8 +57,9 @@ fn describe(progress: &DrainProgress) -> String {
 
 impl DataPath for EbbData {
     fn attach(&self, key: u64, path: &Path) -> io::Result<Box<dyn DataFile>> {
-        let backing = ebb_backend::open_direct_path(path)?;
-        let file = self.ebb.attach(&self.backend, key, backing)?;
+        // The backing file is opened only when ebb does not cache this key yet.
+        let file =
+            self.ebb.attach_with(&self.backend, key, || ebb_backend::open_direct_path(path))?;
         Ok(Box::new(EbbFile(file)))
     }
 

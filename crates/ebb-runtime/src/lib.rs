@@ -245,8 +245,20 @@ impl Ebb {
     /// under `key`: every attach with the same key shares one cached file. `backend` names the
     /// builder backend whose writeback accounting it belongs to.
     pub fn attach(&self, backend: &str, key: u64, file: Arc<dyn BackendFile>) -> io::Result<File> {
+        self.attach_with(backend, key, || Ok(file))
+    }
+
+    /// Like [`Ebb::attach`], but `open` runs only when no file is cached under `key` yet, so a
+    /// caller that opens a descriptor per handle (a FUSE open) opens one per cached file
+    /// instead. Its error is returned as is.
+    pub fn attach_with(
+        &self,
+        backend: &str,
+        key: u64,
+        open: impl FnOnce() -> io::Result<Arc<dyn BackendFile>>,
+    ) -> io::Result<File> {
         let b = self.backend_id(backend)?;
-        self.open_key(b, FileKey::Id(key), || Ok(file))
+        self.open_key(b, FileKey::Id(key), open)
     }
 
     fn open_key(

@@ -435,3 +435,29 @@ fn lane_writes_of_shared_files_arrive_whole() {
     }
     assert!(std::fs::read(dir.path().join("other")).unwrap() == vec![0xa5u8; 12 << 20]);
 }
+
+/// `attach_with` opens the caller's file only when the key is not cached yet: a second attach
+/// shares the first one's cached file (and sees its data) without opening, and an opener's
+/// error comes back as is.
+#[test]
+fn attach_with_opens_once_per_cached_file() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = small_cache(backend.clone());
+    let opens = std::sync::atomic::AtomicU32::new(0);
+    let open = || {
+        opens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        backend.open("k", CREATE)
+    };
+    let a = ebb.attach_with("mem", 3, open).unwrap();
+    a.write_at(b"shared", 0).unwrap();
+    let b = ebb.attach_with("mem", 3, open).unwrap();
+    assert_eq!(opens.load(std::sync::atomic::Ordering::Relaxed), 1, "the second attach opened");
+    let mut got = [0u8; 6];
+    b.read_at(&mut got, 0).unwrap();
+    assert_eq!(&got, b"shared");
+    let refused = ebb.attach_with("mem", 4, || Err(std::io::Error::from_raw_os_error(13)));
+    assert_eq!(refused.unwrap_err().raw_os_error(), Some(13));
+    assert_eq!(ebb.attach_with("nope", 5, open).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    a.close().unwrap();
+    b.close().unwrap();
+}
