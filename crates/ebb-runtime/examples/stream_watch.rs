@@ -59,5 +59,7 @@ fn main() -> std::io::Result<()> {
     stop.store(true, Ordering::Relaxed);
     watcher.join().expect("watcher");
     println!("{:?}", file.throttle_stats());
-    Ok(())
+    // The stream is scratch data: leave no multi-GiB file behind.
+    file.close()?;
+    ebb.remove("watch")
 }
