@@ -60,7 +60,7 @@ pub struct StreamResult {
     /// `write_mb_s / raw_mb_s`.
     pub ratio: f64,
     /// Raw `O_DIRECT` writes of one aligned buffer that never changes: the device's best case.
-    /// On this project's VM the same write of a buffer just filled takes longer (BENCHMARKS.md).
+    /// The gap to [`StreamResult::raw_mb_s`] is the copy (BENCHMARKS.md, "Runtime").
     pub raw_static_mb_s: f64,
     /// `write_mb_s / raw_static_mb_s`.
     pub ratio_static: f64,
@@ -396,13 +396,16 @@ pub fn read_under_write(
     // Per mode: the merged read latencies and each round's writer MB/s.
     let mut runs: BTreeMap<&str, (Histogram<u64>, Vec<f64>)> = BTreeMap::new();
     let mut add = |mode: &'static str, h: Histogram<u64>, mb_s: f64| -> io::Result<()> {
-        let e = runs.entry(mode).or_insert_with(|| (h.clone(), Vec::new()));
-        if e.1.is_empty() {
-            e.0 = h;
-        } else {
-            e.0.add(&h).map_err(|e| io::Error::other(e.to_string()))?;
+        match runs.entry(mode) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert((h, vec![mb_s]));
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let (merged, rates) = o.get_mut();
+                merged.add(&h).map_err(|e| io::Error::other(e.to_string()))?;
+                rates.push(mb_s);
+            }
         }
-        e.1.push(mb_s);
         Ok(())
     };
     let mut wbt_lat = 0;

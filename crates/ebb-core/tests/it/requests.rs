@@ -196,6 +196,13 @@ fn ms(ms: u64) -> Instant {
 
 /// An engine with file 1 open (handle 1) and its pages 0..8 dirty, the writer's batch folded in.
 fn eight_dirty_pages() -> (Engine, MapStore, InodeId) {
+    let (engine, maps, inode, _) = dirty_pages(8);
+    (engine, maps, inode)
+}
+
+/// An engine with file 1 open (handle 1) and its pages 0..count dirty, the writer's batch
+/// folded in; also the writer that dirtied them.
+fn dirty_pages(count: u64) -> (Engine, MapStore, InodeId, Writer) {
     let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
     let mut maps = MapStore::new();
     let inode = InodeId(1);
@@ -206,8 +213,8 @@ fn eight_dirty_pages() -> (Engine, MapStore, InodeId) {
     );
     let mut w = Writer::new(WriterId(1), GroupId(0));
     let mut pos = 0;
-    while pos < 8 {
-        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 8 - pos));
+    while pos < count {
+        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, count - pos));
         pos += step.consumed;
         if step.inode_became_dirty {
             engine.inode_dirtied(ms(0), inode);
@@ -217,7 +224,7 @@ fn eight_dirty_pages() -> (Engine, MapStore, InodeId) {
         }
     }
     engine.flush_writer(ms(0), &mut w, &mut maps);
-    (engine, maps, inode)
+    (engine, maps, inode, w)
 }
 
 /// Plays a two-phase server whose verifier is 1 for the first writes and 2 after a restart
@@ -278,28 +285,8 @@ fn fsync_rewrites_after_a_server_restart() {
 #[test]
 fn held_pages_and_error_state_are_queryable() {
     use ebb_core::event::errno::ENOSPC;
-    let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
-    let mut maps = MapStore::new();
-    let inode = InodeId(1);
-    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
-    engine.handle(
-        at(0),
-        Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
-        &mut maps,
-    );
-    let mut w = Writer::new(WriterId(1), GroupId(0));
-    let mut pos = 0;
-    while pos < 12 {
-        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 12 - pos));
-        pos += step.consumed;
-        if step.inode_became_dirty {
-            engine.inode_dirtied(at(0), inode);
-        }
-        if step.next == NextStep::Check {
-            engine.balance_dirty_pages(at(0), &mut w, &mut maps);
-        }
-    }
-    engine.flush_writer(at(0), &mut w, &mut maps);
+    let (mut engine, mut maps, inode, w) = dirty_pages(12);
+    let at = ms;
     let before = engine.file_errors(inode, &mut maps).unwrap();
     assert_eq!(
         (before.error, before.count, before.held_pages, before.dirty_pages),
