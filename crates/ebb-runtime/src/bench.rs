@@ -617,18 +617,34 @@ impl PassTimes {
 struct Gate {
     /// Passes opened so far.
     opened: AtomicU32,
+    /// No more passes will open (the main thread failed).
+    cancelled: AtomicBool,
     end: std::sync::Barrier,
 }
 
 impl Gate {
     fn new(threads: usize) -> Gate {
-        Gate { opened: AtomicU32::new(0), end: std::sync::Barrier::new(threads + 1) }
+        Gate {
+            opened: AtomicU32::new(0),
+            cancelled: AtomicBool::new(false),
+            end: std::sync::Barrier::new(threads + 1),
+        }
     }
 
-    fn wait_open(&self, round: u32) {
+    /// Waits until pass `round` opens (true) or the gate is cancelled (false).
+    fn wait_open(&self, round: u32) -> bool {
         while self.opened.load(Ordering::Acquire) <= round {
+            if self.cancelled.load(Ordering::Acquire) {
+                return false;
+            }
             std::thread::yield_now();
         }
+        true
+    }
+
+    /// Tells the threads waiting for the next pass that none will open.
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
     }
 
     fn finish(&self) {
@@ -669,13 +685,20 @@ fn write_path_once(threads: usize, per: u64, passes: u32) -> io::Result<WritePat
                 s.spawn(move || -> io::Result<u64> {
                     let page = [0x5au8; 4096];
                     let mut cpu = 0;
+                    // After a failed write the thread still takes part in every pass, so that
+                    // nobody waits for it, and reports the error at the end.
+                    let mut failed = None;
                     for round in 0..rounds {
-                        gate.wait_open(round);
+                        if !gate.wait_open(round) {
+                            break;
+                        }
                         pass.start(round);
                         let before = thread_cpu_ns();
                         let mut at = 0;
-                        while at < per {
-                            f.write_at(&page, at)?;
+                        while at < per && failed.is_none() {
+                            if let Err(e) = f.write_at(&page, at) {
+                                failed = Some(e);
+                            }
                             at += 4096;
                         }
                         if round > 0 {
@@ -684,15 +707,21 @@ fn write_path_once(threads: usize, per: u64, passes: u32) -> io::Result<WritePat
                         pass.end(round);
                         gate.finish();
                     }
-                    Ok(cpu)
+                    failed.map_or(Ok(cpu), Err)
                 })
             })
             .collect();
+        let mut synced = Ok(());
         for round in 0..rounds {
-            ebb.sync()?;
+            synced = ebb.sync();
+            if synced.is_err() {
+                gate.cancel();
+                break;
+            }
             gate.open_and_wait(round);
         }
-        workers.into_iter().map(|h| h.join().expect("writer thread")).sum::<io::Result<u64>>()
+        let cpu = workers.into_iter().map(|h| h.join().expect("writer thread")).sum();
+        synced.and(cpu)
     })?;
     let stats = ebb.stats().counters;
     for f in files {
