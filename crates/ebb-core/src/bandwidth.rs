@@ -7,8 +7,12 @@
 //! `dirty_ratelimit -> write_bw / N`.
 //!
 //! # Signals
-//! Every 200 ms (`BANDWIDTH_INTERVAL`): pages completed (`written`) and pages dirtied
-//! (`dirtied`) against this backend since the last update, and the elapsed time.
+//! Pages completed (`written`) and pages dirtied (`dirtied`) against this backend since the
+//! last update, and the elapsed time. Updates come from a throttle check (bandwidth and
+//! ratelimit) or the start of a writepages call (bandwidth only) once 200 ms
+//! (`BANDWIDTH_INTERVAL`) have passed since the last one, and from the delayed update 200 ms
+//! after a file's writeback ends (bandwidth only, however long since the last one; the
+//! kernel's `wb_inode_writeback_end`, kernel-reference §2 and §4.4).
 //!
 //! # Control law
 //! ```text

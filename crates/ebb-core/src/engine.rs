@@ -154,6 +154,9 @@ pub(crate) struct Wb {
     pub(crate) flusher: Flusher,
     pub(crate) verifiers: Vec<u64>,
     pub(crate) last_completion: Instant,
+    /// When the delayed bandwidth update is due: armed, if not already, when a write leaves an
+    /// inode with nothing in flight (the kernel's `bw_dwork`, kernel-reference §2 and §4.4).
+    pub(crate) bw_update_at: Option<Instant>,
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
@@ -288,6 +291,7 @@ impl Engine {
                 flusher: Flusher::new(now),
                 verifiers: Vec::new(),
                 last_completion: now,
+                bw_update_at: None,
                 wbt: crate::wbt::Wbt::new(
                     b.hw_queue_depth,
                     b.wbt_target_usec(),
@@ -368,6 +372,7 @@ impl Engine {
         for wb in &self.wbs {
             consider(wb.flusher.timer);
             consider(wb.wbt.timer());
+            consider(wb.bw_update_at);
         }
         for meta in self.inodes.values() {
             consider(meta.retry_at);
@@ -722,11 +727,19 @@ impl Engine {
             // call writepages on it and its write_inode step sends the COMMIT.
             self.mark_inode_dirty(inode);
         }
+        let mut inode_idle = false;
         if let Some(meta) = self.inodes.get_mut(&inode) {
             meta.inflight.remove(&io);
+            inode_idle = meta.inflight.is_empty();
             if result.is_ok() {
                 meta.retry_backoff = Duration::ZERO;
             }
+        }
+        // The inode's writeback ended: a bandwidth update 200 ms later (BANDWIDTH_INTERVAL), so
+        // that inodes finishing together share one. A pending one is not moved.
+        let wb = &mut self.wbs[b.index()];
+        if inode_idle && wb.bw_update_at.is_none() {
+            wb.bw_update_at = Some(self.now + Duration::from_millis(200));
         }
         if let Issuer::Writer(w) = issuer {
             self.writer_io_done(w);
@@ -735,7 +748,6 @@ impl Engine {
         self.maybe_commit(inode, maps);
         self.fsync_progress(inode, maps);
         self.sync_progress(b, maps);
-        self.bandwidth_tick(b);
         self.wake_memory_waiters(maps);
     }
 
@@ -1280,6 +1292,14 @@ impl Engine {
                 let inflight = self.wbs[b].write_inflight;
                 let e = self.wbs[b].wbt.on_timer(now, inflight);
                 self.record(TraceEvent::Wbt { bdi: BackendId(b as u32), eval: e, inflight });
+            }
+        }
+        for b in 0..self.wbs.len() {
+            if self.wbs[b].bw_update_at.is_some_and(|t| t <= now) {
+                // The delayed update runs whatever the time since the last one.
+                self.wbs[b].bw_update_at = None;
+                let now_j = now.jiffies(self.hz);
+                self.update_bandwidth(BackendId(b as u32), now_j, None, 0, 0);
             }
         }
         for b in 0..self.wbs.len() {

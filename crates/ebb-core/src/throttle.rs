@@ -525,7 +525,7 @@ impl Engine {
         }
     }
 
-    /// A bandwidth-only update if 200 ms have passed (completion path).
+    /// A bandwidth-only update if 200 ms have passed (the writepages path).
     pub(crate) fn bandwidth_tick(&mut self, b: BackendId) {
         let now_j = self.now.jiffies(self.hz);
         if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp) >= (self.hz / 5).max(1) {
