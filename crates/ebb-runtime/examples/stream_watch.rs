@@ -32,7 +32,7 @@ fn main() -> std::io::Result<()> {
                 let s = ebb.stats();
                 let b = &s.bdi[0];
                 println!(
-                    "{:6.1}s dirty {:6} MB wb {:5} MB thresh {} bg {} written {:6} MB (+{:5} MB/s) bw {:5} MB/s ratelimit {:5} MB/s inflight {} wbt {}/{} step {}",
+                    "{:6.1}s dirty {:6} MB wb {:5} MB thresh {} bg {} written {:6} MB (+{:5} MB/s) bw {:5} MB/s avg {:5} MB/s ratelimit {:5} MB/s balanced {:5} MB/s inflight {} wbt {}/{} step {}",
                     start.elapsed().as_secs_f64(),
                     s.meminfo.dirty_kb / 1024,
                     s.meminfo.writeback_kb / 1024,
@@ -41,7 +41,9 @@ fn main() -> std::io::Result<()> {
                     b.written_kb / 1024,
                     (b.written_kb - last) / 1024 * 10,
                     b.write_bandwidth_kbps / 1024,
+                    b.avg_write_bandwidth_kbps / 1024,
                     b.dirty_ratelimit_kbps / 1024,
+                    b.balanced_dirty_ratelimit_kbps / 1024,
                     b.inflight,
                     b.wbt_background,
                     b.wbt_max_depth,
