@@ -800,26 +800,17 @@ pub fn write_path(opts: &WritePathOptions) -> io::Result<WritePathResult> {
     let index = |n: usize| opts.threads.iter().position(|&t| t == n);
     // Writes per second with 2 threads over 1 thread, repeat by repeat (pairs measured seconds
     // apart), sorted.
-    let scaling = |warm: &[Vec<f64>]| -> Vec<f64> {
-        let mut pairs: Vec<f64> = match (index(1), index(2)) {
-            (Some(one), Some(two)) => {
-                warm[one].iter().zip(&warm[two]).map(|(w1, w2)| 2.0 * w1 / w2).collect()
-            }
-            _ => Vec::new(),
-        };
-        pairs.sort_by(f64::total_cmp);
-        pairs
-    };
-    // CPU time per write with 2 threads over 1 thread, repeat by repeat.
-    let cost = |cpu: &[Vec<f64>]| -> Vec<f64> {
-        match (index(1), index(2)) {
-            (Some(one), Some(two)) => {
-                cpu[two].iter().zip(&cpu[one]).map(|(c2, c1)| c2 / c1).collect()
-            }
-            _ => Vec::new(),
+    let mut pairs: Vec<f64> = match (index(1), index(2)) {
+        (Some(one), Some(two)) => {
+            warm[one].iter().zip(&warm[two]).map(|(w1, w2)| 2.0 * w1 / w2).collect()
         }
+        _ => Vec::new(),
     };
-    let (pairs, cpu_pairs) = (scaling(&warm), cost(&cpu));
+    pairs.sort_by(f64::total_cmp);
+    let cpu_pairs: Vec<f64> = match (index(1), index(2)) {
+        (Some(one), Some(two)) => cpu[two].iter().zip(&cpu[one]).map(|(c2, c1)| c2 / c1).collect(),
+        _ => Vec::new(),
+    };
     let first = runs[0].clone();
     Ok(WritePathResult {
         ns_per_write: first.ns_per_write,
