@@ -490,8 +490,9 @@ pub fn read_under_write(
 pub struct WritePathOptions {
     /// Thread counts to measure, e.g. `[1, 2, 4]`.
     pub threads: Vec<usize>,
-    /// Size of each thread's file, rewritten by every pass: long enough that starting a pass
-    /// (a barrier wake-up) costs little, small enough to stay in the L3 cache.
+    /// Size of each thread's file, rewritten by every pass. Within a core's own cache (1 MiB
+    /// here) the figures are the write path's cost; larger files add the cores' contention for
+    /// the shared L3 and memory.
     pub bytes_per_thread: u64,
     /// Passes per measurement.
     pub passes: u32,
