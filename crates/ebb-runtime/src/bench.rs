@@ -355,9 +355,7 @@ fn reader_beside_writer(
 fn builder_with(memory: u64, knobs: &[(String, String)]) -> io::Result<Builder> {
     let mut builder = Builder::new().memory(memory);
     for (name, value) in knobs {
-        builder = builder
-            .knob(name, value)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        builder = builder.knob(name, value).map_err(crate::config_error)?;
     }
     Ok(builder)
 }
@@ -425,7 +423,7 @@ pub fn read_under_write(
             progress(&format!("round {round}: {mode}"));
             let ebb = builder_with(opts.memory, &opts.knobs)?
                 .knob("wbt", wbt)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+                .map_err(crate::config_error)?
                 .directory(&opts.dir)?
                 .build()?;
             {
@@ -668,7 +666,7 @@ fn write_path_once(threads: usize, per: u64, passes: u32) -> io::Result<WritePat
         .memory(memory)
         .knob("dirty_ratio", "90")
         .and_then(|b| b.knob("dirty_background_ratio", "80"))
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+        .map_err(crate::config_error)?
         .backend("mem", Arc::new(MemBackend::new()))
         .build()?;
     let files: Vec<crate::File> =

@@ -159,7 +159,7 @@ impl Builder {
     }
 }
 
-fn config_error(e: ConfigError) -> io::Error {
+pub(crate) fn config_error(e: ConfigError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("ebb configuration: {e}"))
 }
 
