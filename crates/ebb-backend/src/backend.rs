@@ -121,6 +121,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn server_restart(&self) -> Option<&dyn ServerRestart> {
         None
     }
+
+    /// The backend's own event counters, named as its protocol's tools name them (for NFS,
+    /// the kernel client's `nfsstat`/`mountstats` names: `write_rpcs`, `commit_rpcs`,
+    /// `retransmits`, ...), in a stable order. Empty for backends without any. Reported by the
+    /// runtime's stats beside the engine's per-backend figures; reading them must be cheap
+    /// (atomics), as `ebb stat` and metrics scrapes call it while IO runs.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// One open file of a [`Backend`]. All methods take `&self` and may be called concurrently
@@ -185,6 +194,10 @@ macro_rules! forward_backend {
 
             fn server_restart(&self) -> Option<&dyn ServerRestart> {
                 (**self).server_restart()
+            }
+
+            fn counters(&self) -> Vec<(&'static str, u64)> {
+                (**self).counters()
             }
         }
     };

@@ -19,12 +19,18 @@ pub struct IoError {
 
 /// Linux errno values the core classifies.
 pub mod errno {
+    /// Operation not permitted.
+    pub const EPERM: i32 = 1;
+    /// No such file or directory (a network backend's file or bucket removed underneath).
+    pub const ENOENT: i32 = 2;
     /// I/O error.
     pub const EIO: i32 = 5;
     /// Try again.
     pub const EAGAIN: i32 = 11;
     /// Out of memory.
     pub const ENOMEM: i32 = 12;
+    /// Permission denied (a server refusing the write: NFS3ERR_ACCES, S3 AccessDenied).
+    pub const EACCES: i32 = 13;
     /// File too large.
     pub const EFBIG: i32 = 27;
     /// No space left on device.
@@ -40,13 +46,22 @@ pub mod errno {
 }
 
 impl IoError {
-    /// Whether retrying later may succeed. ENOSPC, EROFS, EDQUOT and EFBIG will not pass by
-    /// themselves: pages that failed with them are held until the user acts. Everything else
-    /// (EIO from a flaky device, timeouts, EAGAIN) is retried with backoff.
+    /// Whether retrying later may succeed. ENOSPC, EROFS, EDQUOT, EFBIG, ESTALE, EACCES, EPERM
+    /// and ENOENT will not pass by themselves: pages that failed with them are held until the
+    /// user acts (a network backend refusing a write with a permission error, or whose file or
+    /// bucket was removed, is in that class). Everything else (EIO from a flaky device,
+    /// timeouts, refused connections, EAGAIN) is retried with backoff.
     pub fn may_pass(self) -> bool {
         !matches!(
             self.errno,
-            errno::ENOSPC | errno::EROFS | errno::EDQUOT | errno::EFBIG | errno::ESTALE
+            errno::ENOSPC
+                | errno::EROFS
+                | errno::EDQUOT
+                | errno::EFBIG
+                | errno::ESTALE
+                | errno::EACCES
+                | errno::EPERM
+                | errno::ENOENT
         )
     }
 }

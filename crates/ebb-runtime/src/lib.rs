@@ -372,8 +372,12 @@ impl Ebb {
 
     /// The cache's state, shaped like `/proc/meminfo` and `/sys/class/bdi/*/stats`.
     pub fn stats(&self) -> RuntimeStats {
+        // Backend counters first: a backend never takes the engine lock, so no order issue,
+        // and the engine lock is then held only for the engine's own figures.
+        let backend_counters =
+            self.shared().backends.iter().map(|b| b.backend.counters()).collect();
         let core = self.shared().core.lock();
-        stats::collect(&core.engine)
+        stats::collect(&core.engine, backend_counters)
     }
 }
 

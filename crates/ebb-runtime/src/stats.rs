@@ -99,6 +99,10 @@ pub struct BdiStat {
     /// Data ever written to it.
     #[serde(rename = "BdiWritten")]
     pub written_kb: u64,
+    /// The backend's own counters (`Backend::counters`): for NFS the RPC counts, retransmits
+    /// and verifier mismatches, for S3 the requests by kind and retries. Empty for local
+    /// backends.
+    pub backend: std::collections::BTreeMap<String, u64>,
 }
 
 /// Event counters of the engine.
@@ -166,7 +170,12 @@ pub struct DrainProgress {
     pub done: bool,
 }
 
-pub(crate) fn collect(engine: &Engine) -> RuntimeStats {
+/// The engine's figures, plus each backend's own counters (`backend_counters[i]` for backend
+/// `i`, from `Backend::counters`).
+pub(crate) fn collect(
+    engine: &Engine,
+    mut backend_counters: Vec<Vec<(&'static str, u64)>>,
+) -> RuntimeStats {
     let m = engine.meminfo();
     let kb = |pages: u64| pages * KB_PER_PAGE;
     let meminfo = MemInfoStat {
@@ -204,6 +213,10 @@ pub(crate) fn collect(engine: &Engine) -> RuntimeStats {
                 wbt_step: b.wbt_step,
                 dirtied_kb: kb(b.dirtied),
                 written_kb: kb(b.written),
+                backend: backend_counters
+                    .get_mut(i)
+                    .map(|c| c.drain(..).map(|(k, v)| (k.to_owned(), v)).collect())
+                    .unwrap_or_default(),
             }
         })
         .collect();
