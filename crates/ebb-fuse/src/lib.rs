@@ -122,6 +122,12 @@ impl Mount {
                 format!("mountpoint {}: {error}", config.mountpoint.display()),
             )
         })?;
+        check_places(&backend, &mountpoint)?;
+        if config.data == DataMode::Ebb
+            && let Some(memory) = config.memory
+        {
+            check_memory(memory)?;
+        }
         raise_fd_limit();
         let data: Arc<dyn data::DataPath> = match config.data {
             DataMode::Ebb => Arc::new(runtime::EbbData::new(&backend, config)?),
@@ -248,6 +254,60 @@ impl Drop for Mount {
     }
 }
 
+/// Refuses a mountpoint that is not a directory, and one inside the backend directory (the
+/// mount would serve itself: a lookup of the mountpoint through the mount waits for the mount,
+/// and both request loops deadlock). Both paths are canonical.
+fn check_places(backend: &Path, mountpoint: &Path) -> io::Result<()> {
+    if !mountpoint.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("mountpoint {} is not a directory", mountpoint.display()),
+        ));
+    }
+    if mountpoint.starts_with(backend) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "mountpoint {} is inside the backend directory {}: the mount would contain \
+                 itself; mount outside the backend",
+                mountpoint.display(),
+                backend.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a cache budget larger than the memory this machine has available now
+/// (`MemAvailable` in `/proc/meminfo`): the cache fills its budget before it reclaims, so a
+/// budget past that ends with the OOM killer. Without `/proc/meminfo` nothing is checked.
+fn check_memory(memory: u64) -> io::Result<()> {
+    let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else { return Ok(()) };
+    let Some(available) = meminfo_bytes(&meminfo, "MemAvailable") else { return Ok(()) };
+    if memory > available {
+        let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a memory budget of {:.1} GiB (--memory) is more than this machine has \
+                 available ({:.1} GiB, MemAvailable in /proc/meminfo); give at most that",
+                gib(memory),
+                gib(available)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The value of the `/proc/meminfo` line `field` in bytes (the file says kB, meaning KiB).
+fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
+    meminfo.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+
 /// If `mountpoint` holds a FUSE mount whose server is gone (`ENOTCONN`), detaches it and
 /// returns `true`. A live FUSE mount there is an error (`AlreadyExists`); no mount, `false`.
 pub fn clear_stale_mount(mountpoint: &Path) -> io::Result<bool> {
@@ -372,7 +432,7 @@ pub fn run(config: &MountConfig) -> io::Result<()> {
     })?;
     let mut draining = false;
     let start_drain = |reason: &str| {
-        eprintln!("ebb mount: {reason}: writes stopped, draining to DIR");
+        eprintln!("ebb mount: {reason}: writes stopped, draining to {}", config.backend.display());
         let mount = Arc::clone(&mount);
         let sender = sender.clone();
         std::thread::Builder::new().name("ebb-drain".to_owned()).spawn(move || {

@@ -32,7 +32,11 @@ impl EbbData {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("knob {name}={value}: {error}"))
             })?;
         }
-        let ebb = builder.directory(backend)?.build()?;
+        // The runtime's errors about DIR (it writes a probe file there) do not name it.
+        let in_backend = |error: io::Error| {
+            io::Error::new(error.kind(), format!("backend {}: {error}", backend.display()))
+        };
+        let ebb = builder.directory(backend).map_err(in_backend)?.build()?;
         let backend = ebb
             .backend_names()
             .into_iter()

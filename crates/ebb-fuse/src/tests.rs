@@ -94,6 +94,8 @@ impl DataFile for GatedFile {
 #[test]
 fn held_writers_do_not_block_other_requests() {
     if !Path::new("/dev/fuse").exists() {
+        // Under CI the machine must have FUSE: a skip there would count as a pass.
+        assert!(std::env::var_os("CI").is_none(), "/dev/fuse is missing, and CI is set");
         eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
         return;
     }

@@ -3,7 +3,8 @@
 //!
 //! Every test mounts on a fresh temporary directory and holds the [`Mount`] until it ends; if
 //! the test fails, dropping the `Mount` detaches it, so no mount is left behind. A machine
-//! without `/dev/fuse` skips these tests with a message.
+//! without `/dev/fuse` skips these tests with a message saying SKIPPED, unless the environment
+//! variable `CI` is set: then a missing precondition fails the test (see [`precondition`]).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -34,8 +35,7 @@ impl Fixture {
         knobs: &[(&str, &str)],
         kept_closed_files: Option<usize>,
     ) -> Option<Fixture> {
-        if !Path::new("/dev/fuse").exists() {
-            eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
+        if !precondition(Path::new("/dev/fuse").exists(), "/dev/fuse is missing") {
             return None;
         }
         let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
@@ -61,6 +61,18 @@ impl Fixture {
     fn unmount(&mut self) {
         self.mount.take().expect("mounted").unmount().expect("unmount");
     }
+}
+
+/// Whether a test's precondition holds. When it does not, the test says SKIPPED on stderr and
+/// returns early, except under CI (the environment variable `CI` set), where the machine is
+/// supposed to have everything and a missing precondition fails the test instead of passing it.
+fn precondition(holds: bool, missing: &str) -> bool {
+    if holds {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{missing}, and CI is set: this test must run");
+    eprintln!("SKIPPED: {missing}");
+    false
 }
 
 /// The data paths to test: ebb's (the product) and the plain passthrough.
@@ -470,11 +482,10 @@ fn size_and_stats_come_from_ebb() {
 // which the shared mmap test shows). Uses util-linux's fincore; skipped without it.
 #[test]
 fn the_kernel_caches_no_copy_of_the_data() {
-    let Ok(probe) = std::process::Command::new("fincore").arg("--version").output() else {
-        eprintln!("SKIPPED: fincore (util-linux) is missing");
+    let probe = std::process::Command::new("fincore").arg("--version").output();
+    if !precondition(probe.is_ok_and(|p| p.status.success()), "fincore (util-linux) is missing") {
         return;
-    };
-    assert!(probe.status.success());
+    }
     let Some(mut fx) = Fixture::new(DataMode::Ebb, Some(128 << 20), &[]) else { return };
     let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
     let mut options = OpenOptions::new();
@@ -496,4 +507,48 @@ fn the_kernel_caches_no_copy_of_the_data() {
     fx.unmount();
     assert_eq!(resident(&fx.dir.join("f")), 0);
     assert!(std::fs::read(fx.dir.join("f")).unwrap() == data);
+}
+
+/// `Mount::start`'s error for `config`, which must be refused.
+fn start_error(config: &MountConfig) -> io::Error {
+    match Mount::start(config) {
+        Ok(mount) => {
+            drop(mount);
+            panic!("{config:?} must be refused");
+        }
+        Err(error) => error,
+    }
+}
+
+// Places and budgets that cannot work are refused at start with a message naming the problem:
+// a mountpoint inside the backend (the mount would contain itself and deadlock), a mountpoint
+// that is a regular file, a memory budget past the machine's available memory, and a backend
+// directory ebb cannot write to (named in the error).
+#[test]
+fn impossible_mounts_are_refused_at_start() {
+    let root = tempfile::Builder::new().prefix("ebb-fuse-refuse").tempdir_in("/tmp").unwrap();
+    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
+    std::fs::create_dir_all(dir.join("inner")).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::write(root.path().join("file"), b"x").unwrap();
+    let config = |backend: &Path, mountpoint: &Path, memory: Option<u64>| MountConfig {
+        backend: backend.to_path_buf(),
+        mountpoint: mountpoint.to_path_buf(),
+        memory,
+        knobs: Vec::new(),
+        data: DataMode::Ebb,
+    };
+    for inside in [dir.join("inner"), dir.clone()] {
+        let error = start_error(&config(&dir, &inside, None));
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
+        assert!(error.to_string().contains("inside the backend directory"), "{error}");
+    }
+    let error = start_error(&config(&dir, &root.path().join("file"), None));
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
+    assert!(error.to_string().contains("is not a directory"), "{error}");
+    let error = start_error(&config(&dir, &mnt, Some(1 << 40)));
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
+    assert!(error.to_string().contains("available"), "{error}");
+    let error = start_error(&config(Path::new("/proc"), &mnt, None));
+    assert!(error.to_string().contains("backend /proc"), "{error}");
 }
