@@ -8,6 +8,15 @@
 //! wrong file. FUSE inode numbers are ours (a counter; the root is 1); backing objects are
 //! identified by `(st_dev, st_ino)`.
 //!
+//! # Owners and modes
+//!
+//! ebb runs as root and creates objects itself, so it gives each new object what a local
+//! filesystem would have given the caller: the caller's uid, its gid or a setgid directory's
+//! (whose setgid bit new directories inherit), and exactly the mode the kernel passed (already
+//! masked with the caller's umask). The owner is set first and the mode after, because a chown
+//! clears setuid and setgid, and the mode is set explicitly because ebb's own umask applies
+//! once more when the backing object is created.
+//!
 //! # File data
 //!
 //! Each open of a regular file attaches a handle to the data path, with one key per backing
@@ -301,6 +310,55 @@ fn to_timespec(value: Option<TimeOrNow>) -> rustix::fs::Timespec {
     }
 }
 
+/// The permission bits a new object created with `mode` in the directory `parent` gets from
+/// Linux: `mode`'s (the kernel masked them with the caller's umask already); in a setgid
+/// directory a new directory is setgid too, and a new group-executable file keeps a setgid bit
+/// asked for only if the caller belongs to the directory's group (or is root).
+fn new_mode(caller: &Caller, parent: &Stat, directory: bool, mode: u32) -> u32 {
+    let mut wanted = mode & 0o7777;
+    if parent.st_mode & libc::S_ISGID != 0 {
+        let group_executable_setgid = libc::S_ISGID | libc::S_IXGRP;
+        if directory {
+            wanted |= libc::S_ISGID;
+        } else if wanted & group_executable_setgid == group_executable_setgid
+            && caller.uid != 0
+            && !caller.in_group(parent.st_gid)
+        {
+            wanted &= !libc::S_ISGID;
+        }
+    }
+    wanted
+}
+
+/// Who made a request: the process's ids as the kernel passed them.
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    uid: u32,
+    gid: u32,
+    pid: u32,
+}
+
+impl Caller {
+    fn of(req: &Request) -> Caller {
+        Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    }
+
+    /// Whether the caller belongs to `gid`: its own group, or one of its supplementary groups
+    /// (read from `/proc/PID/status`; if the caller is gone, only its own group counts).
+    fn in_group(&self, gid: u32) -> bool {
+        if self.gid == gid {
+            return true;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Groups:"))
+            .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
+    }
+}
+
 impl Shared {
     fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
         self.inodes
@@ -423,14 +481,64 @@ impl Shared {
         }
     }
 
-    /// Gives a new object to the calling user (when we run as root).
-    fn chown_new(&self, req: &Request, dir: &Inode, name: &OsStr) {
-        if self.root {
-            let uid = Some(rustix::fs::Uid::from_raw(req.uid()));
-            let gid = Some(rustix::fs::Gid::from_raw(req.gid()));
-            // Best effort: the object exists either way, owned by root.
-            let _ = rustix::fs::chownat(&dir.fd, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW);
+    /// Gives the new object `name` of `dir` the owner and mode a local filesystem would have
+    /// given it (see [`Shared::set_new_owner_and_mode`]).
+    fn finish_new(
+        &self,
+        caller: &Caller,
+        dir: &Inode,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<(), Errno> {
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::empty()).map_err(errno)?;
+        let result = self.set_new_owner_and_mode(caller, dir, &fd, mode);
+        if result.is_err() {
+            // Not left behind owned by the wrong user or with the wrong mode.
+            let directory = rustix::fs::fstat(&fd)
+                .is_ok_and(|stat| kind_of(stat.st_mode) == FileType::Directory);
+            let flags = if directory { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+            let _ = rustix::fs::unlinkat(&dir.fd, name, flags);
         }
+        result
+    }
+
+    /// Sets the owner and mode of the new object `fd` (an `O_PATH` or open descriptor) created
+    /// in `dir` with `mode` (type bits ignored), as `caller` would have got them
+    /// from a local filesystem. Owner first: a chown clears setuid and setgid, and the mode
+    /// asked for is set exactly (the kernel applied the caller's umask already; ebb's own umask
+    /// was applied again at creation).
+    fn set_new_owner_and_mode(
+        &self,
+        caller: &Caller,
+        dir: &Inode,
+        fd: &OwnedFd,
+        mode: u32,
+    ) -> Result<(), Errno> {
+        let parent = rustix::fs::fstat(&dir.fd).map_err(errno)?;
+        let stat = rustix::fs::fstat(fd).map_err(errno)?;
+        let kind = kind_of(stat.st_mode);
+        if kind == FileType::Symlink {
+            // A symlink's mode is always 0777; only its owner matters.
+            return self.chown_new(caller, fd, parent.st_mode & libc::S_ISGID != 0);
+        }
+        let wanted = new_mode(caller, &parent, kind == FileType::Directory, mode);
+        self.chown_new(caller, fd, parent.st_mode & libc::S_ISGID != 0)?;
+        // Through the descriptor's /proc link: the name may have been replaced meanwhile.
+        let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd));
+        rustix::fs::chmod(path, Mode::from_raw_mode(wanted)).map_err(errno)
+    }
+
+    /// Gives a new object to the calling user when we run as root: its uid, and its gid unless
+    /// the directory is setgid (the object then has the directory's group already).
+    fn chown_new(&self, caller: &Caller, fd: &OwnedFd, setgid_parent: bool) -> Result<(), Errno> {
+        if !self.root {
+            return Ok(());
+        }
+        let uid = Some(rustix::fs::Uid::from_raw(caller.uid));
+        let gid = (!setgid_parent).then(|| rustix::fs::Gid::from_raw(caller.gid));
+        let flags = AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW;
+        rustix::fs::chownat(fd, "", uid, gid, flags).map_err(errno)
     }
 
     /// Marks the file `name` in `dir` as losing its last name, if it is a regular file with
@@ -724,7 +832,7 @@ impl Filesystem for EbbFs {
             let kind = rustix::fs::FileType::from_raw_mode(mode);
             let perm = Mode::from_raw_mode(mode & !umask & 0o7777);
             rustix::fs::mknodat(&dir.fd, name, kind, perm, u64::from(rdev)).map_err(errno)?;
-            shared.chown_new(req, &dir, name);
+            shared.finish_new(&Caller::of(req), &dir, name, mode)?;
             shared.lookup(parent, name)
         })();
         entry(reply, result);
@@ -745,7 +853,7 @@ impl Filesystem for EbbFs {
             let dir = shared.inode(parent)?;
             let perm = Mode::from_raw_mode(mode & !umask & 0o7777);
             rustix::fs::mkdirat(&dir.fd, name, perm).map_err(errno)?;
-            shared.chown_new(req, &dir, name);
+            shared.finish_new(&Caller::of(req), &dir, name, mode)?;
             shared.lookup(parent, name)
         })();
         entry(reply, result);
@@ -794,7 +902,7 @@ impl Filesystem for EbbFs {
             shared.check_writable()?;
             let dir = shared.inode(parent)?;
             rustix::fs::symlinkat(target, &dir.fd, link_name).map_err(errno)?;
-            shared.chown_new(req, &dir, link_name);
+            shared.finish_new(&Caller::of(req), &dir, link_name, 0o777)?;
             shared.lookup(parent, link_name)
         })();
         entry(reply, result);
@@ -1138,7 +1246,7 @@ impl Filesystem for EbbFs {
     ) {
         let shared = Arc::clone(&self.shared);
         let name = name.to_owned();
-        let (uid, gid) = (req.uid(), req.gid());
+        let caller = Caller::of(req);
         let work = move || -> Result<(FileAttr, u64), Errno> {
             shared.check_writable()?;
             let dir = shared.inode(parent)?;
@@ -1146,11 +1254,10 @@ impl Filesystem for EbbFs {
             let base = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
             let excl = OFlags::CREATE | OFlags::EXCL;
             match rustix::fs::openat(&dir.fd, &name, base | excl, perm) {
-                Ok(_) => {
-                    if shared.root {
-                        let uid = Some(rustix::fs::Uid::from_raw(uid));
-                        let gid = Some(rustix::fs::Gid::from_raw(gid));
-                        let _ = rustix::fs::chownat(&dir.fd, &name, uid, gid, AtFlags::empty());
+                Ok(fd) => {
+                    if let Err(error) = shared.set_new_owner_and_mode(&caller, &dir, &fd, mode) {
+                        let _ = rustix::fs::unlinkat(&dir.fd, &name, AtFlags::empty());
+                        return Err(error);
                     }
                 }
                 Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {}

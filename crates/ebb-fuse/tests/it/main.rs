@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
+mod posix;
+
 /// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint. The mount is
 /// the first field so that it is dropped (detached) before the directories are removed.
 struct Fixture {

@@ -1,0 +1,85 @@
+//! POSIX semantics a local filesystem has and the mount must keep: modes and owners of new
+//! objects, stable inode numbers, timestamps.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use super::{Fixture, modes};
+
+/// Runs `script` with `sh` in `dir`, prefixed by `as_user` (a command such as `setpriv ...`).
+fn sh(dir: &Path, as_user: &[&str], script: &str) {
+    let (program, prefix) = match as_user.split_first() {
+        Some((program, rest)) => (*program, rest.to_vec()),
+        None => ("sh", Vec::new()),
+    };
+    let mut command = Command::new(program);
+    command.args(prefix);
+    if !as_user.is_empty() {
+        command.arg("sh");
+    }
+    let output = command.arg("-c").arg(script).current_dir(dir).output().unwrap();
+    assert!(output.status.success(), "{script}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// `(mode & 0o7777, uid, gid)` of `path`, not following a symlink.
+fn mode_owner(path: &Path) -> (u32, u32, u32) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    (meta.mode() & 0o7777, meta.uid(), meta.gid())
+}
+
+/// This process's umask (from `/proc/self/status`; setting it to read it would race with the
+/// other tests' threads).
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find_map(|line| line.strip_prefix("Umask:")).unwrap();
+    u32::from_str_radix(line.trim(), 8).unwrap()
+}
+
+/// What `nobody` (uid and gid 65534, no other group) runs commands as.
+const NOBODY: [&str; 4] = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"];
+
+// New objects get exactly the mode asked for (the caller's umask applied once, by the kernel,
+// not ebb's own on top), keep setuid and setgid, belong to the caller, and inherit a setgid
+// directory's group (and, for directories, its setgid bit), in the mount and in DIR alike.
+#[test]
+fn new_objects_get_the_mode_and_owner_asked_for() {
+    for data in modes() {
+        let Some(mut fx) = Fixture::new(data, None, &[]) else { return };
+        sh(&fx.mnt, &[], "umask 0 && : > f666 && mkdir d777 && mkfifo p666 && ln -s f666 l");
+        let mut expected = vec![
+            ("f666", (0o666, 0, 0)),
+            ("d777", (0o777, 0, 0)),
+            ("p666", (0o666, 0, 0)),
+            ("l", (0o777, 0, 0)),
+        ];
+        for (name, mode) in [("suid", 0o4777), ("sgid", 0o2777), ("sticky", 0o1777)] {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(fx.mnt.join(name))
+                .unwrap();
+            expected.push((name, (mode & !umask(), 0, 0)));
+        }
+        // Another user's objects are its own, with its modes.
+        sh(&fx.mnt.join("d777"), &NOBODY, "umask 0 && : > f && mkdir d && chmod 4755 f");
+        expected.push(("d777/f", (0o4755, 65534, 65534)));
+        expected.push(("d777/d", (0o777, 65534, 65534)));
+        // A setgid directory of a group the creator is not in passes on its group, and its
+        // setgid bit to new directories.
+        std::fs::create_dir(fx.mnt.join("sg")).unwrap();
+        std::os::unix::fs::chown(fx.mnt.join("sg"), None, Some(4242)).unwrap();
+        std::fs::set_permissions(fx.mnt.join("sg"), std::fs::Permissions::from_mode(0o2777))
+            .unwrap();
+        sh(&fx.mnt.join("sg"), &NOBODY, "umask 022 && : > f && mkdir d");
+        expected.push(("sg/f", (0o644, 65534, 4242)));
+        expected.push(("sg/d", (0o2755, 65534, 4242)));
+        for (name, wanted) in &expected {
+            assert_eq!(mode_owner(&fx.mnt.join(name)), *wanted, "{data:?}: {name} in the mount");
+            assert_eq!(mode_owner(&fx.dir.join(name)), *wanted, "{data:?}: {name} in DIR");
+        }
+        fx.unmount();
+    }
+}
