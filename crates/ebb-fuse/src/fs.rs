@@ -5,8 +5,10 @@
 //! Every inode the kernel knows (looked up and not yet forgotten) holds an `O_PATH` file
 //! descriptor on its backing object, so operations use `*at` calls relative to it and never
 //! build paths: a rename in DIR, even of a parent directory, cannot send an operation to the
-//! wrong file. FUSE inode numbers are ours (a counter; the root is 1); backing objects are
-//! identified by `(st_dev, st_ino)`.
+//! wrong file. Backing objects are identified by `(st_dev, st_ino)`. A node id (the `st_ino`
+//! the mount shows) is the backing inode number, so it stays the same for the life of the file
+//! (the kernel forgets inodes when it drops its caches and looks them up again) and across
+//! mounts; the root is 1, and objects of other filesystems mounted inside DIR get ids of ours.
 //!
 //! # Owners and modes
 //!
@@ -144,10 +146,41 @@ fn close_anchor(anchor: Anchor) -> io::Result<()> {
     }
 }
 
+/// The inodes the kernel knows, by node id, with the kernel's reference count.
 struct Inodes {
     by_ino: HashMap<u64, (Arc<Inode>, u64)>,
-    by_backing: HashMap<BackingId, u64>,
-    next: u64,
+    /// The backing filesystem's device (DIR's `st_dev`): its objects' node ids are their
+    /// backing inode numbers.
+    device: u64,
+    root: BackingId,
+    /// Node ids of objects whose inode number cannot be theirs (on another filesystem mounted
+    /// inside DIR, or numbered 1, the root's id), kept for the life of the mount.
+    others: HashMap<BackingId, u64>,
+    next_other: u64,
+}
+
+/// The first node id given to objects that cannot use their backing inode number. Backing
+/// filesystems number inodes far below this (ext4 uses 32 bits).
+const OTHER_IDS: u64 = 1 << 63;
+
+impl Inodes {
+    /// The node id (and `st_ino`) of the backing object `backing`: its inode number, so that
+    /// it stays the same when the kernel forgets the inode and looks it up again, and across
+    /// mounts. While the kernel knows a node, we hold a descriptor of its backing object, so
+    /// the backing filesystem cannot give the number to another object meanwhile.
+    fn node_id(&mut self, backing: BackingId) -> u64 {
+        if backing == self.root {
+            return INodeNo::ROOT.0;
+        }
+        if backing.0 == self.device && backing.1 > INodeNo::ROOT.0 && backing.1 < OTHER_IDS {
+            return backing.1;
+        }
+        let next = &mut self.next_other;
+        *self.others.entry(backing).or_insert_with(|| {
+            *next += 1;
+            *next - 1
+        })
+    }
 }
 
 /// A backing object the kernel knows.
@@ -214,12 +247,17 @@ impl EbbFs {
         let backing = (stat.st_dev, stat.st_ino);
         let mut by_ino = HashMap::new();
         by_ino.insert(INodeNo::ROOT.0, (Arc::new(Inode { fd, backing }), 1));
-        let mut by_backing = HashMap::new();
-        by_backing.insert(backing, INodeNo::ROOT.0);
+
         let shared = Arc::new(Shared {
             data,
             stopping: AtomicBool::new(false),
-            inodes: Mutex::new(Inodes { by_ino, by_backing, next: 2 }),
+            inodes: Mutex::new(Inodes {
+                by_ino,
+                device: stat.st_dev,
+                root: backing,
+                others: HashMap::new(),
+                next_other: OTHER_IDS,
+            }),
             anchors: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
@@ -446,21 +484,11 @@ impl Shared {
         let backing = (stat.st_dev, stat.st_ino);
         let (ino, inode) = {
             let mut inodes = self.inodes.lock();
-            let known = inodes.by_backing.get(&backing).copied();
-            match known.and_then(|ino| inodes.by_ino.get_mut(&ino).map(|entry| (ino, entry))) {
-                Some((ino, entry)) => {
-                    entry.1 += 1;
-                    (ino, Arc::clone(&entry.0))
-                }
-                None => {
-                    let ino = inodes.next;
-                    inodes.next += 1;
-                    let inode = Arc::new(Inode { fd, backing });
-                    inodes.by_ino.insert(ino, (Arc::clone(&inode), 1));
-                    inodes.by_backing.insert(backing, ino);
-                    (ino, inode)
-                }
-            }
+            let ino = inodes.node_id(backing);
+            let entry =
+                inodes.by_ino.entry(ino).or_insert_with(|| (Arc::new(Inode { fd, backing }), 0));
+            entry.1 += 1;
+            (ino, Arc::clone(&entry.0))
         };
         Ok(self.attr(ino, &stat, &inode))
     }
@@ -473,11 +501,7 @@ impl Shared {
         let Some(entry) = inodes.by_ino.get_mut(&ino) else { return };
         entry.1 = entry.1.saturating_sub(count);
         if entry.1 == 0 {
-            let backing = entry.0.backing;
             inodes.by_ino.remove(&ino);
-            if inodes.by_backing.get(&backing) == Some(&ino) {
-                inodes.by_backing.remove(&backing);
-            }
         }
     }
 

@@ -83,3 +83,29 @@ fn new_objects_get_the_mode_and_owner_asked_for() {
         fx.unmount();
     }
 }
+
+/// Makes the kernel forget every unused inode and dentry (`echo 2 > drop_caches`), so the next
+/// access to a file through the mount looks it up again.
+pub(crate) fn drop_kernel_inode_cache() {
+    std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+// A file's inode number stays the same for its whole life: across the kernel dropping its inode
+// cache (which makes the mount look the file up again) and across mounts. It is the backing
+// file's, as in DIR; hard links share it.
+#[test]
+fn inode_numbers_are_stable() {
+    let Some(mut fx) = Fixture::new(super::DataMode::Ebb, None, &[]) else { return };
+    std::fs::create_dir(fx.mnt.join("d")).unwrap();
+    std::fs::write(fx.mnt.join("d/f"), b"x").unwrap();
+    std::fs::hard_link(fx.mnt.join("d/f"), fx.mnt.join("h")).unwrap();
+    let ino = |path: &Path| std::fs::symlink_metadata(path).unwrap().ino();
+    let before = [ino(&fx.mnt.join("d")), ino(&fx.mnt.join("d/f"))];
+    assert_eq!(before, [ino(&fx.dir.join("d")), ino(&fx.dir.join("d/f"))]);
+    for _ in 0..3 {
+        drop_kernel_inode_cache();
+        assert_eq!([ino(&fx.mnt.join("d")), ino(&fx.mnt.join("d/f"))], before);
+        assert_eq!(ino(&fx.mnt.join("h")), before[1]);
+    }
+    fx.unmount();
+}
