@@ -4,19 +4,29 @@
 //! ebb's runtime in between (the product); [`PassthroughData`] reads and writes the backing
 //! files directly with buffered IO (the kernel's page cache of DIR does the caching), which is
 //! what the mount used before the runtime existed and what the tests use to check the
-//! filesystem logic on its own.
+//! filesystem logic on its own (the kernel keeps the backing files' times right by itself).
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::times::FileTimes;
 
 /// A cache that backing files are attached to.
 pub(crate) trait DataPath: Send + Sync {
     /// A new handle on the cached file `key`, whose backing file is the regular file at
-    /// `path`. Every handle with the same key shares one cached file.
-    fn attach(&self, key: u64, path: &Path) -> io::Result<Box<dyn DataFile>>;
+    /// `path`. Every handle with the same key shares one cached file. `times` are the times
+    /// the filesystem keeps for the file: a data path whose write-back moves the backing
+    /// file's mtime sets it back to theirs after each write (see [`crate::times`]).
+    fn attach(
+        &self,
+        key: u64,
+        path: &Path,
+        times: &Arc<FileTimes>,
+    ) -> io::Result<Box<dyn DataFile>>;
     /// Writes every dirty byte to the backing files and makes it durable.
     fn sync(&self) -> io::Result<()>;
     /// Stops new writes, writes everything, calling `progress` with a one-line summary and
@@ -58,7 +68,12 @@ pub(crate) trait DataFile: Send + Sync {
 pub(crate) struct PassthroughData;
 
 impl DataPath for PassthroughData {
-    fn attach(&self, _key: u64, path: &Path) -> io::Result<Box<dyn DataFile>> {
+    fn attach(
+        &self,
+        _key: u64,
+        path: &Path,
+        _times: &Arc<FileTimes>,
+    ) -> io::Result<Box<dyn DataFile>> {
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
         Ok(Box::new(PassthroughFile(file)))
     }

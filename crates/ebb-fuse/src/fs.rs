@@ -59,8 +59,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -74,6 +74,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, Stat};
 
 use crate::data::{DataFile, DataPath};
 use crate::pool::Pool;
+use crate::times::FileTimes;
 
 /// Name of the extended attribute of the mount's root that holds the live stats (JSON).
 pub const STATS_XATTR: &str = "user.ebb.stats";
@@ -113,6 +114,8 @@ pub(crate) struct Shared {
     next_key: AtomicU64,
     /// Keys of files whose anchor was dropped while they still had a name.
     idle_keys: Mutex<HashMap<BackingId, u64>>,
+    /// The times ebb keeps for files written through the mount, while anything holds them.
+    times: Mutex<HashMap<BackingId, Weak<FileTimes>>>,
     anchor_limit: usize,
     /// Whether we run as root (then new objects are given to the calling user).
     root: bool,
@@ -205,15 +208,15 @@ struct Anchor {
     open_handles: usize,
     /// The last name was removed: drop the anchor at the last close.
     unlinked: bool,
-    /// When the last write through the mount happened (reported as mtime until the backing
-    /// file's own mtime, set by writeback, catches up).
-    written: Option<SystemTime>,
+    /// Keeps the file's times alive while it is anchored.
+    _times: Arc<FileTimes>,
 }
 
 /// An open file.
 struct Handle {
     file: Box<dyn DataFile>,
     backing: BackingId,
+    times: Arc<FileTimes>,
 }
 
 #[derive(Clone)]
@@ -264,6 +267,7 @@ impl EbbFs {
             next_handle: AtomicU64::new(1),
             next_key: AtomicU64::new(1),
             idle_keys: Mutex::new(HashMap::new()),
+            times: Mutex::new(HashMap::new()),
             anchor_limit,
             root: rustix::process::geteuid().is_root(),
         });
@@ -417,19 +421,17 @@ impl Shared {
         let kind = kind_of(stat.st_mode);
         let mut size = u64::try_from(stat.st_size).unwrap_or(0);
         let mut mtime = time(stat.st_mtime, stat.st_mtime_nsec as i64);
+        let mut ctime = time(stat.st_ctime, stat.st_ctime_nsec as i64);
         if kind == FileType::RegularFile {
             let backing = (stat.st_dev, stat.st_ino);
-            let cached = self
-                .anchors
-                .lock()
-                .get(&backing)
-                .map(|anchor| (Arc::clone(&anchor.file), anchor.written));
-            if let Some((file, written)) = cached {
+            if let Some(times) = self.kept_times(backing).and_then(|times| times.get()) {
+                mtime = time(times.mtime.tv_sec, times.mtime.tv_nsec);
+                ctime = time(times.ctime.tv_sec, times.ctime.tv_nsec);
+            }
+            let cached = self.anchors.lock().get(&backing).map(|anchor| Arc::clone(&anchor.file));
+            if let Some(file) = cached {
                 if let Ok(len) = file.len() {
                     size = len;
-                }
-                if let Some(written) = written {
-                    mtime = mtime.max(written);
                 }
             } else if let Some(len) = self.with_idle(inode, |file| file.len()) {
                 // On error the size on disk is the best answer left.
@@ -442,7 +444,7 @@ impl Shared {
             blocks: size.div_ceil(512).max(u64::try_from(stat.st_blocks).unwrap_or(0)),
             atime: time(stat.st_atime, stat.st_atime_nsec as i64),
             mtime,
-            ctime: time(stat.st_ctime, stat.st_ctime_nsec as i64),
+            ctime,
             crtime: UNIX_EPOCH,
             kind,
             perm: (stat.st_mode & 0o7777) as u16,
@@ -469,7 +471,8 @@ impl Shared {
         work: impl FnOnce(&dyn DataFile) -> io::Result<T>,
     ) -> Option<io::Result<T>> {
         let key = self.idle_keys.lock().get(&inode.backing).copied()?;
-        Some(self.data.attach(key, &inode.proc_path()).and_then(|file| {
+        let times = self.file_times(inode.backing);
+        Some(self.data.attach(key, &inode.proc_path(), &times).and_then(|file| {
             let result = work(file.as_ref());
             result.and_then(|value| file.close().map(|()| value))
         }))
@@ -601,6 +604,7 @@ impl Shared {
     /// Opens a handle on the regular file `inode` (creating its anchor on the first open).
     fn open_handle(&self, inode: &Inode) -> io::Result<u64> {
         let path = inode.proc_path();
+        let times = self.file_times(inode.backing);
         let key = {
             let mut anchors = self.anchors.lock();
             if let Some(anchor) = anchors.get_mut(&inode.backing) {
@@ -609,7 +613,7 @@ impl Shared {
             } else {
                 let idle = self.idle_keys.lock().remove(&inode.backing);
                 let key = idle.unwrap_or_else(|| self.next_key.fetch_add(1, Ordering::Relaxed));
-                let file = match self.data.attach(key, &path) {
+                let file = match self.data.attach(key, &path, &times) {
                     Ok(file) => file,
                     Err(error) => {
                         if let Some(key) = idle {
@@ -619,15 +623,16 @@ impl Shared {
                     }
                 };
                 let file = Arc::new(file);
-                let anchor = Anchor { key, file, open_handles: 1, unlinked: false, written: None };
+                let _times = Arc::clone(&times);
+                let anchor = Anchor { key, file, open_handles: 1, unlinked: false, _times };
                 anchors.insert(inode.backing, anchor);
                 key
             }
         };
-        match self.data.attach(key, &path) {
+        match self.data.attach(key, &path, &times) {
             Ok(file) => {
                 let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-                let handle = Arc::new(Handle { file, backing: inode.backing });
+                let handle = Arc::new(Handle { file, backing: inode.backing, times });
                 self.handles.lock().insert(fh, handle);
                 Ok(fh)
             }
@@ -690,6 +695,14 @@ impl Shared {
     /// Sets the size of the regular file `inode`: through its handle or anchor when ebb caches
     /// it, directly on the backing file when it does not.
     fn truncate(&self, inode: &Inode, fh: Option<FileHandle>, size: u64) -> io::Result<()> {
+        self.truncate_cached(inode, fh, size)?;
+        if let Some(times) = self.kept_times(inode.backing) {
+            times.written();
+        }
+        Ok(())
+    }
+
+    fn truncate_cached(&self, inode: &Inode, fh: Option<FileHandle>, size: u64) -> io::Result<()> {
         if let Some(fh) = fh
             && let Some(handle) = self.handles.lock().get(&fh.0).cloned()
         {
@@ -706,9 +719,30 @@ impl Shared {
         file.set_len(size)
     }
 
-    fn note_write(&self, backing: BackingId) {
-        if let Some(anchor) = self.anchors.lock().get_mut(&backing) {
-            anchor.written = Some(SystemTime::now());
+    /// The times ebb keeps for the file `backing`, created if nothing holds them yet.
+    fn file_times(&self, backing: BackingId) -> Arc<FileTimes> {
+        let mut map = self.times.lock();
+        if let Some(times) = map.get(&backing).and_then(Weak::upgrade) {
+            return times;
+        }
+        // Forget files that left the cache once they are half the map.
+        if map.len() >= 1024 && map.len().is_power_of_two() {
+            map.retain(|_, times| times.strong_count() > 0);
+        }
+        let times = Arc::new(FileTimes::default());
+        map.insert(backing, Arc::downgrade(&times));
+        times
+    }
+
+    /// The times ebb keeps for the file `backing`, if anything holds them.
+    fn kept_times(&self, backing: BackingId) -> Option<Arc<FileTimes>> {
+        self.times.lock().get(&backing).and_then(Weak::upgrade)
+    }
+
+    /// The status of the file `backing` changed through the mount (see [`crate::times`]).
+    fn status_changed(&self, backing: BackingId) {
+        if let Some(times) = self.kept_times(backing) {
+            times.status_changed();
         }
     }
 
@@ -795,12 +829,14 @@ impl Filesystem for EbbFs {
             let path = inode.proc_path();
             if let Some(mode) = mode {
                 rustix::fs::chmod(&path, Mode::from_raw_mode(mode & 0o7777)).map_err(errno)?;
+                shared.status_changed(inode.backing);
             }
             if uid.is_some() || gid.is_some() {
                 let uid = uid.map(rustix::fs::Uid::from_raw);
                 let gid = gid.map(rustix::fs::Gid::from_raw);
                 let flags = AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW;
                 rustix::fs::chownat(&inode.fd, "", uid, gid, flags).map_err(errno)?;
+                shared.status_changed(inode.backing);
             }
             if let Some(size) = size {
                 shared.truncate(&inode, fh, size).map_err(|error| errno_of(&error))?;
@@ -810,13 +846,16 @@ impl Filesystem for EbbFs {
                     last_access: to_timespec(atime),
                     last_modification: to_timespec(mtime),
                 };
-                rustix::fs::utimensat(rustix::fs::CWD, &path, &times, AtFlags::empty())
-                    .map_err(errno)?;
-                if mtime.is_some()
-                    && let Some(anchor) = shared.anchors.lock().get_mut(&inode.backing)
-                {
-                    anchor.written = None;
+                let set = || -> io::Result<Stat> {
+                    rustix::fs::utimensat(rustix::fs::CWD, &path, &times, AtFlags::empty())?;
+                    Ok(rustix::fs::fstat(&inode.fd)?)
+                };
+                // Under the kept times' lock, so a write-back cannot put back the old mtime.
+                match shared.kept_times(inode.backing) {
+                    Some(kept) => kept.set_with(set),
+                    None => set().map(drop),
                 }
+                .map_err(|error| errno_of(&error))?;
             }
             shared.getattr(ino)
         };
@@ -888,10 +927,13 @@ impl Filesystem for EbbFs {
         let result = (|| {
             shared.check_writable()?;
             let dir = shared.inode(parent)?;
+            let file = rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW).ok();
             let last = shared.before_remove(&dir, name);
             rustix::fs::unlinkat(&dir.fd, name, AtFlags::empty()).map_err(errno)?;
-            if let Some(backing) = last {
-                shared.after_remove(backing);
+            match (last, file) {
+                (Some(backing), _) => shared.after_remove(backing),
+                (None, Some(file)) => shared.status_changed((file.st_dev, file.st_ino)),
+                (None, None) => {}
             }
             Ok(())
         })();
@@ -959,6 +1001,7 @@ impl Filesystem for EbbFs {
             };
             let raw = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
             rustix::fs::renameat_with(&from.fd, name, &to.fd, newname, raw).map_err(errno)?;
+            shared.status_changed((source.st_dev, source.st_ino));
             if let Some(backing) = replaced {
                 shared.after_remove(backing);
             }
@@ -986,6 +1029,7 @@ impl Filesystem for EbbFs {
             let flags = AtFlags::SYMLINK_FOLLOW;
             rustix::fs::linkat(rustix::fs::CWD, inode.proc_path(), &dir.fd, newname, flags)
                 .map_err(errno)?;
+            shared.status_changed(inode.backing);
             shared.lookup(newparent, newname)
         })();
         entry(reply, result);
@@ -1074,7 +1118,7 @@ impl Filesystem for EbbFs {
                         Err(error) => return Err(errno_of(&error)),
                     }
                 }
-                shared.note_write(handle.backing);
+                handle.times.written();
                 Ok(done)
             });
             match result {

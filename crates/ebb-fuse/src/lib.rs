@@ -36,6 +36,7 @@ mod pool;
 mod runtime;
 #[cfg(test)]
 mod tests;
+mod times;
 
 use std::io;
 use std::path::{Path, PathBuf};

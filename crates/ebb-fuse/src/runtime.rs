@@ -1,16 +1,22 @@
 //! The data path through ebb's runtime: DIR is the runtime's one backend (a `DirBackend`
 //! with the settings of its block device, see `ebb_runtime::Builder::directory`), and each
 //! backing file is opened by path with `O_DIRECT` and attached under the key the filesystem
-//! chose.
+//! chose. Each backing file is wrapped so that its mtime is set back to the one the filesystem
+//! keeps after every write-back ([`crate::times`]).
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use ebb_backend::{BackendFile, CommitReply, WriteReply};
 use ebb_runtime::{Builder, DrainProgress, Ebb, File};
+use rustix::fs::{Mode, OFlags};
 
 use crate::MountConfig;
 use crate::data::{DataFile, DataPath};
+use crate::times::FileTimes;
 
 /// ebb's cache and writeback in front of the backing files.
 pub(crate) struct EbbData {
@@ -60,10 +66,21 @@ fn describe(progress: &DrainProgress) -> String {
 }
 
 impl DataPath for EbbData {
-    fn attach(&self, key: u64, path: &Path) -> io::Result<Box<dyn DataFile>> {
+    fn attach(
+        &self,
+        key: u64,
+        path: &Path,
+        times: &Arc<FileTimes>,
+    ) -> io::Result<Box<dyn DataFile>> {
         // The backing file is opened only when ebb does not cache this key yet.
-        let file =
-            self.ebb.attach_with(&self.backend, key, || ebb_backend::open_direct_path(path))?;
+        let file = self.ebb.attach_with(&self.backend, key, || {
+            let inner = ebb_backend::open_direct_path(path)?;
+            // Its own descriptor: `path` names the filesystem's, which may close first.
+            let flags = OFlags::PATH | OFlags::CLOEXEC;
+            let fd = rustix::fs::open(path, flags, Mode::empty())?;
+            let times = Arc::clone(times);
+            Ok(Arc::new(TimedFile { inner, times, fd }) as Arc<dyn BackendFile>)
+        })?;
         Ok(Box::new(EbbFile(file)))
     }
 
@@ -128,5 +145,44 @@ impl DataFile for EbbFile {
 
     fn check_error(&self) -> io::Result<()> {
         self.0.check_error()
+    }
+}
+
+/// A backing file whose mtime is set back to the kept one after each write and trim.
+#[derive(Debug)]
+struct TimedFile {
+    inner: Arc<dyn BackendFile>,
+    times: Arc<FileTimes>,
+    /// `O_PATH` on the backing file, for `utimensat`.
+    fd: OwnedFd,
+}
+
+impl BackendFile for TimedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply> {
+        let reply = self.inner.write_at(buf, offset)?;
+        self.times.restore(&self.fd);
+        Ok(reply)
+    }
+
+    fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
+        self.inner.commit(offset, len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+
+    fn set_size(&self, size: u64) -> io::Result<()> {
+        self.inner.set_size(size)?;
+        self.times.restore(&self.fd);
+        Ok(())
     }
 }

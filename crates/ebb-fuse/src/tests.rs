@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::Mount;
 use crate::data::{DataFile, DataPath, PassthroughData};
+use crate::times::FileTimes;
 
 /// Writes whose data starts with `BLOCK` wait until the gate opens.
 #[derive(Default)]
@@ -39,8 +40,14 @@ struct GatedData(Arc<Gate>);
 struct GatedFile(Box<dyn DataFile>, Arc<Gate>);
 
 impl DataPath for GatedData {
-    fn attach(&self, key: u64, path: &Path) -> io::Result<Box<dyn DataFile>> {
-        Ok(Box::new(GatedFile(PassthroughData.attach(key, path)?, Arc::clone(&self.0))))
+    fn attach(
+        &self,
+        key: u64,
+        path: &Path,
+        times: &Arc<FileTimes>,
+    ) -> io::Result<Box<dyn DataFile>> {
+        let file = PassthroughData.attach(key, path, times)?;
+        Ok(Box::new(GatedFile(file, Arc::clone(&self.0))))
     }
     fn sync(&self) -> io::Result<()> {
         PassthroughData.sync()

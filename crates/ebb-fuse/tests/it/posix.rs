@@ -1,10 +1,12 @@
 //! POSIX semantics a local filesystem has and the mount must keep: modes and owners of new
 //! objects, stable inode numbers, timestamps.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, UNIX_EPOCH};
 
 use super::{Fixture, modes};
 
@@ -108,4 +110,57 @@ fn inode_numbers_are_stable() {
         assert_eq!(ino(&fx.mnt.join("h")), before[1]);
     }
     fx.unmount();
+}
+
+/// Waits (up to a minute, a hang detector) until `path` in DIR has `len` bytes: ebb wrote the
+/// file back.
+fn wait_written_back(path: &Path, len: u64) {
+    let start = std::time::Instant::now();
+    while std::fs::metadata(path).map_or(0, |meta| meta.len()) != len {
+        assert!(start.elapsed() < Duration::from_secs(60), "{} never written back", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// Times are POSIX's: a write sets mtime and ctime when it returns, `utimes` (what `cp -p`,
+// `tar x` and `touch -d` do after writing) keeps the mtime it set, and writing the data back to
+// DIR (in the background, at fsync, at unmount) moves neither: not in the mount, and not the
+// mtime in DIR.
+#[test]
+fn writeback_keeps_the_times_posix_gives() {
+    let knobs = [("dirty_expire_centisecs", "10"), ("dirty_writeback_centisecs", "10")];
+    let Some(mut fx) = Fixture::new(super::DataMode::Ebb, None, &knobs) else { return };
+    let (mnt, dir) = (fx.mnt.clone(), fx.dir.clone());
+    let (m, d) = (|name: &str| mnt.join(name), |name: &str| dir.join(name));
+    let data = vec![7u8; 1 << 20];
+    let preserved = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let mtime = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
+    // cp -p: the data, then the source's mtime, then close; background writeback comes later.
+    let mut copied = File::create(m("copied")).unwrap();
+    copied.write_all(&data).unwrap();
+    copied.set_modified(preserved).unwrap();
+    drop(copied);
+    wait_written_back(&d("copied"), data.len() as u64);
+    assert_eq!(mtime(&m("copied")), preserved);
+    assert_eq!(mtime(&d("copied")), preserved);
+    // A plain write: mtime and ctime are the write's, and stay so through an fsync later.
+    let mut written = File::create(m("written")).unwrap();
+    written.write_all(&data).unwrap();
+    let before = std::fs::metadata(m("written")).unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // a write-back now has a later time
+    written.sync_all().unwrap();
+    let after = std::fs::metadata(m("written")).unwrap();
+    assert_eq!(after.modified().unwrap(), before.modified().unwrap());
+    assert_eq!((after.ctime(), after.ctime_nsec()), (before.ctime(), before.ctime_nsec()));
+    assert_eq!(mtime(&d("written")), before.modified().unwrap());
+    // touch -d after a write, then an fsync and the unmount's drain.
+    written.write_all(b"more").unwrap();
+    let status = Command::new("touch").args(["-m", "-d", "@1000000000"]).arg(m("written")).status();
+    assert!(status.unwrap().success());
+    written.sync_all().unwrap();
+    assert_eq!(mtime(&m("written")), preserved);
+    drop(written);
+    fx.unmount();
+    assert_eq!(mtime(&d("written")), preserved);
+    assert_eq!(mtime(&d("copied")), preserved);
 }
