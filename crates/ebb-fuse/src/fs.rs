@@ -127,16 +127,13 @@ impl Shared {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
-    /// Closes every anchor (after the kernel released every file, at unmount).
-    pub(crate) fn close_anchors(&self) -> io::Result<()> {
+    /// Closes every anchor (after the kernel released every file, at unmount). Their errors
+    /// were the application handles' to report; see [`crate::Mount::unmount`].
+    pub(crate) fn close_anchors(&self) {
         let anchors: Vec<Anchor> = self.anchors.lock().drain().map(|(_, anchor)| anchor).collect();
-        let mut first_error = None;
         for anchor in anchors {
-            if let Err(error) = close_anchor(anchor) {
-                first_error.get_or_insert(error);
-            }
+            let _ = close_anchor(anchor);
         }
-        first_error.map_or(Ok(()), Err)
     }
 }
 

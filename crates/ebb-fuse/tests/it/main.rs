@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
+mod errors;
 mod posix;
 
 /// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint. The mount is
@@ -58,6 +59,25 @@ impl Fixture {
         }
         .expect("mount");
         Some(Fixture { mount: Some(mount), dir, mnt, _root: root })
+    }
+
+    /// A mount of ebb's data path on `dir` (an existing directory) at a fresh mountpoint.
+    fn on(dir: &Path, memory: Option<u64>) -> Option<Fixture> {
+        if !precondition(Path::new("/dev/fuse").exists(), "/dev/fuse is missing") {
+            return None;
+        }
+        let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let config = MountConfig {
+            backend: dir.to_path_buf(),
+            mountpoint: mnt.clone(),
+            memory,
+            knobs: Vec::new(),
+            data: DataMode::Ebb,
+        };
+        let mount = Mount::start(&config).expect("mount");
+        Some(Fixture { mount: Some(mount), dir: dir.to_path_buf(), mnt, _root: root })
     }
 
     fn unmount(&mut self) {
