@@ -716,6 +716,54 @@ impl Shared {
         file.set_len(size)
     }
 
+    /// The inode `ino` for an extended attribute change: not a symlink, whose `user.`
+    /// attributes Linux refuses (`EPERM`), and which `/proc/self/fd` would follow.
+    fn xattr_inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        let inode = self.inode(ino)?;
+        let stat = rustix::fs::fstat(&inode.fd).map_err(errno)?;
+        if kind_of(stat.st_mode) == FileType::Symlink {
+            return Err(Errno::EPERM);
+        }
+        Ok(inode)
+    }
+
+    /// `fallocate(2)` of the open file `fh`: the plain mode (allocate, growing the size ebb
+    /// knows if the range ends past it) and `KEEP_SIZE` (allocate only) reserve the space in
+    /// the backing file. Modes that change data (punching a hole, zeroing, collapsing or
+    /// inserting a range) are `EOPNOTSUPP`: ebb's cache may hold newer data for the range.
+    fn fallocate(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        use rustix::fs::FallocateFlags;
+        let mode = FallocateFlags::from_bits_retain(mode as u32);
+        if !(mode.is_empty() || mode == FallocateFlags::KEEP_SIZE) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.check_writable()?;
+        let end = offset.checked_add(length).filter(|&end| end <= i64::MAX as u64);
+        let end = end.ok_or(Errno::EFBIG)?;
+        let handle = self.handle(fh)?;
+        let inode = self.inode(ino)?;
+        let flags = OFlags::WRONLY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(inode.proc_path(), flags, Mode::empty()).map_err(errno)?;
+        // The backing file keeps its size: the size is ebb's to change, through the cache.
+        rustix::fs::fallocate(&fd, FallocateFlags::KEEP_SIZE, offset, length).map_err(errno)?;
+        // The kernel holds the file's inode lock through a fallocate and through every write
+        // that extends the file, so the size cannot grow between this check and the set.
+        if mode.is_empty() && end > handle.file.len().map_err(|error| errno_of(&error))? {
+            handle.file.set_len(end).map_err(|error| errno_of(&error))?;
+            handle.times.written();
+        } else {
+            self.status_changed(inode.backing);
+        }
+        Ok(())
+    }
+
     /// The times ebb keeps for the file `backing`, created if nothing holds them yet.
     fn file_times(&self, backing: BackingId) -> Arc<FileTimes> {
         let mut map = self.times.lock();
@@ -1297,6 +1345,69 @@ impl Filesystem for EbbFs {
             Ok(list)
         });
         xattr_reply(reply, value, size);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let shared = &self.shared;
+        let result = (|| {
+            if ino == INodeNo::ROOT && name == STATS_XATTR {
+                return Err(Errno::EPERM);
+            }
+            shared.check_writable()?;
+            let inode = shared.xattr_inode(ino)?;
+            let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+            rustix::fs::setxattr(inode.proc_path(), name, value, flags).map_err(errno)?;
+            shared.status_changed(inode.backing);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(error),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let shared = &self.shared;
+        let result = (|| {
+            if ino == INodeNo::ROOT && name == STATS_XATTR {
+                return Err(Errno::EPERM);
+            }
+            shared.check_writable()?;
+            let inode = shared.xattr_inode(ino)?;
+            rustix::fs::removexattr(inode.proc_path(), name).map_err(errno)?;
+            shared.status_changed(inode.backing);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(error),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let shared = Arc::clone(&self.shared);
+        self.writes.run(move || match shared.fallocate(ino, fh, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(error),
+        });
     }
 
     fn create(

@@ -164,3 +164,47 @@ fn writeback_keeps_the_times_posix_gives() {
     assert_eq!(mtime(&d("written")), preserved);
     assert_eq!(mtime(&d("copied")), preserved);
 }
+
+// Extended attributes pass through: set, replace, list, get and remove, as in DIR; the stats
+// attribute of the root cannot be set. fallocate reserves space in DIR: the plain mode grows
+// the file's size, KEEP_SIZE does not.
+#[test]
+fn xattrs_and_fallocate_pass_through() {
+    use rustix::fs::{FallocateFlags, XattrFlags};
+    for data in modes() {
+        let Some(mut fx) = Fixture::new(data, None, &[]) else { return };
+        let path = fx.mnt.join("f");
+        std::fs::write(&path, b"x").unwrap();
+        rustix::fs::setxattr(&path, "user.a", b"1", XattrFlags::CREATE).unwrap();
+        let again = rustix::fs::setxattr(&path, "user.a", b"2", XattrFlags::CREATE);
+        assert_eq!(again, Err(rustix::io::Errno::EXIST));
+        rustix::fs::setxattr(&path, "user.a", b"22", XattrFlags::REPLACE).unwrap();
+        rustix::fs::setxattr(&path, "user.b", b"", XattrFlags::empty()).unwrap();
+        let mut value = [0u8; 16];
+        let len = rustix::fs::getxattr(fx.dir.join("f"), "user.a", &mut value).unwrap();
+        assert_eq!(&value[..len], b"22");
+        let mut list = [0u8; 64];
+        let len = rustix::fs::listxattr(&path, &mut list).unwrap();
+        assert_eq!(&list[..len], b"user.a\0user.b\0");
+        rustix::fs::removexattr(&path, "user.a").unwrap();
+        assert_eq!(
+            rustix::fs::getxattr(&path, "user.a", &mut value),
+            Err(rustix::io::Errno::NODATA)
+        );
+        let stats =
+            rustix::fs::setxattr(&fx.mnt, ebb_fuse::STATS_XATTR, b"{}", XattrFlags::empty());
+        assert_eq!(stats, Err(rustix::io::Errno::PERM));
+
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        rustix::fs::fallocate(&file, FallocateFlags::KEEP_SIZE, 0, 1 << 20).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1);
+        assert!(std::fs::metadata(fx.dir.join("f")).unwrap().blocks() >= 2048);
+        rustix::fs::fallocate(&file, FallocateFlags::empty(), 4096, 2 << 20).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4096 + (2 << 20));
+        drop(file);
+        fx.unmount();
+        let meta = std::fs::metadata(fx.dir.join("f")).unwrap();
+        assert_eq!(meta.len(), 4096 + (2 << 20), "{data:?}");
+        assert_eq!(std::fs::read(fx.dir.join("f")).unwrap()[..2], [b'x', 0]);
+    }
+}
