@@ -12,6 +12,7 @@
 #![expect(clippy::print_stdout, reason = "the CLI prints its results to stdout")]
 
 use std::io::IsTerminal;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -303,8 +304,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(command) => bench(command),
         Command::Stat(args) => {
-            println!("{}", ebb_fuse::read_stats(&args.mountpoint)?);
-            Ok(ExitCode::SUCCESS)
+            let stats = ebb_fuse::read_stats(&args.mountpoint)?;
+            // A reader that stops early (`ebb stat | head`) is not an error.
+            match writeln!(std::io::stdout().lock(), "{stats}") {
+                Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
         }
     }
 }

@@ -181,3 +181,76 @@ fn bad_mount_and_stat_arguments_are_reported() {
     assert!(!output.status.success());
     assert!(stderr.contains("not the root of an ebb mount"), "{stderr}");
 }
+
+// `ebb stat | head`: a reader that closes the pipe early is not an error (no panic, exit 0).
+#[test]
+fn stat_into_a_closed_pipe_exits_quietly() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let mut running = Running::start(&dir, &mnt, &[]);
+    let mut child = Command::new(EBB)
+        .arg("stat")
+        .arg(&mnt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    running.signal("-TERM");
+    assert!(running.wait().0.success());
+}
+
+/// A tmpfs of `size_mib` MiB mounted on `path`, unmounted (lazily) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path, size_mib: u64) -> Tmpfs {
+        let options = format!("size={size_mib}m");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t tmpfs");
+        Tmpfs(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+// A backend that fills up: the mount logs the failed write-backs, fsync reports ENOSPC, and
+// once space is freed everything drains and `ebb mount` exits 0 saying so.
+#[test]
+fn a_full_backend_is_logged_and_a_drain_after_it_exits_0() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let _tmpfs = Tmpfs::mount(&dir, 16);
+    std::fs::write(dir.join("filler"), vec![1u8; 12 << 20]).unwrap();
+    let mut running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
+    let data = pattern(8 << 20, 5);
+    let mut file = std::fs::File::create(mnt.join("f")).unwrap();
+    std::io::Write::write_all(&mut file, &data).unwrap();
+    let error = file.sync_all().expect_err("8 MiB cannot fit in 4 MiB");
+    assert_eq!(error.raw_os_error(), Some(libc::ENOSPC));
+    std::fs::remove_file(dir.join("filler")).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    running.signal("-TERM");
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("failed write-backs"), "{stderr}");
+    assert!(stderr.contains("everything written"), "{stderr}");
+    assert!(std::fs::read(dir.join("f")).unwrap() == data);
+}

@@ -37,6 +37,10 @@ pub(crate) trait DataPath: Send + Sync {
     fn unwritten(&self) -> String;
     /// The cache's statistics as a JSON object.
     fn stats_json(&self) -> String;
+    /// Failed write-backs to the backing files so far (for the mount's log).
+    fn write_errors(&self) -> u64 {
+        0
+    }
     /// The backing file attached under `key` was deleted and nothing has it open: drop its
     /// cached data (dirty data included) instead of writing it back.
     fn discard(&self, _key: u64) {}

@@ -193,6 +193,11 @@ impl Mount {
         self.shared.data.drain(deadline, progress)
     }
 
+    /// Failed write-backs to DIR since the start.
+    pub fn write_errors(&self) -> u64 {
+        self.shared.data.write_errors()
+    }
+
     /// What is not yet written to DIR, one line.
     pub fn unwritten(&self) -> String {
         self.shared.data.unwritten()
@@ -402,6 +407,42 @@ pub fn read_stats(mountpoint: &Path) -> io::Result<String> {
     }
 }
 
+/// Says on stderr when write-backs to DIR fail, at most once per [`ErrorLog::EVERY`]: the
+/// applications learn of them at fsync and close, the operator from this.
+#[derive(Default)]
+struct ErrorLog {
+    reported: u64,
+    last: Option<Instant>,
+}
+
+impl ErrorLog {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    /// Logs new failures unless the last line is recent.
+    fn check(&mut self, mount: &Mount, backend: &Path) {
+        if self.last.is_some_and(|last| last.elapsed() < ErrorLog::EVERY) {
+            return;
+        }
+        self.flush(mount, backend);
+    }
+
+    /// Logs new failures now.
+    fn flush(&mut self, mount: &Mount, backend: &Path) {
+        let errors = mount.write_errors();
+        if errors > self.reported {
+            eprintln!(
+                "ebb mount: {} failed write-backs to {} ({errors} since the start; the data stays \
+                 in the cache, applications get the error at fsync and close, `ebb stat` shows \
+                 the state)",
+                errors - self.reported,
+                backend.display()
+            );
+            self.reported = errors;
+            self.last = Some(Instant::now());
+        }
+    }
+}
+
 /// How long a drain may take before `run` gives up and reports what is left.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
@@ -437,6 +478,7 @@ pub fn run(config: &MountConfig) -> io::Result<()> {
         }
     })?;
     let mut draining = false;
+    let mut errors = ErrorLog::default();
     let start_drain = |reason: &str| {
         eprintln!("ebb mount: {reason}: writes stopped, draining to {}", config.backend.display());
         let mount = Arc::clone(&mount);
@@ -469,6 +511,7 @@ pub fn run(config: &MountConfig) -> io::Result<()> {
                 std::process::exit(1);
             }
             Ok(Event::Drained(result)) => {
+                errors.flush(&mount, &config.backend);
                 if let Err(error) = result {
                     eprintln!(
                         "ebb mount: drain failed: {error}; not written: {}",
@@ -483,6 +526,7 @@ pub fn run(config: &MountConfig) -> io::Result<()> {
                 break;
             }
             Err(RecvTimeoutError::Timeout) => {
+                errors.check(&mount, &config.backend);
                 if !draining && mount.is_finished() {
                     draining = true;
                     start_drain("unmounted from outside")?;

@@ -106,6 +106,10 @@ impl DataPath for EbbData {
         }
     }
 
+    fn write_errors(&self) -> u64 {
+        self.ebb.stats().counters.write_errors
+    }
+
     fn stats_json(&self) -> String {
         serde_json::to_string_pretty(&self.ebb.stats())
             .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"))
