@@ -152,6 +152,27 @@ pub trait BackendFile: Send + Sync + fmt::Debug {
     /// whole, then trimmed with [`BackendFile::set_size`].
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply>;
 
+    /// Writes one *extent* of the file, `offset..offset + len`, as a unit: `runs` are the bytes
+    /// the caller has for it (sorted by offset, disjoint, each inside the extent), and the gaps
+    /// between them keep what the backend already holds. A backend that can only write whole
+    /// units (an S3 part) writes the extent once, filling the gaps from what it holds; the
+    /// size grows to at least the end of the last run, as with `write_at`. All or error, as
+    /// `write_at`. Runs out of order, overlapping or outside the extent: `InvalidInput`.
+    ///
+    /// The default writes each run with [`BackendFile::write_at`] and returns the first
+    /// unstable reply (the oldest verifier, so a restart between runs is noticed), else stable.
+    fn write_extent(&self, offset: u64, len: u64, runs: &[(u64, &[u8])]) -> io::Result<WriteReply> {
+        check_extent(offset, len, runs)?;
+        let mut reply = WriteReply { stability: Stability::Stable };
+        for (run_offset, data) in runs {
+            let run_reply = self.write_at(data, *run_offset)?;
+            if reply.stability == Stability::Stable {
+                reply = run_reply;
+            }
+        }
+        Ok(reply)
+    }
+
     /// Makes the unstable writes in `offset..offset + len` durable (`len == 0` means to the end
     /// of the file), returning the server's current verifier. On a backend without
     /// `two_phase` this is a `sync` and returns verifier 0.
@@ -218,6 +239,65 @@ pub fn check_name(name: &str) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Checks the arguments of [`BackendFile::write_extent`]: runs sorted, disjoint and inside
+/// `offset..offset + len`, with an `InvalidInput` error naming the first run that is not.
+/// Public for backends outside this crate.
+pub fn check_extent(offset: u64, len: u64, runs: &[(u64, &[u8])]) -> io::Result<()> {
+    let end = offset.checked_add(len).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("extent at {offset} of {len} bytes overflows"),
+        )
+    })?;
+    let mut previous_end = offset;
+    for (index, (run_offset, data)) in runs.iter().enumerate() {
+        let run_end = run_offset.checked_add(data.len() as u64);
+        if *run_offset < previous_end || run_end.is_none_or(|run_end| end < run_end) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "run {index} (offset {run_offset}, {} bytes) of the extent {offset}..{end} \
+                     is out of order, overlaps the run before it or leaves the extent",
+                    data.len()
+                ),
+            ));
+        }
+        previous_end = run_offset + data.len() as u64;
+    }
+    Ok(())
+}
+
+/// An IO error carrying a Linux errno and a message, for backends whose errors come from a
+/// server (an S3 error code, an NFS status): the errno is what the engine classifies (retry,
+/// hold), the message says what the server said. [`errno_of`] reads the errno back.
+pub fn errno_error(errno: i32, message: String) -> io::Error {
+    let kind = io::Error::from_raw_os_error(errno).kind();
+    io::Error::new(kind, ErrnoError { errno, message })
+}
+
+/// The errno of an error a backend returned: the OS's own, or the one [`errno_error`]
+/// attached; `None` for other errors (the engine treats them as `EIO`).
+pub fn errno_of(error: &io::Error) -> Option<i32> {
+    error.raw_os_error().or_else(|| {
+        error.get_ref().and_then(|inner| inner.downcast_ref::<ErrnoError>()).map(|e| e.errno)
+    })
+}
+
+/// The payload of [`errno_error`].
+#[derive(Debug)]
+struct ErrnoError {
+    errno: i32,
+    message: String,
+}
+
+impl fmt::Display for ErrnoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (os error {})", self.message, self.errno)
+    }
+}
+
+impl std::error::Error for ErrnoError {}
 
 /// Checks `offset` and `len` against `capabilities` (size limit, largest file offset,
 /// alignment), with an `InvalidInput` error naming the rule broken. Public for backends outside

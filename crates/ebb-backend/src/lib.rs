@@ -13,10 +13,12 @@
 //! | [`DirBackend`] | a directory of files opened with `O_DIRECT` (the default backend) |
 //! | [`open_direct_path`] | one file of any path opened like a `DirBackend` file (for ebb-fuse) |
 //! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
+//! | [`S3Backend`] | one S3 object per file, written as multipart parts, committed at `sync` |
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
 //! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
 //! | [`conformance`] | named checks any backend (real or simulated) must pass |
-//! | [`check_name`], [`check_request`] | the name and request rules, for backends outside this crate |
+//! | [`check_name`], [`check_request`], [`check_extent`] | the name and request rules, for backends outside this crate |
+//! | [`errno_error`], [`errno_of`] | an IO error with an errno and a server's message, and its errno |
 //!
 //! The simulator's backend, `ebb_sim::backend::SimBackend`, lives in `ebb-sim` (files in
 //! memory with a device model's durability) and passes the same suite.
@@ -31,12 +33,14 @@ pub mod conformance;
 mod dir;
 mod faulty;
 mod mem;
+pub mod s3;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};
 pub use backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, ServerRestart, Stability,
-    WriteReply, check_name, check_request,
+    WriteReply, check_extent, check_name, check_request, errno_error, errno_of,
 };
 pub use dir::{DirBackend, open_direct_path};
 pub use faulty::{FaultOp, FaultPlan, FaultyBackend};
 pub use mem::MemBackend;
+pub use s3::{S3Backend, S3Options};

@@ -114,6 +114,27 @@ impl Builder {
         Ok(self.backend_with(&name, Arc::new(backend), config))
     }
 
+    /// Adds an S3 bucket, `s3://BUCKET[/PREFIX]` on the server at `endpoint`, named after the
+    /// bucket URL: one object per file (see `ebb_backend::s3`), credentials and region from the
+    /// AWS environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`, `AWS_REGION`). Errors: the bucket missing (`NotFound`), refused
+    /// credentials (`PermissionDenied`), a malformed URL (`InvalidInput`).
+    pub fn s3(self, bucket_url: &str, endpoint: &str) -> io::Result<Builder> {
+        let options = ebb_backend::S3Options::from_env(bucket_url, endpoint)?;
+        self.s3_with(bucket_url, options)
+    }
+
+    /// Adds an S3 bucket with explicit options, named `name`. Writes go out a part at a time
+    /// (the largest write is one part); wbt is off, as for the kernel's network filesystems,
+    /// which have no block queue to measure.
+    pub fn s3_with(self, name: &str, options: ebb_backend::S3Options) -> io::Result<Builder> {
+        let backend = ebb_backend::S3Backend::open(options)?;
+        let mut config = BackendConfig::new(name);
+        config.max_write_pages = (backend.layout().part_size() / PAGE_SIZE) as u32;
+        config.wbt = ebb_core::WbtMode::Off;
+        Ok(self.backend_with(name, Arc::new(backend), config))
+    }
+
     /// IO worker threads (default 8): the most writes and reads in flight to the backends.
     pub fn io_threads(mut self, n: usize) -> Builder {
         self.io_threads = n.clamp(1, 1024);

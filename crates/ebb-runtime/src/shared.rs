@@ -228,7 +228,7 @@ impl PageMaps for Maps<'_> {
 
 /// Converts an OS error to the errno the engine records.
 pub(crate) fn to_io_error(e: &io::Error) -> IoError {
-    IoError { errno: e.raw_os_error().unwrap_or(ebb_core::event::errno::EIO) }
+    IoError { errno: ebb_backend::errno_of(e).unwrap_or(ebb_core::event::errno::EIO) }
 }
 
 /// Converts an engine error to `std::io::Error` (the kind follows from the errno).

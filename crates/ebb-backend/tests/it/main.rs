@@ -361,3 +361,4 @@ fn dir_refused_direct_io_ramfs() {
     assert_eq!(leftovers, 0, "the O_DIRECT probe left a file behind");
     assert!(report.is_ok(), "{report}");
 }
+mod s3;

@@ -1,0 +1,476 @@
+//! `S3Backend`: one S3 object per file, written back as multipart parts and committed by
+//! CompleteMultipartUpload at `sync`.
+//!
+//! # How a file maps to S3
+//!
+//! A file `name` is the object `PREFIX + name` in one bucket. Its bytes are cut into parts on a
+//! fixed layout ([`PartLayout`]: part `k` always covers the same range, 8 MiB parts by
+//! default). A write uploads every part it touches, whole: the bytes the caller gives, and for
+//! the rest of the part what the file holds, read from the current object by a ranged GET
+//! (zeros past its end). [`BackendFile::write_extent`] lets the engine give a whole part at
+//! once, so a stream uploads each part once; plain `write_at` of any range is correct too but
+//! may read and upload a part several times.
+//!
+//! **Parts are stable writes.** An S3 server keeps uploaded parts durably until the upload is
+//! completed or aborted (versitygw keeps them across a restart, AWS stores them like objects),
+//! so a part upload replies [`Stability::Stable`] and the engine may drop the pages. They are
+//! not visible yet: **`sync()` is the commit.** It makes the object the file: every part of the
+//! new object that this upload did not write is carried from the current object by
+//! UploadPartCopy (or uploaded from a GET plus zeros where the current object does not cover
+//! it), then CompleteMultipartUpload. fsync returns only after it, and the last handle's drop
+//! commits what was written back (the runtime closes a file's backend handle only once its
+//! pages are clean). Reads go to the object (ranged GET); a read of a part written only to the
+//! open upload commits first. `Capabilities::two_phase` is false: nothing here needs the
+//! engine's COMMIT accounting.
+//!
+//! **Lost uploads.** An upload the server no longer knows (NoSuchUpload: aborted by someone
+//! else, or expired by a lifecycle rule) lost its parts. The backend starts a new upload for
+//! the write at hand, but the bytes of earlier parts were only in the lost upload: those
+//! writes are lost, and the next `sync()` fails once with `EIO` naming the upload. This is the
+//! promise the kernel makes for data not yet fsync'ed: a write error is reported at the next
+//! fsync (and close), once per handle.
+//!
+//! **Crash safety.** Upload ids (and each part's ETag and length) are journaled in a local
+//! state directory before the step that relies on them ([`S3Options::state_dir`]; one file per
+//! process, locked while it lives). At start the backend aborts every upload that a dead
+//! process's journal names, and sweeps ListMultipartUploads for uploads of keys whose creation
+//! a crash cut short before the id was journaled. An upload is never resumed: its process died
+//! with whatever it still held, and nothing partial may become visible. Removing a file aborts
+//! its upload, so no multipart upload is left behind.
+//!
+//! **Errors.** 503 SlowDown, other 5xx, timeouts and broken connections are retried a few
+//! times inside the backend with exponential backoff and jitter, then reach the engine as
+//! `EAGAIN`, `EIO` or `ETIMEDOUT`, which it retries with its own backoff while it throttles
+//! writers. Errors that will not pass map to errnos the engine holds pages for (`AccessDenied`
+//! `EACCES`, `EntityTooLarge` `EFBIG`, `NoSuchBucket` `ENOENT`); see `error.rs`. Messages name
+//! the S3 error code, the request and the key.
+//!
+//! **Memory.** One part-sized buffer per write or carried part in flight, never more; nothing
+//! is spilled to a local disk.
+
+mod client;
+mod error;
+mod journal;
+pub mod layout;
+mod object;
+pub mod test_server;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use rusty_s3::{Bucket, Credentials, UrlStyle};
+
+use crate::backend::{
+    Backend, BackendFile, Capabilities, CommitReply, OpenOptions, Stability, WriteReply,
+    check_extent, check_name, check_request, errno_error,
+};
+use client::Client;
+use error::S3Error;
+use journal::{Journal, Leftovers};
+pub use layout::PartLayout;
+use object::Object;
+
+/// Where the bucket is and how to reach it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Options {
+    /// The server's URL, `http://127.0.0.1:7070` or `https://s3.eu-west-1.amazonaws.com`.
+    pub endpoint: String,
+    /// The bucket's name.
+    pub bucket: String,
+    /// Prepended to every file name to make its key (empty, or ending with `/`).
+    pub prefix: String,
+    /// The region the requests are signed for.
+    pub region: String,
+    /// Access key id and secret; `None` sends unsigned requests (public buckets).
+    pub credentials: Option<(String, String)>,
+    /// A session token that goes with temporary credentials.
+    pub session_token: Option<String>,
+    /// Address the bucket in the path (`endpoint/bucket/key`) rather than the host name; the
+    /// default for every endpoint that is not AWS's.
+    pub path_style: bool,
+    /// The size of parts 1..=1000 (see [`PartLayout`]).
+    pub part_size: u64,
+    /// The journal's directory (see the module doc); `None` means
+    /// `$XDG_STATE_HOME/ebb/s3/<endpoint>-<bucket>` (`~/.local/state/...` without it).
+    pub state_dir: Option<PathBuf>,
+    /// Immediate retries of a failed request inside the backend before the error reaches the
+    /// engine.
+    pub retries: u32,
+    /// Longest wait for one read or write on a connection.
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("region", &self.region)
+            .field("access_key_id", &self.credentials.as_ref().map(|(key, _)| key))
+            .field("path_style", &self.path_style)
+            .field("part_size", &self.part_size)
+            .field("state_dir", &self.state_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Options {
+    /// Options for `s3://BUCKET[/PREFIX]` on `endpoint`, with credentials from
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, the region from
+    /// `AWS_REGION` or `AWS_DEFAULT_REGION` (else `us-east-1`), path-style addressing unless the
+    /// endpoint is AWS's. `InvalidInput` naming the problem for a malformed URL.
+    pub fn from_env(bucket_url: &str, endpoint: &str) -> io::Result<S3Options> {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        let credentials = var("AWS_ACCESS_KEY_ID").zip(var("AWS_SECRET_ACCESS_KEY"));
+        let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
+        let mut options = S3Options::new(bucket_url, endpoint)?;
+        options.credentials = credentials;
+        options.session_token = var("AWS_SESSION_TOKEN");
+        if let Some(region) = region {
+            options.region = region;
+        }
+        Ok(options)
+    }
+
+    /// Options for `s3://BUCKET[/PREFIX]` on `endpoint`, without credentials, in `us-east-1`.
+    pub fn new(bucket_url: &str, endpoint: &str) -> io::Result<S3Options> {
+        let invalid = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("S3 bucket URL {bucket_url:?}: {why}"),
+            )
+        };
+        let rest =
+            bucket_url.strip_prefix("s3://").ok_or_else(|| invalid("must start with s3://"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b));
+        if !bucket_ok {
+            return Err(invalid(
+                "the bucket name must be 3 to 63 lowercase letters, digits, '-' or '.'",
+            ));
+        }
+        let prefix = prefix.trim_matches('/');
+        let prefix = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+        let parsed = url::Url::parse(endpoint).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("S3 endpoint {endpoint:?}: {e}"))
+        })?;
+        let aws = parsed.host_str().is_some_and(|host| host.ends_with(".amazonaws.com"));
+        Ok(S3Options {
+            endpoint: endpoint.to_owned(),
+            bucket: bucket.to_owned(),
+            prefix,
+            region: "us-east-1".to_owned(),
+            credentials: None,
+            session_token: None,
+            path_style: !aws,
+            part_size: PartLayout::DEFAULT_PART_BYTES,
+            state_dir: None,
+            retries: 3,
+            timeout: Duration::from_secs(60),
+        })
+    }
+
+    /// The journal directory these options use.
+    pub fn journal_dir(&self) -> io::Result<PathBuf> {
+        if let Some(dir) = &self.state_dir {
+            return Ok(dir.clone());
+        }
+        let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+            Some(state) => PathBuf::from(state),
+            None => {
+                let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "S3 journal: neither XDG_STATE_HOME nor HOME is set; give a state directory",
+                    )
+                })?;
+                PathBuf::from(home).join(".local/state")
+            }
+        };
+        let endpoint: String = self
+            .endpoint
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .collect();
+        Ok(base.join("ebb/s3").join(format!("{endpoint}-{}", self.bucket)))
+    }
+}
+
+/// What the backend's objects share.
+pub(crate) struct Shared {
+    client: Client,
+    journal: Journal,
+    layout: PartLayout,
+    prefix: String,
+    /// The objects with a handle open, by key.
+    objects: Mutex<BTreeMap<String, Weak<Object>>>,
+}
+
+/// A bucket (under a prefix) as a [`Backend`]: one object per file. See the module doc.
+#[derive(Clone)]
+pub struct S3Backend {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Backend")
+            .field("bucket", &self.shared.client.bucket_name())
+            .field("prefix", &self.shared.prefix)
+            .field("part_size", &self.shared.layout.part_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Backend {
+    /// Connects: checks the bucket (`ENOENT` if it does not exist, `EACCES` if the credentials
+    /// may not use it), opens the journal and aborts the uploads dead processes left.
+    pub fn open(options: S3Options) -> io::Result<S3Backend> {
+        let layout = PartLayout::new(options.part_size)?;
+        let endpoint = url::Url::parse(&options.endpoint).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("S3 endpoint {:?}: {e}", options.endpoint),
+            )
+        })?;
+        let style = if options.path_style { UrlStyle::Path } else { UrlStyle::VirtualHost };
+        let bucket = Bucket::new(endpoint, style, options.bucket.clone(), options.region.clone())
+            .map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "S3 endpoint {:?} with bucket {:?}: {e:?}",
+                    options.endpoint, options.bucket
+                ),
+            )
+        })?;
+        let credentials =
+            options.credentials.as_ref().map(|(key, secret)| match &options.session_token {
+                Some(token) => Credentials::new_with_token(key, secret, token),
+                None => Credentials::new(key, secret),
+            });
+        let client = Client::new(bucket, credentials, options.retries, options.timeout);
+        client.check_bucket(&options.prefix).map_err(S3Error::into_io)?;
+        let (journal, leftovers) = Journal::open(&options.journal_dir()?)?;
+        let shared = Shared {
+            client,
+            journal,
+            layout,
+            prefix: options.prefix.clone(),
+            objects: Mutex::new(BTreeMap::new()),
+        };
+        abort_leftovers(&shared, &leftovers)?;
+        shared.journal.forget_dead(&leftovers)?;
+        Ok(S3Backend { shared: Arc::new(shared) })
+    }
+
+    /// The part layout.
+    pub fn layout(&self) -> PartLayout {
+        self.shared.layout
+    }
+
+    /// The multipart uploads in progress under the prefix, as `(key, upload id)`, from
+    /// ListMultipartUploads: every process's, not only this backend's.
+    pub fn multipart_uploads(&self) -> io::Result<Vec<(String, String)>> {
+        let listed =
+            self.shared.client.list_uploads(&self.shared.prefix).map_err(S3Error::into_io)?;
+        Ok(listed.into_iter().map(|upload| (upload.key, upload.upload_id)).collect())
+    }
+
+    /// Aborts a multipart upload (any process's: for cleaning up by hand, and for tests that
+    /// make the server lose an upload).
+    pub fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> io::Result<()> {
+        self.shared.client.abort_upload(key, upload_id).map_err(S3Error::into_io)
+    }
+
+    fn key(&self, name: &str) -> io::Result<String> {
+        check_name(name)?;
+        Ok(format!("{}{name}", self.shared.prefix))
+    }
+
+    /// The live object of `key`, if a handle has it open.
+    fn live(&self, key: &str) -> Option<Arc<Object>> {
+        lock(&self.shared.objects).get(key).and_then(Weak::upgrade)
+    }
+}
+
+/// Aborts the uploads the journals of dead processes name, and those of keys whose creation
+/// they did not finish journaling (except uploads a live process's journal names).
+fn abort_leftovers(shared: &Shared, leftovers: &Leftovers) -> io::Result<()> {
+    let client = &shared.client;
+    let mut to_abort: Vec<(String, String)> =
+        leftovers.uploads.iter().map(|(id, key)| (key.clone(), id.clone())).collect();
+    for key in &leftovers.keys_creating {
+        let listed = client.list_uploads(key).map_err(S3Error::into_io)?;
+        for upload in listed {
+            let known = leftovers.uploads_alive.contains(&upload.upload_id)
+                || leftovers.uploads.contains_key(&upload.upload_id);
+            if upload.key == *key && !known {
+                to_abort.push((upload.key, upload.upload_id));
+            }
+        }
+    }
+    for (key, id) in to_abort {
+        client.abort_upload(&key, &id).map_err(S3Error::into_io)?;
+        client.counters.uploads_aborted_at_start.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Backend for S3Backend {
+    fn open(&self, name: &str, options: OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
+        let key = self.key(name)?;
+        let object = match self.live(&key) {
+            Some(object) => object,
+            None => {
+                let client = &self.shared.client;
+                let size = match client.head_object(&key).map_err(S3Error::into_io)? {
+                    Some(size) => size,
+                    None if options.create => {
+                        // The file exists at once, as open(O_CREAT) promises.
+                        client.put_object(&key, &[]).map_err(S3Error::into_io)?;
+                        0
+                    }
+                    None => {
+                        return Err(errno_error(
+                            ebb_core::event::errno::ENOENT,
+                            format!("S3 object {key:?} does not exist"),
+                        ));
+                    }
+                };
+                let mut objects = lock(&self.shared.objects);
+                match objects.get(&key).and_then(Weak::upgrade) {
+                    // Another open of the same key won the race: share its state.
+                    Some(object) => object,
+                    None => {
+                        let object =
+                            Arc::new(Object::new(Arc::clone(&self.shared), key.clone(), size));
+                        objects.insert(key, Arc::downgrade(&object));
+                        object
+                    }
+                }
+            }
+        };
+        if options.truncate {
+            object.set_size(0)?;
+        }
+        Ok(Arc::new(S3File { object }))
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let key = self.key(name)?;
+        let live = lock(&self.shared.objects).remove(&key).and_then(|weak| weak.upgrade());
+        if let Some(object) = &live {
+            object.remove()?;
+        }
+        let client = &self.shared.client;
+        if client.head_object(&key).map_err(S3Error::into_io)?.is_none() {
+            return Err(errno_error(
+                ebb_core::event::errno::ENOENT,
+                format!("S3 object {key:?} does not exist"),
+            ));
+        }
+        client.delete_object(&key).map_err(S3Error::into_io)
+    }
+
+    fn exists(&self, name: &str) -> io::Result<bool> {
+        let key = self.key(name)?;
+        if self.live(&key).is_some() {
+            return Ok(true);
+        }
+        Ok(self.shared.client.head_object(&key).map_err(S3Error::into_io)?.is_some())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities(&self.shared.layout)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.shared.client.counters.snapshot()
+    }
+}
+
+fn capabilities(layout: &PartLayout) -> Capabilities {
+    Capabilities {
+        two_phase: false,
+        direct_io: true,
+        alignment: 1,
+        // The runtime sizes its IO buffers by this: one part each.
+        max_io_bytes: layout.part_size(),
+        serial_writes: false,
+    }
+}
+
+/// One handle of an object.
+struct S3File {
+    object: Arc<Object>,
+}
+
+impl fmt::Debug for S3File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3File").field("key", &self.object.key()).finish_non_exhaustive()
+    }
+}
+
+impl BackendFile for S3File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        check_request(&capabilities(&self.object_layout()), offset, buf.len())?;
+        self.object.read(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply> {
+        check_request(&capabilities(&self.object_layout()), offset, buf.len())?;
+        if buf.is_empty() {
+            return Ok(WriteReply { stability: Stability::Stable });
+        }
+        self.object.write(offset + buf.len() as u64, &[(offset, buf)])?;
+        Ok(WriteReply { stability: Stability::Stable })
+    }
+
+    fn write_extent(&self, offset: u64, len: u64, runs: &[(u64, &[u8])]) -> io::Result<WriteReply> {
+        check_extent(offset, len, runs)?;
+        let runs: Vec<(u64, &[u8])> =
+            runs.iter().copied().filter(|(_, data)| !data.is_empty()).collect();
+        let end = runs.last().map_or(0, |(offset, data)| offset + data.len() as u64);
+        self.object.write(end, &runs)?;
+        Ok(WriteReply { stability: Stability::Stable })
+    }
+
+    fn commit(&self, _offset: u64, _len: u64) -> io::Result<CommitReply> {
+        self.object.sync()?;
+        Ok(CommitReply { verifier: 0 })
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.object.sync()
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.object.size()
+    }
+
+    fn set_size(&self, size: u64) -> io::Result<()> {
+        self.object.set_size(size)
+    }
+}
+
+impl S3File {
+    fn object_layout(&self) -> PartLayout {
+        self.object.layout()
+    }
+}

@@ -1,0 +1,219 @@
+//! The S3 backend against a real versitygw (started through `scripts/s3-server`): the
+//! conformance suite, then what only S3 has (invisible parts until sync, carried ranges, lost
+//! uploads, journaled uploads aborted at the next start, errors with their S3 codes).
+
+use std::io;
+use std::sync::Arc;
+
+use ebb_backend::conformance::{self, CHECK_NAMES};
+use ebb_backend::s3::test_server::TestServer;
+use ebb_backend::{Backend, BackendFile, OpenOptions, S3Backend, S3Options, errno_of};
+
+const CREATE: OpenOptions = OpenOptions { create: true, truncate: false };
+const EXISTING: OpenOptions = OpenOptions { create: false, truncate: false };
+const MIB: usize = 1 << 20;
+/// The smallest layout, so that multi-part files stay small.
+const PART: usize = 5 * MIB;
+
+fn options(server: &TestServer, prefix: &str) -> S3Options {
+    let mut options = server.options(prefix);
+    options.part_size = PART as u64;
+    options
+}
+
+fn backend(server: &TestServer, prefix: &str) -> S3Backend {
+    S3Backend::open(options(server, prefix)).expect("open the S3 backend")
+}
+
+/// Bytes that differ with `seed` and position, never zero.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| ((seed.wrapping_mul(31) ^ i ^ (i >> 11)) % 251) as u8 + 1).collect()
+}
+
+fn read_all(file: &dyn BackendFile) -> Vec<u8> {
+    let size = file.size().expect("size") as usize;
+    let mut buf = vec![0; size];
+    let mut done = 0;
+    while done < size {
+        let chunk = (size - done).min(PART);
+        let count = file.read_at(&mut buf[done..done + chunk], done as u64).expect("read");
+        assert_eq!(count, chunk, "short read at {done} of {size}");
+        done += chunk;
+    }
+    buf
+}
+
+/// What another client sees: the object as the server holds it.
+fn on_server(observer: &S3Backend, name: &str) -> Option<Vec<u8>> {
+    let file = match observer.open(name, EXISTING) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return None,
+        Err(error) => panic!("observer open {name}: {error}"),
+    };
+    Some(read_all(&*file))
+}
+
+fn counter(backend: &S3Backend, name: &str) -> u64 {
+    backend.counters().into_iter().find(|(n, _)| *n == name).map(|(_, v)| v).expect(name)
+}
+
+#[test]
+fn conformance_s3_versitygw() {
+    let Some(server) = TestServer::start("ebb-conformance") else { return };
+    let shared = backend(&server, "conformance/");
+    let report = conformance::assert_conformance(&|| Box::new(shared.clone()));
+    assert_eq!(report.passed.len(), CHECK_NAMES.len() - 1, "{report}");
+    assert_eq!(report.skipped[0].0, "two_phase_commit_and_restart");
+    drop(shared);
+    // Every handle is gone: nothing may be left as a multipart upload.
+    assert_eq!(backend(&server, "conformance/").multipart_uploads().unwrap(), []);
+}
+
+// Parts written back are invisible until sync, which makes the whole file visible at once.
+#[test]
+fn s3_parts_are_invisible_until_sync() {
+    let Some(server) = TestServer::start("ebb-invisible") else { return };
+    let writer = backend(&server, "");
+    let observer = backend(&server, "");
+    let file = writer.open("stream", CREATE).unwrap();
+    let data = pattern(1, 2 * PART + MIB);
+    for (index, chunk) in data.chunks(PART).enumerate() {
+        file.write_extent(
+            (index * PART) as u64,
+            chunk.len() as u64,
+            &[((index * PART) as u64, chunk)],
+        )
+        .unwrap();
+    }
+    assert_eq!(on_server(&observer, "stream").unwrap(), b"", "parts visible before sync");
+    assert_eq!(writer.multipart_uploads().unwrap().len(), 1);
+    file.sync().unwrap();
+    assert_eq!(on_server(&observer, "stream").unwrap(), data);
+    assert_eq!(writer.multipart_uploads().unwrap(), []);
+    // Streamed whole parts: each uploaded once, nothing read back, nothing copied.
+    assert_eq!(counter(&writer, "upload_part_requests"), 3);
+    assert_eq!(counter(&writer, "get_object_requests"), 0);
+    assert_eq!(counter(&writer, "upload_part_copy_requests"), 0);
+}
+
+// A small overwrite in a large object carries the untouched parts by server-side copy.
+#[test]
+fn s3_overwrite_carries_untouched_parts_by_copy() {
+    let Some(server) = TestServer::start("ebb-carry") else { return };
+    let s3 = backend(&server, "");
+    let file = s3.open("big", CREATE).unwrap();
+    let mut model = pattern(2, 3 * PART + 1234);
+    for (index, chunk) in model.chunks(PART).enumerate() {
+        file.write_at(chunk, (index * PART) as u64).unwrap();
+    }
+    file.sync().unwrap();
+    let copies_before = counter(&s3, "upload_part_copy_requests");
+    let patch = pattern(3, 100);
+    file.write_at(&patch, (PART + 10) as u64).unwrap();
+    model[PART + 10..PART + 110].copy_from_slice(&patch);
+    file.sync().unwrap();
+    assert_eq!(
+        counter(&s3, "upload_part_copy_requests") - copies_before,
+        3,
+        "parts 1, 3, 4 copied"
+    );
+    assert_eq!(on_server(&backend(&server, ""), "big").unwrap(), model);
+}
+
+// Bytes cut by a truncate read as zeros when the file grows again, before and after sync.
+#[test]
+fn s3_truncate_then_grow_reads_zeros() {
+    let Some(server) = TestServer::start("ebb-truncate") else { return };
+    let s3 = backend(&server, "");
+    let file = s3.open("t", CREATE).unwrap();
+    let data = pattern(4, PART + 5000);
+    file.write_at(&data[..PART], 0).unwrap();
+    file.write_at(&data[PART..], PART as u64).unwrap();
+    file.sync().unwrap();
+    file.set_size(1000).unwrap();
+    file.set_size((PART + 5000) as u64).unwrap();
+    let mut expected = vec![0; PART + 5000];
+    expected[..1000].copy_from_slice(&data[..1000]);
+    assert_eq!(read_all(&*file), expected);
+    file.sync().unwrap();
+    assert_eq!(on_server(&backend(&server, ""), "t").unwrap(), expected);
+}
+
+// The server losing the upload (here: aborted behind the backend's back) loses the parts
+// written back to it; the next sync says so once, with EIO, and later writes work.
+#[test]
+fn s3_lost_upload_fails_the_next_sync_once() {
+    let Some(server) = TestServer::start("ebb-lost") else { return };
+    let s3 = backend(&server, "");
+    let file = s3.open("lost", CREATE).unwrap();
+    file.write_at(&pattern(5, PART), 0).unwrap();
+    let uploads = s3.multipart_uploads().unwrap();
+    assert_eq!(uploads.len(), 1);
+    s3.abort_multipart_upload(&uploads[0].0, &uploads[0].1).unwrap();
+    let later = pattern(6, 1000);
+    file.write_at(&later, PART as u64).unwrap();
+    let error = file.sync().expect_err("a sync after a lost upload must fail");
+    assert_eq!(errno_of(&error), Some(5), "{error}");
+    assert!(error.to_string().contains("lost upload"), "{error}");
+    file.sync().expect("the loss is reported once");
+    // The part written after the loss is there; the lost one reads as what the object had.
+    let mut expected = vec![0; PART + 1000];
+    expected[PART..].copy_from_slice(&later);
+    assert_eq!(on_server(&backend(&server, ""), "lost").unwrap(), expected);
+    assert_eq!(s3.multipart_uploads().unwrap(), []);
+}
+
+// An upload left by a process that died (its journal's lock free) is aborted at the next start.
+#[test]
+fn s3_journaled_uploads_of_a_dead_backend_are_aborted_at_start() {
+    let Some(server) = TestServer::start("ebb-journal") else { return };
+    let options = options(&server, "j/");
+    let first = S3Backend::open(options.clone()).unwrap();
+    let file = first.open("f", CREATE).unwrap();
+    file.write_at(&pattern(7, PART), 0).unwrap();
+    assert_eq!(first.multipart_uploads().unwrap().len(), 1);
+    // A process that dies runs no destructor but the kernel releases its lock: leak the file
+    // (so no commit runs) and drop the rest. The journal file closes with its backend's last
+    // handle, which the leaked file keeps: simulate death by copying the journal aside.
+    let state = options.state_dir.clone().unwrap();
+    let journal = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap().path();
+    let copy = state.join("journal-1-dead.log");
+    std::fs::copy(&journal, &copy).unwrap();
+    std::mem::forget(file);
+    std::mem::forget(first);
+    let second = S3Backend::open(options).unwrap();
+    assert_eq!(second.multipart_uploads().unwrap(), [], "the dead journal's upload survived");
+    assert_eq!(counter(&second, "uploads_aborted_at_start"), 1);
+    assert!(!copy.exists(), "the dead journal was not removed");
+    assert!(journal.exists(), "the live journal was removed");
+}
+
+// Errors the engine must hold are mapped to their errnos with the S3 code in the message.
+#[test]
+fn s3_errors_name_the_code_and_map_to_errnos() {
+    let Some(server) = TestServer::start("ebb-errors") else { return };
+    let mut wrong_key = options(&server, "");
+    wrong_key.credentials = Some(("nobody".to_owned(), "nothing".to_owned()));
+    let error = S3Backend::open(wrong_key).expect_err("wrong credentials accepted");
+    assert_eq!(errno_of(&error), Some(13), "{error}");
+    let mut missing = options(&server, "");
+    missing.bucket = "no-such-bucket".to_owned();
+    let error = S3Backend::open(missing).expect_err("a missing bucket accepted");
+    assert_eq!(errno_of(&error), Some(2), "{error}");
+    assert!(error.to_string().contains("no-such-bucket"), "{error}");
+    let error = S3Options::new("s3://Bad_Bucket", &server.endpoint()).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    assert!(error.to_string().contains("Bad_Bucket"), "{error}");
+}
+
+// Several handles of one key share one state: a write through one is read through another.
+#[test]
+fn s3_handles_of_one_key_share_the_file() {
+    let Some(server) = TestServer::start("ebb-handles") else { return };
+    let s3 = backend(&server, "");
+    let first: Arc<dyn BackendFile> = s3.open("shared", CREATE).unwrap();
+    let second = s3.open("shared", EXISTING).unwrap();
+    first.write_at(&pattern(8, 3000), 0).unwrap();
+    assert_eq!(second.size().unwrap(), 3000);
+    assert_eq!(read_all(&*second), pattern(8, 3000));
+}
