@@ -129,10 +129,16 @@ impl Builder {
     /// which have no block queue to measure.
     pub fn s3_with(self, name: &str, options: ebb_backend::S3Options) -> io::Result<Builder> {
         let backend = ebb_backend::S3Backend::open(options)?;
+        Ok(self.s3_backend(name, backend))
+    }
+
+    /// Adds an S3 backend the caller opened (and may keep a clone of, for its counters and
+    /// uploads), with the settings of [`Builder::s3_with`].
+    pub fn s3_backend(self, name: &str, backend: ebb_backend::S3Backend) -> Builder {
         let mut config = BackendConfig::new(name);
         config.max_write_pages = (backend.layout().part_size() / PAGE_SIZE) as u32;
         config.wbt = ebb_core::WbtMode::Off;
-        Ok(self.backend_with(name, Arc::new(backend), config))
+        self.backend_with(name, Arc::new(backend), config)
     }
 
     /// IO worker threads (default 8): the most writes and reads in flight to the backends.

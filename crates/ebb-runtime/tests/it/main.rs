@@ -3,3 +3,4 @@
 mod crash;
 mod errors;
 mod io;
+mod s3;
