@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use ebb_backend::s3::test_server::TestServer;
-use ebb_backend::{Backend, BackendFile, OpenOptions, S3Backend, S3Options};
+use ebb_backend::{Backend, OpenOptions, S3Backend, S3Options};
 
 const MIB: usize = 1 << 20;
 /// The smallest part layout, so that files of a few parts stay small.
