@@ -217,17 +217,28 @@ impl Client {
 
     /// The object's size, `None` if it does not exist.
     pub(crate) fn head_object(&self, key: &str) -> Result<Option<u64>, S3Error> {
+        Ok(self.head_object_etag(key)?.map(|(size, _)| size))
+    }
+
+    /// The object's size and ETag (as the server quotes it), `None` if it does not exist.
+    pub(crate) fn head_object_etag(&self, key: &str) -> Result<Option<(u64, String)>, S3Error> {
         let url = self.signed(&self.bucket.head_object(self.credentials(), key));
         match self.send(Request::new(Kind::HeadObject, key, http::Method::HEAD, url)) {
             Ok(response) => {
-                let length = response
-                    .headers()
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|value| value.to_str().ok())
-                    .and_then(|value| value.parse::<u64>().ok());
-                length.map(Some).ok_or_else(|| {
+                let header = |name: http::header::HeaderName| {
+                    response
+                        .headers()
+                        .get(name)
+                        .and_then(|value| value.to_str().ok())
+                        .map(str::to_owned)
+                };
+                let length =
+                    header(http::header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+                let etag = header(http::header::ETAG).unwrap_or_default();
+                let length = length.ok_or_else(|| {
                     protocol_error(Kind::HeadObject, key, "no Content-Length in the reply")
-                })
+                })?;
+                Ok(Some((length, etag)))
             }
             Err(error) if error.is_not_found() => Ok(None),
             Err(error) => Err(error),
@@ -371,8 +382,35 @@ impl Client {
         let mut request = Request::new(Kind::CompleteMultipartUpload, key, http::Method::POST, url);
         request.body = Some(xml.as_bytes());
         // S3 may answer 200 and still fail the completion, in the body.
-        let body = self.send_for_body(request)?;
-        check_error_body(Kind::CompleteMultipartUpload, key, &body)
+        let result = self
+            .send_for_body(request)
+            .and_then(|body| check_error_body(Kind::CompleteMultipartUpload, key, &body));
+        if let Err(error) = &result
+            && !error.is_no_such_upload()
+        {
+            return result;
+        }
+        // The object must now carry the ETag this completion gives (S3's multipart ETag: the
+        // MD5 of the parts' MD5s, and their count). A retry of a completion whose reply was
+        // lost finds the upload gone (NoSuchUpload) although it is done; and versitygw 1.8
+        // answers success to the completion of an upload it no longer has, leaving the object
+        // as it was. Where the parts' ETags are not MD5s, the reply is all there is.
+        let Some(expected) = multipart_etag(etags) else { return result };
+        let now = self.head_object_etag(key)?.map(|(_, etag)| etag.trim_matches('"').to_owned());
+        if now.as_deref() == Some(expected.as_str()) {
+            return Ok(());
+        }
+        Err(S3Error {
+            request: Kind::CompleteMultipartUpload.name(),
+            key: key.to_owned(),
+            status: 404,
+            code: "NoSuchUpload".to_owned(),
+            message: format!(
+                "the object's ETag is {now:?} after completing upload {upload_id}, not {expected:?}: \
+                 the server no longer had the upload"
+            ),
+            os_errno: None,
+        })
     }
 
     /// Aborts the upload; its parts are deleted. An upload already gone is not an error.
@@ -531,6 +569,25 @@ fn part_number(part: u32) -> u16 {
     u16::try_from(part).expect("part numbers are at most 10000")
 }
 
+/// The ETag S3 gives an object completed from parts with `etags` (MD5 hex each): the MD5 of
+/// their binary MD5s, a dash and the part count. `None` if a part's ETag is not an MD5.
+pub(crate) fn multipart_etag(etags: &[String]) -> Option<String> {
+    use md5::Digest;
+    let mut hasher = md5::Md5::new();
+    for etag in etags {
+        let hex = etag.trim_matches('"');
+        if hex.len() != 32 {
+            return None;
+        }
+        for index in (0..32).step_by(2) {
+            hasher.update([u8::from_str_radix(&hex[index..index + 2], 16).ok()?]);
+        }
+    }
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    Some(format!("{hex}-{}", etags.len()))
+}
+
 /// Percent-encodes a key for a URL path or `x-amz-copy-source`, keeping `/`.
 pub(crate) fn percent_encode_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
@@ -624,6 +681,18 @@ fn protocol_error(kind: Kind, key: &str, what: &str) -> S3Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multipart_etag_is_the_md5_of_the_part_md5s() {
+        // Two parts whose bytes are "a" and "b": MD5s 0cc175b9... and 92eb5ffe...; the MD5 of
+        // their 32 binary bytes, as computed by `printf` and `md5sum`.
+        let etags = [
+            "\"0cc175b9c0f1b6a831c399e269772661\"".to_owned(),
+            "92eb5ffee6ae2fec3ad71c777531578f".to_owned(),
+        ];
+        assert_eq!(multipart_etag(&etags).as_deref(), Some("96e024ba2074fe77e8e965ba43a704be-2"));
+        assert_eq!(multipart_etag(&["not-an-md5".to_owned()]), None);
+    }
 
     #[test]
     fn keys_are_percent_encoded_but_slashes_kept() {

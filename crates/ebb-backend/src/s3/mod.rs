@@ -474,3 +474,31 @@ impl S3File {
         self.object.layout()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A completion retried after its reply was lost finds the upload gone; it must count as
+    // done when the object has the ETag that completion gives, and only then (versitygw
+    // answers success to completing an aborted upload and leaves the object as it was).
+    #[test]
+    fn a_repeated_completion_is_recognised_by_the_etag() {
+        let Some(server) = test_server::TestServer::start("ebb-etag") else { return };
+        let backend = S3Backend::open(server.options("")).unwrap();
+        let client = &backend.shared.client;
+        let id = client.create_upload("k").unwrap();
+        let first = client.upload_part("k", &id, 1, &vec![1u8; 5 << 20]).unwrap();
+        let second = client.upload_part("k", &id, 2, b"tail").unwrap();
+        let etags = [first, second];
+        client.complete_upload("k", &id, &etags).unwrap();
+        client.complete_upload("k", &id, &etags).expect("the repeated completion is done");
+        let other = client.create_upload("k").unwrap();
+        let part = client.upload_part("k", &other, 1, b"other").unwrap();
+        client.abort_upload("k", &other).unwrap();
+        eprintln!("uploads after abort: {:?}", client.list_uploads("").unwrap());
+        eprintln!("object: {:?}", client.head_object_etag("k").unwrap());
+        let error = client.complete_upload("k", &other, &[part]).unwrap_err();
+        assert!(error.is_no_such_upload(), "{error}");
+    }
+}

@@ -200,7 +200,8 @@ impl Object {
     /// to at least `end`.
     fn write_part(&self, part: u32, runs: &[(u64, &[u8])], end: u64) -> io::Result<()> {
         let _part = self.lock_part(part);
-        for _ in 0..LOST_UPLOAD_ATTEMPTS {
+        let mut losses = 0;
+        while losses < LOST_UPLOAD_ATTEMPTS {
             let gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
             let plan = {
                 let mut state = self.state();
@@ -233,6 +234,7 @@ impl Object {
                 Ok(etag) => etag,
                 Err(error) if error.is_no_such_upload() => {
                     self.upload_lost(&id, &error);
+                    losses += 1;
                     continue;
                 }
                 Err(error) => return Err(error.into_io()),
