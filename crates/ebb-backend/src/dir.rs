@@ -82,6 +82,16 @@ impl DirBackend {
         Ok(DirBackend { path, dir: Arc::new(dir), direct })
     }
 
+    /// Opens the existing directory `path` for buffered IO (the kernel's page cache caches
+    /// the files; `sync` still makes them durable), whatever its filesystem supports: for
+    /// comparisons with the kernel's own caching.
+    pub fn open_buffered(path: impl AsRef<Path>) -> io::Result<DirBackend> {
+        let path = path.as_ref().to_path_buf();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::open(&path, flags, Mode::empty())?;
+        Ok(DirBackend { path, dir: Arc::new(dir), direct: false })
+    }
+
     /// The directory this backend serves.
     pub fn path(&self) -> &Path {
         &self.path
@@ -158,10 +168,21 @@ impl Backend for DirBackend {
 /// buffered IO instead (and then accepts any alignment). `sync`
 /// makes the data durable; making the name durable is left to the caller (who created it).
 pub fn open_direct_path(path: &Path) -> io::Result<Arc<dyn BackendFile>> {
+    open_path(path, true)
+}
+
+/// [`open_direct_path`], or with buffered IO when `direct` is false.
+pub(crate) fn open_path(path: &Path, direct: bool) -> io::Result<Arc<dyn BackendFile>> {
     let flags = OFlags::RDWR | OFlags::CLOEXEC;
-    let (fd, direct) = match rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty()) {
+    let buffered = || rustix::fs::open(path, flags, Mode::empty());
+    let attempt = if direct {
+        rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty())
+    } else {
+        Err(Errno::INVAL)
+    };
+    let (fd, direct) = match attempt {
         Ok(fd) => (fd, true),
-        Err(Errno::INVAL) => (rustix::fs::open(path, flags, Mode::empty())?, false),
+        Err(Errno::INVAL) => (buffered()?, false),
         Err(errno) => return Err(errno.into()),
     };
     let stat = rustix::fs::fstat(&fd)?;

@@ -11,7 +11,9 @@
 //! |---|---|
 //! | [`Backend`], [`BackendFile`] | the blocking trait pair (namespace, per-file IO) |
 //! | [`DirBackend`] | a directory of files opened with `O_DIRECT` (the default backend) |
-//! | [`open_direct_path`] | one file of any path opened like a `DirBackend` file (for ebb-fuse) |
+//! | [`open_direct_path`] | one file of any path opened like a `DirBackend` file |
+//! | [`Namespace`] | names, directories and attributes a filesystem (the FUSE mount) serves over a backend |
+//! | [`DirNamespace`] | a local directory as a namespace (`O_PATH` nodes, `*at` calls) |
 //! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
 //! | [`S3Backend`] | one S3 object per file, written as multipart parts, committed at `sync` |
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
@@ -31,8 +33,10 @@ mod aligned;
 mod backend;
 pub mod conformance;
 mod dir;
+mod dir_namespace;
 mod faulty;
 mod mem;
+mod namespace;
 pub mod s3;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};
@@ -41,6 +45,11 @@ pub use backend::{
     WriteReply, check_extent, check_name, check_request, errno_error, errno_of,
 };
 pub use dir::{DirBackend, open_direct_path};
+pub use dir_namespace::{DirNamespace, DirNode};
 pub use faulty::{FaultOp, FaultPlan, FaultyBackend};
 pub use mem::MemBackend;
+pub use namespace::{
+    Attr, Credentials, DirEntries, DirEntry, Fallocate, FileKind, Namespace, RenameFlags, SetAttr,
+    SetTime, StatFs, XattrSet, unsupported,
+};
 pub use s3::{S3Backend, S3Options};

@@ -298,8 +298,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(finish(&outcome))
         }
         Command::Mount(args) => {
+            let backend = args.backend.clone();
             let config = mount_config(*args)?;
-            ebb_fuse::run(&config)?;
+            let namespace = match config.data {
+                ebb_fuse::DataMode::Ebb => ebb_fuse::DirNamespace::open(&backend),
+                ebb_fuse::DataMode::Passthrough => ebb_fuse::DirNamespace::open_buffered(&backend),
+            }
+            .map_err(|error| {
+                std::io::Error::new(error.kind(), format!("backend directory {error}"))
+            })?;
+            ebb_fuse::run(&config, namespace)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(command) => bench(command),
@@ -494,7 +502,6 @@ fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
         knobs.push((name.trim().to_owned(), value.trim().to_owned()));
     }
     Ok(ebb_fuse::MountConfig {
-        backend: args.backend,
         mountpoint: args.mountpoint,
         memory,
         knobs,

@@ -1,32 +1,26 @@
-//! The data path of the mount: where file bytes go between a FUSE request and DIR.
+//! The data path of the mount: where file bytes go between a FUSE request and the backend.
 //!
-//! The filesystem code ([`crate::fs`]) sees only the two small traits here. [`EbbData`] puts
-//! ebb's runtime in between (the product); [`PassthroughData`] reads and writes the backing
-//! files directly with buffered IO (the kernel's page cache of DIR does the caching), which is
-//! what the mount used before the runtime existed and what the tests use to check the
-//! filesystem logic on its own (the kernel keeps the backing files' times right by itself).
+//! The filesystem code ([`crate::fs`]) sees only the two small traits here. `EbbData`
+//! (`crate::runtime`) puts ebb's runtime in between (the product); [`PassthroughData`] reads and
+//! writes the backend's files directly (with a namespace whose files use buffered IO, the
+//! kernel's page cache does the caching and keeps the times right), which is what the mount
+//! used before the runtime existed and what the tests use to check the filesystem logic on its
+//! own.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::times::FileTimes;
+use ebb_backend::BackendFile;
+
+/// Opens a file's data path (the namespace's `open_file`, wrapped to keep its times).
+pub(crate) type Opener<'a> = &'a dyn Fn() -> io::Result<Arc<dyn BackendFile>>;
 
 /// A cache that backing files are attached to.
 pub(crate) trait DataPath: Send + Sync {
-    /// A new handle on the cached file `key`, whose backing file is the regular file at
-    /// `path`. Every handle with the same key shares one cached file. `times` are the times
-    /// the filesystem keeps for the file: a data path whose write-back moves the backing
-    /// file's mtime sets it back to theirs after each write (see [`crate::times`]).
-    fn attach(
-        &self,
-        key: u64,
-        path: &Path,
-        times: &Arc<FileTimes>,
-    ) -> io::Result<Box<dyn DataFile>>;
+    /// A new handle on the cached file `key`, whose backend file `open` opens (called only
+    /// when the file is not cached yet). Every handle with the same key shares one cached file.
+    fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>>;
     /// Writes every dirty byte to the backing files and makes it durable.
     fn sync(&self) -> io::Result<()>;
     /// Stops new writes, writes everything, calling `progress` with a one-line summary and
@@ -67,19 +61,13 @@ pub(crate) trait DataFile: Send + Sync {
     }
 }
 
-/// No cache of ours: positional IO on the backing file, buffered by the kernel.
+/// No cache of ours: positional IO on the backend's file.
 #[derive(Debug, Default)]
 pub(crate) struct PassthroughData;
 
 impl DataPath for PassthroughData {
-    fn attach(
-        &self,
-        _key: u64,
-        path: &Path,
-        _times: &Arc<FileTimes>,
-    ) -> io::Result<Box<dyn DataFile>> {
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-        Ok(Box::new(PassthroughFile(file)))
+    fn attach(&self, _key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
+        Ok(Box::new(PassthroughFile(open()?)))
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -93,7 +81,7 @@ impl DataPath for PassthroughData {
     }
 
     fn unwritten(&self) -> String {
-        "passthrough: no data of ours is held; the kernel's cache of DIR may be dirty".to_owned()
+        "passthrough: no data of ours is held; the kernel's cache may be dirty".to_owned()
     }
 
     fn stats_json(&self) -> String {
@@ -101,7 +89,7 @@ impl DataPath for PassthroughData {
     }
 }
 
-struct PassthroughFile(File);
+struct PassthroughFile(Arc<dyn BackendFile>);
 
 impl DataFile for PassthroughFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -113,19 +101,20 @@ impl DataFile for PassthroughFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        self.0.write_at(buf, offset)
+        self.0.write_at(buf, offset)?;
+        Ok(buf.len())
     }
 
     fn set_len(&self, size: u64) -> io::Result<()> {
-        self.0.set_len(size)
+        self.0.set_size(size)
     }
 
     fn len(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        self.0.size()
     }
 
     fn fsync(&self) -> io::Result<()> {
-        self.0.sync_all()
+        self.0.sync()
     }
 
     fn close(self: Box<Self>) -> io::Result<()> {

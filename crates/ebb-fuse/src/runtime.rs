@@ -1,54 +1,52 @@
-//! The data path through ebb's runtime: DIR is the runtime's one backend (a `DirBackend`
-//! with the settings of its block device, see `ebb_runtime::Builder::directory`), and each
-//! backing file is opened by path with `O_DIRECT` and attached under the key the filesystem
-//! chose. Each backing file is wrapped so that its mtime is set back to the one the filesystem
-//! keeps after every write-back ([`crate::times`]).
+//! The data path through ebb's runtime: the namespace's backend is the runtime's one backend
+//! (with the settings of its block device for a local directory, see
+//! `ebb_runtime::DeviceInfo`), and each file is attached under the key the filesystem chose,
+//! its backend file opened (by the namespace) only when the runtime does not cache it yet.
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_backend::{BackendFile, CommitReply, WriteReply};
-use ebb_runtime::{Builder, DrainProgress, Ebb, File};
-use rustix::fs::{Mode, OFlags};
+use ebb_backend::Backend;
+use ebb_core::BackendConfig;
+use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File};
 
 use crate::MountConfig;
-use crate::data::{DataFile, DataPath};
-use crate::times::FileTimes;
+use crate::data::{DataFile, DataPath, Opener};
 
-/// ebb's cache and writeback in front of the backing files.
+/// ebb's cache and writeback in front of the backend's files.
 pub(crate) struct EbbData {
     ebb: Ebb,
-    /// The name of DIR's backend in the runtime.
+    /// The name of the backend in the runtime.
     backend: String,
 }
 
 impl EbbData {
-    /// Starts the runtime with DIR as its backend, the memory budget and the knobs (each bad
-    /// knob is an `InvalidInput` error naming it).
-    pub(crate) fn new(backend: &Path, config: &MountConfig) -> io::Result<EbbData> {
+    /// Starts the runtime with `backend` (named `name`; `local` is the directory it serves, if
+    /// any, whose device gives the writeback settings), the memory budget and the knobs (each
+    /// bad knob is an `InvalidInput` error naming it).
+    pub(crate) fn new(
+        config: &MountConfig,
+        name: &str,
+        backend: Arc<dyn Backend>,
+        local: Option<&Path>,
+    ) -> io::Result<EbbData> {
         let mut builder = Builder::new();
         if let Some(memory) = config.memory {
             builder = builder.memory(memory);
         }
-        for (name, value) in &config.knobs {
-            builder = builder.knob(name, value).map_err(|error| {
-                io::Error::new(io::ErrorKind::InvalidInput, format!("knob {name}={value}: {error}"))
+        for (knob, value) in &config.knobs {
+            builder = builder.knob(knob, value).map_err(|error| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("knob {knob}={value}: {error}"))
             })?;
         }
-        // The runtime's errors about DIR (it writes a probe file there) do not name it.
-        let in_backend = |error: io::Error| {
-            io::Error::new(error.kind(), format!("backend {}: {error}", backend.display()))
-        };
-        let ebb = builder.directory(backend).map_err(in_backend)?.build()?;
-        let backend = ebb
-            .backend_names()
-            .into_iter()
-            .next()
-            .ok_or_else(|| io::Error::other("the runtime started without its backend"))?;
-        Ok(EbbData { ebb, backend })
+        let mut settings = BackendConfig::new(name);
+        if let Some(directory) = local {
+            DeviceInfo::for_path(directory).apply(&mut settings);
+        }
+        let ebb = builder.backend_with(name, backend, settings).build()?;
+        Ok(EbbData { ebb, backend: name.to_owned() })
     }
 }
 
@@ -66,21 +64,8 @@ fn describe(progress: &DrainProgress) -> String {
 }
 
 impl DataPath for EbbData {
-    fn attach(
-        &self,
-        key: u64,
-        path: &Path,
-        times: &Arc<FileTimes>,
-    ) -> io::Result<Box<dyn DataFile>> {
-        // The backing file is opened only when ebb does not cache this key yet.
-        let file = self.ebb.attach_with(&self.backend, key, || {
-            let inner = ebb_backend::open_direct_path(path)?;
-            // Its own descriptor: `path` names the filesystem's, which may close first.
-            let flags = OFlags::PATH | OFlags::CLOEXEC;
-            let fd = rustix::fs::open(path, flags, Mode::empty())?;
-            let times = Arc::clone(times);
-            Ok(Arc::new(TimedFile { inner, times, fd }) as Arc<dyn BackendFile>)
-        })?;
+    fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
+        let file = self.ebb.attach_with(&self.backend, key, open)?;
         Ok(Box::new(EbbFile(file)))
     }
 
@@ -149,44 +134,5 @@ impl DataFile for EbbFile {
 
     fn check_error(&self) -> io::Result<()> {
         self.0.check_error()
-    }
-}
-
-/// A backing file whose mtime is set back to the kept one after each write and trim.
-#[derive(Debug)]
-struct TimedFile {
-    inner: Arc<dyn BackendFile>,
-    times: Arc<FileTimes>,
-    /// `O_PATH` on the backing file, for `utimensat`.
-    fd: OwnedFd,
-}
-
-impl BackendFile for TimedFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply> {
-        let reply = self.inner.write_at(buf, offset)?;
-        self.times.restore(&self.fd);
-        Ok(reply)
-    }
-
-    fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
-        self.inner.commit(offset, len)
-    }
-
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
-
-    fn size(&self) -> io::Result<u64> {
-        self.inner.size()
-    }
-
-    fn set_size(&self, size: u64) -> io::Result<()> {
-        self.inner.set_size(size)?;
-        self.times.restore(&self.fd);
-        Ok(())
     }
 }

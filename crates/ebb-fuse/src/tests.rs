@@ -11,8 +11,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::Mount;
-use crate::data::{DataFile, DataPath, PassthroughData};
-use crate::times::FileTimes;
+use crate::data::{DataFile, DataPath, Opener, PassthroughData};
 
 /// Writes whose data starts with `BLOCK` wait until the gate opens.
 #[derive(Default)]
@@ -40,13 +39,8 @@ struct GatedData(Arc<Gate>);
 struct GatedFile(Box<dyn DataFile>, Arc<Gate>);
 
 impl DataPath for GatedData {
-    fn attach(
-        &self,
-        key: u64,
-        path: &Path,
-        times: &Arc<FileTimes>,
-    ) -> io::Result<Box<dyn DataFile>> {
-        let file = PassthroughData.attach(key, path, times)?;
+    fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
+        let file = PassthroughData.attach(key, open)?;
         Ok(Box::new(GatedFile(file, Arc::clone(&self.0))))
     }
     fn sync(&self) -> io::Result<()> {
@@ -112,7 +106,9 @@ fn held_writers_do_not_block_other_requests() {
     std::fs::create_dir(&mnt).unwrap();
     let gate = Arc::new(Gate::default());
     let data = Arc::new(GatedData(Arc::clone(&gate)));
-    let mount = Mount::start_with(&dir, &mnt, data, crate::fs::ANCHOR_LIMIT).unwrap();
+    let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
+    let mnt = mnt.canonicalize().unwrap();
+    let mount = Mount::start_with(namespace, &mnt, data, false, crate::fs::ANCHOR_LIMIT).unwrap();
     const HELD: usize = 3;
     let writers: Vec<_> = (0..HELD)
         .map(|i| {

@@ -1,57 +1,41 @@
-//! The modification and change times of files ebb caches, kept by ebb because the backing
-//! file's own move when ebb writes the data back, later than the write that changed it.
+//! The modification and change times of files ebb caches, kept by ebb because the backend's
+//! own move when ebb writes the data back, later than the write that changed it.
 //!
 //! POSIX sets a file's mtime and ctime when `write(2)` or `truncate(2)` returns, keeps an
-//! mtime set by `utimes(2)`, and knows nothing of writeback. The backing filesystem sets its
-//! file's mtime and ctime whenever ebb writes back to it (seconds later, or at `fsync`), which
-//! would overwrite an mtime that `cp -p`, `tar x` or `touch -d` set. So for a file written
-//! through the mount, ebb keeps both times itself ([`FileTimes`]): a write or truncate through
-//! the mount sets them to now, a `utimes` to the time asked for (ctime to the backing file's
-//! after the call), and any other change of the file's status (chmod, chown, link, unlink,
-//! rename, xattr) moves ctime forward to the backing file's. The mount reports these times, and
-//! after every write-back to the backing file (and every trim of its size) ebb sets the backing
-//! file's mtime back to the one it keeps, so DIR shows the right mtime once written (its ctime
-//! is the time of that last write-back: ctime cannot be set).
+//! mtime set by `utimes(2)`, and knows nothing of writeback. A backend sets its file's mtime
+//! and ctime whenever ebb writes back to it (seconds later, or at `fsync`), which would
+//! overwrite an mtime that `cp -p`, `tar x` or `touch -d` set. So for a file written through
+//! the mount, ebb keeps both times itself ([`FileTimes`]): a write or truncate through the
+//! mount sets them to now, a `utimes` to the time asked for (ctime to the backend's after the
+//! call), and any other change of the file's status (chmod, chown, link, unlink, rename, xattr)
+//! moves ctime forward to now. The mount reports these times, and after every write-back to
+//! the backend's file (and every trim of its size) ebb sets the backend's mtime back to the one
+//! it keeps ([`TimedFile`], through the namespace's `setattr`), so the backend shows the right
+//! mtime once written (its ctime is the time of that last write-back: ctime cannot be set).
 //!
-//! A [`FileTimes`] lives as long as anything holds it: the cached file's backing file (so as
+//! A [`FileTimes`] lives as long as anything holds it: the cached file's [`TimedFile`] (so as
 //! long as the runtime caches the file) and the filesystem's open handles and anchors. A file
-//! never written through the mount has none, and reports the backing file's times.
+//! never written through the mount keeps none and reports the backend's times.
 
+use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::SystemTime;
 
+use ebb_backend::{Attr, BackendFile, CommitReply, WriteReply};
 use parking_lot::Mutex;
-use rustix::fs::{AtFlags, Stat, Timespec, Timestamps};
 
 /// A file's modification and change times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Times {
-    pub(crate) mtime: Timespec,
-    pub(crate) ctime: Timespec,
+    pub(crate) mtime: SystemTime,
+    pub(crate) ctime: SystemTime,
 }
 
 /// The times ebb keeps for one cached file (`None` until it is written through the mount).
 #[derive(Debug, Default)]
 pub(crate) struct FileTimes {
     times: Mutex<Option<Times>>,
-}
-
-/// The current time as file timestamps use it.
-fn now() -> Timespec {
-    let since =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Timespec {
-        tv_sec: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: since.subsec_nanos().into(),
-    }
-}
-
-fn mtime_of(stat: &Stat) -> Timespec {
-    Timespec { tv_sec: stat.st_mtime, tv_nsec: stat.st_mtime_nsec as _ }
-}
-
-fn ctime_of(stat: &Stat) -> Timespec {
-    Timespec { tv_sec: stat.st_ctime, tv_nsec: stat.st_ctime_nsec as _ }
 }
 
 impl FileTimes {
@@ -62,7 +46,7 @@ impl FileTimes {
 
     /// The file's data or size changed through the mount just now.
     pub(crate) fn written(&self) {
-        let now = now();
+        let now = SystemTime::now();
         *self.times.lock() = Some(Times { mtime: now, ctime: now });
     }
 
@@ -70,30 +54,74 @@ impl FileTimes {
     /// moves forward, if ebb keeps times.
     pub(crate) fn status_changed(&self) {
         if let Some(times) = self.times.lock().as_mut() {
-            times.ctime = times.ctime.max(now());
+            times.ctime = times.ctime.max(SystemTime::now());
         }
     }
 
-    /// Runs `set` (a `utimes` of the backing file returning its status after) under the lock
+    /// Runs `set` (a `utimes` on the backend returning the attributes after) under the lock
     /// the write-back side takes, and keeps the times it set if ebb keeps times.
-    pub(crate) fn set_with(&self, set: impl FnOnce() -> io::Result<Stat>) -> io::Result<()> {
+    pub(crate) fn set_with(&self, set: impl FnOnce() -> io::Result<Attr>) -> io::Result<Attr> {
         let mut times = self.times.lock();
-        let stat = set()?;
+        let attr = set()?;
         if times.is_some() {
-            *times = Some(Times { mtime: mtime_of(&stat), ctime: ctime_of(&stat) });
+            *times = Some(Times { mtime: attr.mtime, ctime: attr.ctime });
         }
-        Ok(())
+        Ok(attr)
     }
 
-    /// After a write-back or trim of the backing file `fd` (any descriptor of it, `O_PATH`
-    /// included): sets its mtime back to the one ebb keeps. The data is written either way,
-    /// so a failure here is not the write's; the mount's times stay right regardless.
-    pub(crate) fn restore(&self, fd: &OwnedFd) {
+    /// After a write-back or trim of the backend's file: sets its mtime back to the one ebb
+    /// keeps with `restore`. The data is written either way, so a failure here is not the
+    /// write's (a backend that cannot set times refuses); the mount's times stay right.
+    fn restore(&self, restore: &Restore) {
         let times = self.times.lock();
-        let Some(times) = *times else { return };
-        let omit = Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
-        let stamps = Timestamps { last_access: omit, last_modification: times.mtime };
-        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        let _ = rustix::fs::utimensat(rustix::fs::CWD, path, &stamps, AtFlags::empty());
+        if let Some(times) = *times {
+            let _ = restore(times.mtime);
+        }
+    }
+}
+
+/// Sets the backend file's mtime (the namespace's `setattr`).
+pub(crate) type Restore = dyn Fn(SystemTime) -> io::Result<()> + Send + Sync;
+
+/// A backend file whose mtime is set back to the kept one after each write and trim.
+pub(crate) struct TimedFile {
+    pub(crate) inner: Arc<dyn BackendFile>,
+    pub(crate) times: Arc<FileTimes>,
+    pub(crate) restore: Box<Restore>,
+}
+
+impl fmt::Debug for TimedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimedFile").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+impl BackendFile for TimedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply> {
+        let reply = self.inner.write_at(buf, offset)?;
+        self.times.restore(&self.restore);
+        Ok(reply)
+    }
+
+    fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
+        self.inner.commit(offset, len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+
+    fn set_size(&self, size: u64) -> io::Result<()> {
+        self.inner.set_size(size)?;
+        self.times.restore(&self.restore);
+        Ok(())
     }
 }

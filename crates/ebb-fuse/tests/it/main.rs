@@ -12,6 +12,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use ebb_backend::DirNamespace;
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
 mod errors;
@@ -47,15 +48,15 @@ impl Fixture {
         std::fs::create_dir(&dir).unwrap();
         std::fs::create_dir(&mnt).unwrap();
         let config = MountConfig {
-            backend: dir.clone(),
             mountpoint: mnt.clone(),
             memory,
             knobs: knobs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             data,
         };
+        let namespace = namespace(data, &dir);
         let mount = match kept_closed_files {
-            Some(kept) => Mount::start_keeping(&config, kept),
-            None => Mount::start(&config),
+            Some(kept) => Mount::start_keeping(&config, namespace, kept),
+            None => Mount::start(&config, namespace),
         }
         .expect("mount");
         Some(Fixture { mount: Some(mount), dir, mnt, _root: root })
@@ -69,14 +70,9 @@ impl Fixture {
         let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
         let mnt = root.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
-        let config = MountConfig {
-            backend: dir.to_path_buf(),
-            mountpoint: mnt.clone(),
-            memory,
-            knobs: Vec::new(),
-            data: DataMode::Ebb,
-        };
-        let mount = Mount::start(&config).expect("mount");
+        let config =
+            MountConfig { mountpoint: mnt.clone(), memory, knobs: Vec::new(), data: DataMode::Ebb };
+        let mount = Mount::start(&config, namespace(DataMode::Ebb, dir)).expect("mount");
         Some(Fixture { mount: Some(mount), dir: dir.to_path_buf(), mnt, _root: root })
     }
 
@@ -95,6 +91,16 @@ fn precondition(holds: bool, missing: &str) -> bool {
     assert!(std::env::var_os("CI").is_none(), "{missing}, and CI is set: this test must run");
     eprintln!("SKIPPED: {missing}");
     false
+}
+
+/// The namespace of `dir` a mount with the data path `data` needs: files with direct IO for
+/// ebb's cache, buffered for the passthrough.
+fn namespace(data: DataMode, dir: &Path) -> DirNamespace {
+    match data {
+        DataMode::Ebb => DirNamespace::open(dir),
+        DataMode::Passthrough => DirNamespace::open_buffered(dir),
+    }
+    .expect("namespace")
 }
 
 /// The data paths to test: ebb's (the product) and the plain passthrough.
@@ -531,12 +537,19 @@ fn the_kernel_caches_no_copy_of_the_data() {
     assert!(std::fs::read(fx.dir.join("f")).unwrap() == data);
 }
 
-/// `Mount::start`'s error for `config`, which must be refused.
-fn start_error(config: &MountConfig) -> io::Error {
-    match Mount::start(config) {
+/// `Mount::start`'s error for a mount of `backend` on `mountpoint` with `memory`, which must
+/// be refused (at the namespace or at the mount).
+fn start_error(backend: &Path, mountpoint: &Path, memory: Option<u64>) -> io::Error {
+    let config = MountConfig {
+        mountpoint: mountpoint.to_path_buf(),
+        memory,
+        knobs: Vec::new(),
+        data: DataMode::Ebb,
+    };
+    match DirNamespace::open(backend).and_then(|namespace| Mount::start(&config, namespace)) {
         Ok(mount) => {
             drop(mount);
-            panic!("{config:?} must be refused");
+            panic!("{} on {} must be refused", backend.display(), mountpoint.display());
         }
         Err(error) => error,
     }
@@ -553,24 +566,17 @@ fn impossible_mounts_are_refused_at_start() {
     std::fs::create_dir_all(dir.join("inner")).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     std::fs::write(root.path().join("file"), b"x").unwrap();
-    let config = |backend: &Path, mountpoint: &Path, memory: Option<u64>| MountConfig {
-        backend: backend.to_path_buf(),
-        mountpoint: mountpoint.to_path_buf(),
-        memory,
-        knobs: Vec::new(),
-        data: DataMode::Ebb,
-    };
     for inside in [dir.join("inner"), dir.clone()] {
-        let error = start_error(&config(&dir, &inside, None));
+        let error = start_error(&dir, &inside, None);
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
         assert!(error.to_string().contains("inside the backend directory"), "{error}");
     }
-    let error = start_error(&config(&dir, &root.path().join("file"), None));
+    let error = start_error(&dir, &root.path().join("file"), None);
     assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
     assert!(error.to_string().contains("is not a directory"), "{error}");
-    let error = start_error(&config(&dir, &mnt, Some(1 << 40)));
+    let error = start_error(&dir, &mnt, Some(1 << 40));
     assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
     assert!(error.to_string().contains("available"), "{error}");
-    let error = start_error(&config(Path::new("/proc"), &mnt, None));
-    assert!(error.to_string().contains("backend /proc"), "{error}");
+    let error = start_error(Path::new("/proc"), &mnt, None);
+    assert!(error.to_string().contains("/proc"), "{error}");
 }

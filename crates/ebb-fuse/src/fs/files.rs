@@ -1,0 +1,307 @@
+//! Open files, anchors and the cache keys of regular files: everything the filesystem keeps
+//! about file data, apart from the namespace (so the [`crate::Mount`] that controls it is not
+//! generic over the namespace).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use fuser::{Errno, FileHandle};
+use parking_lot::Mutex;
+
+use crate::data::{DataFile, DataPath, Opener};
+use crate::times::FileTimes;
+
+/// A regular file's identity: its namespace `ino` and `generation`.
+pub(crate) type FileId = (u64, u64);
+
+/// A cached file kept across opens.
+struct Anchor {
+    key: u64,
+    file: Arc<Box<dyn DataFile>>,
+    open_handles: usize,
+    /// The last name was removed: drop the anchor at the last close.
+    unlinked: bool,
+    /// Keeps the file's times alive while it is anchored.
+    _times: Arc<FileTimes>,
+}
+
+/// An open file.
+pub(crate) struct Handle {
+    pub(crate) file: Box<dyn DataFile>,
+    pub(crate) id: FileId,
+    pub(crate) times: Arc<FileTimes>,
+}
+
+/// The file state of a mount.
+pub(crate) struct Files {
+    pub(crate) data: Arc<dyn DataPath>,
+    /// Whether ebb keeps files' times (its cache writes back later than the writes).
+    keep_times: bool,
+    stopping: AtomicBool,
+    anchors: Mutex<HashMap<FileId, Anchor>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    next_handle: AtomicU64,
+    next_key: AtomicU64,
+    /// Keys of files whose anchor was dropped while they still had a name.
+    idle_keys: Mutex<HashMap<FileId, u64>>,
+    /// The times ebb keeps for files written through the mount, while anything holds them.
+    times: Mutex<HashMap<FileId, Weak<FileTimes>>>,
+    anchor_limit: usize,
+}
+
+/// Closes an anchor's handle (if a request still uses it, the handle is dropped when that
+/// request ends instead).
+fn close_anchor(anchor: Anchor) -> io::Result<()> {
+    match Arc::into_inner(anchor.file) {
+        Some(file) => file.close(),
+        None => Ok(()),
+    }
+}
+
+impl Files {
+    pub(crate) fn new(data: Arc<dyn DataPath>, keep_times: bool, anchor_limit: usize) -> Files {
+        Files {
+            data,
+            keep_times,
+            stopping: AtomicBool::new(false),
+            anchors: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            next_key: AtomicU64::new(1),
+            idle_keys: Mutex::new(HashMap::new()),
+            times: Mutex::new(HashMap::new()),
+            anchor_limit,
+        }
+    }
+
+    /// Every later operation that would change data or names fails with `EROFS`.
+    pub(crate) fn stop_writes(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<(), Errno> {
+        if self.stopping.load(Ordering::SeqCst) { Err(Errno::EROFS) } else { Ok(()) }
+    }
+
+    /// A fresh handle number (files and directories share the space).
+    pub(crate) fn next_handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Closes every anchor (after the kernel released every file, at unmount). Their errors
+    /// were the application handles' to report; see [`crate::Mount::unmount`].
+    pub(crate) fn close_anchors(&self) {
+        let anchors: Vec<Anchor> = self.anchors.lock().drain().map(|(_, anchor)| anchor).collect();
+        for anchor in anchors {
+            let _ = close_anchor(anchor);
+        }
+    }
+
+    /// The size ebb knows for the file `id`, if it caches it (`open` opens its data path if
+    /// only its key is kept); `None` if ebb does not cache it.
+    pub(crate) fn cached_size(&self, id: FileId, open: Opener<'_>) -> Option<io::Result<u64>> {
+        let anchor = self.anchors.lock().get(&id).map(|anchor| Arc::clone(&anchor.file));
+        match anchor {
+            Some(file) => Some(file.len()),
+            None => self.with_idle(id, open, |file| file.len()),
+        }
+    }
+
+    /// Runs `work` on a handle attached for the call if the file has no anchor but the
+    /// runtime may still cache it (its key is idle); `None` if it has no idle key.
+    fn with_idle<T>(
+        &self,
+        id: FileId,
+        open: Opener<'_>,
+        work: impl FnOnce(&dyn DataFile) -> io::Result<T>,
+    ) -> Option<io::Result<T>> {
+        let key = self.idle_keys.lock().get(&id).copied()?;
+        Some(self.data.attach(key, open).and_then(|file| {
+            let result = work(file.as_ref());
+            result.and_then(|value| file.close().map(|()| value))
+        }))
+    }
+
+    /// The file `id` lost its last name: its anchor goes now, or at its last close.
+    pub(crate) fn after_remove(&self, id: FileId) {
+        let idle = self.idle_keys.lock().remove(&id);
+        let closing = {
+            let mut anchors = self.anchors.lock();
+            match anchors.get_mut(&id) {
+                Some(anchor) if anchor.open_handles == 0 => anchors.remove(&id),
+                Some(anchor) => {
+                    anchor.unlinked = true;
+                    None
+                }
+                None => None,
+            }
+        };
+        if let Some(anchor) = closing {
+            // The file has no name and no opener: its data can no longer be read by anyone.
+            let key = anchor.key;
+            let _ = close_anchor(anchor);
+            self.data.discard(key);
+        } else if let Some(key) = idle {
+            // Closed past the anchor limit, only its key was kept: drop its cached data too.
+            self.data.discard(key);
+        }
+    }
+
+    /// Opens a handle on the regular file `id` (creating its anchor on the first open);
+    /// `open` opens its data path when the cache does not hold the file.
+    pub(crate) fn open_handle(
+        &self,
+        id: FileId,
+        times: Arc<FileTimes>,
+        open: Opener<'_>,
+    ) -> io::Result<u64> {
+        let key = {
+            let mut anchors = self.anchors.lock();
+            if let Some(anchor) = anchors.get_mut(&id) {
+                anchor.open_handles += 1;
+                anchor.key
+            } else {
+                let idle = self.idle_keys.lock().remove(&id);
+                let key = idle.unwrap_or_else(|| self.next_key.fetch_add(1, Ordering::Relaxed));
+                let file = match self.data.attach(key, open) {
+                    Ok(file) => file,
+                    Err(error) => {
+                        if let Some(key) = idle {
+                            self.idle_keys.lock().insert(id, key);
+                        }
+                        return Err(error);
+                    }
+                };
+                let file = Arc::new(file);
+                let _times = Arc::clone(&times);
+                let anchor = Anchor { key, file, open_handles: 1, unlinked: false, _times };
+                anchors.insert(id, anchor);
+                key
+            }
+        };
+        match self.data.attach(key, open) {
+            Ok(file) => {
+                let fh = self.next_handle();
+                self.handles.lock().insert(fh, Arc::new(Handle { file, id, times }));
+                Ok(fh)
+            }
+            Err(error) => {
+                self.release_anchor(id);
+                Err(error)
+            }
+        }
+    }
+
+    pub(crate) fn handle(&self, fh: FileHandle) -> Result<Arc<Handle>, Errno> {
+        self.handles.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// Closes the handle `fh`; errors not yet reported to it come back here.
+    pub(crate) fn release(&self, fh: FileHandle) -> io::Result<()> {
+        let Some(handle) = self.handles.lock().remove(&fh.0) else { return Ok(()) };
+        let id = handle.id;
+        let result = match Arc::into_inner(handle) {
+            Some(handle) => handle.file.close(),
+            None => Ok(()),
+        };
+        self.release_anchor(id);
+        result
+    }
+
+    /// One handle of the file closed: drop the anchor if the file has no name any more, or if
+    /// there are too many anchors (then its key stays known, see the module doc).
+    fn release_anchor(&self, id: FileId) {
+        let closing = {
+            let mut anchors = self.anchors.lock();
+            let too_many = anchors.len() > self.anchor_limit;
+            match anchors.get_mut(&id) {
+                Some(anchor) => {
+                    anchor.open_handles = anchor.open_handles.saturating_sub(1);
+                    if anchor.open_handles == 0 && (anchor.unlinked || too_many) {
+                        anchors.remove(&id)
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            }
+        };
+        if let Some(anchor) = closing {
+            let (key, unlinked) = (anchor.key, anchor.unlinked);
+            if !unlinked {
+                self.idle_keys.lock().insert(id, key);
+            }
+            if let Err(error) = close_anchor(anchor) {
+                eprintln!("ebb mount: closing a file: {error}");
+            }
+            if unlinked {
+                // The last close of a file without a name: nobody can read its data again.
+                self.data.discard(key);
+            }
+        }
+    }
+
+    /// Sets the size of the regular file `id` through the cache when ebb caches it (through
+    /// the handle `fh` if given); `Ok(false)` when it does not, and the caller sets the size
+    /// in the namespace.
+    pub(crate) fn truncate(
+        &self,
+        id: FileId,
+        fh: Option<FileHandle>,
+        size: u64,
+        open: Opener<'_>,
+    ) -> io::Result<bool> {
+        let handle = fh.and_then(|fh| self.handles.lock().get(&fh.0).cloned());
+        let anchor = || self.anchors.lock().get(&id).map(|anchor| Arc::clone(&anchor.file));
+        if let Some(handle) = handle {
+            handle.file.set_len(size)?;
+        } else if let Some(file) = anchor() {
+            file.set_len(size)?;
+        } else if let Some(result) = self.with_idle(id, open, |file| file.set_len(size)) {
+            result?;
+        } else {
+            return Ok(false);
+        }
+        self.written(id);
+        Ok(true)
+    }
+
+    /// The times ebb keeps for the file `id`, created if nothing holds them yet.
+    pub(crate) fn file_times(&self, id: FileId) -> Arc<FileTimes> {
+        if !self.keep_times {
+            return Arc::new(FileTimes::default());
+        }
+        let mut map = self.times.lock();
+        if let Some(times) = map.get(&id).and_then(Weak::upgrade) {
+            return times;
+        }
+        // Forget files that left the cache when the map doubles.
+        if map.len() >= 1024 && map.len().is_power_of_two() {
+            map.retain(|_, times| times.strong_count() > 0);
+        }
+        let times = Arc::new(FileTimes::default());
+        map.insert(id, Arc::downgrade(&times));
+        times
+    }
+
+    /// The times ebb keeps for the file `id`, if anything holds them.
+    pub(crate) fn kept_times(&self, id: FileId) -> Option<Arc<FileTimes>> {
+        self.times.lock().get(&id).and_then(Weak::upgrade)
+    }
+
+    /// The data of the file `id` changed through the mount just now.
+    pub(crate) fn written(&self, id: FileId) {
+        if let Some(times) = self.kept_times(id) {
+            times.written();
+        }
+    }
+
+    /// The status of the file `id` changed through the mount (see [`crate::times`]).
+    pub(crate) fn status_changed(&self, id: FileId) {
+        if let Some(times) = self.kept_times(id) {
+            times.status_changed();
+        }
+    }
+}

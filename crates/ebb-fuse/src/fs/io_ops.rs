@@ -1,0 +1,198 @@
+//! The file data operations of the filesystem: open and create, read, write, flush, release,
+//! fsync, fallocate. They run on the pools' threads (see the module doc of [`super`]).
+
+use std::ffi::OsStr;
+use std::io;
+
+use ebb_backend::{Credentials, Fallocate, FileKind, Namespace};
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags};
+
+use super::ops::file_id;
+use super::{Inner, to_errno};
+use crate::data::DataFile;
+
+/// How every regular file is opened: the kernel keeps no copy of the data.
+pub(super) fn open_flags() -> FopenFlags {
+    FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+}
+
+impl<N: Namespace> Inner<N> {
+    pub(super) fn open(&self, id: INodeNo, flags: OpenFlags) -> Result<u64, Errno> {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            self.files.check_writable()?;
+        }
+        let node = self.node(id)?;
+        let attr = self.ns.getattr(&node).map_err(to_errno)?;
+        self.open_node(&node, &attr)
+    }
+
+    /// Opens a handle on the regular file `node` with `attr`.
+    fn open_node(&self, node: &N::Node, attr: &ebb_backend::Attr) -> Result<u64, Errno> {
+        let file = file_id(attr).ok_or(match attr.kind {
+            FileKind::Directory => Errno::EISDIR,
+            _ => Errno::EINVAL,
+        })?;
+        let times = self.files.file_times(file);
+        let open = self.opener(node, &times);
+        self.files.open_handle(file, times.clone(), &open).map_err(to_errno)
+    }
+
+    /// Creates (or with `flags` lacking `O_EXCL`, opens an existing) regular file and opens a
+    /// handle on it: its attributes, generation and handle.
+    pub(super) fn create(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        caller: &Credentials,
+    ) -> Result<(FileAttr, u64, u64), Errno> {
+        self.files.check_writable()?;
+        let dir = self.node(parent)?;
+        let (node, attr) = match self.ns.create(&dir, name, mode & 0o7777, caller) {
+            Ok(created) => created,
+            Err(error)
+                if error.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL == 0 =>
+            {
+                self.ns.lookup(&dir, name).map_err(to_errno)?
+            }
+            Err(error) => return Err(to_errno(error)),
+        };
+        let fh = self.open_node(&node, &attr)?;
+        if flags & libc::O_TRUNC != 0
+            && let Err(error) = self.truncate_open(FileHandle(fh))
+        {
+            let _ = self.files.release(FileHandle(fh));
+            return Err(error);
+        }
+        let (file_attr, generation) = self.entry(node, &attr);
+        Ok((file_attr, generation, fh))
+    }
+
+    fn truncate_open(&self, fh: FileHandle) -> Result<(), Errno> {
+        let handle = self.files.handle(fh)?;
+        handle.file.set_len(0).map_err(to_errno)?;
+        handle.times.written();
+        Ok(())
+    }
+
+    pub(super) fn read(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+    ) -> Result<Vec<u8>, Errno> {
+        // As in the kernel, a reader that opened the file with O_DIRECT reads around the
+        // cache (and its latency is what wbt protects); others read through it.
+        let direct = flags.0 & libc::O_DIRECT != 0
+            && offset.is_multiple_of(4096)
+            && u64::from(size).is_multiple_of(4096);
+        let handle = self.files.handle(fh)?;
+        let mut buf = vec![0; size as usize];
+        let done = if direct {
+            read_direct(handle.file.as_ref(), &mut buf, offset)
+        } else {
+            read_cached(handle.file.as_ref(), &mut buf, offset)
+        };
+        buf.truncate(done.map_err(to_errno)?);
+        Ok(buf)
+    }
+
+    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        let handle = self.files.handle(fh)?;
+        let mut done = 0;
+        while done < data.len() {
+            match handle.file.write_at(&data[done..], offset + done as u64) {
+                Ok(0) => return Err(Errno::EIO),
+                Ok(written) => done += written,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(to_errno(error)),
+            }
+        }
+        handle.times.written();
+        Ok(done)
+    }
+
+    /// close(2) does not write the data (as on a local filesystem; fsync does), but it
+    /// reports a write-back error this handle has not seen yet, once, as close(2) on NFS
+    /// does: the release that follows cannot reach the caller.
+    pub(super) fn flush(&self, fh: FileHandle) -> Result<(), Errno> {
+        self.files.handle(fh)?.file.check_error().map_err(to_errno)
+    }
+
+    pub(super) fn release(&self, fh: FileHandle) -> Result<(), Errno> {
+        self.files.release(fh).map_err(|error| {
+            // The kernel does not pass release errors on to close(2); say it here.
+            eprintln!("ebb mount: a write error was reported at close: {error}");
+            to_errno(error)
+        })
+    }
+
+    pub(super) fn fsync(&self, fh: FileHandle) -> Result<(), Errno> {
+        self.files.handle(fh)?.file.fsync().map_err(to_errno)
+    }
+
+    /// `fallocate(2)` of the open file `fh`: the plain mode (allocate, growing the size ebb
+    /// knows if the range ends past it) and `KEEP_SIZE` (allocate only) reserve the space in
+    /// the backend. Modes that change data (punching a hole, zeroing, collapsing or inserting
+    /// a range) are `EOPNOTSUPP`: ebb's cache may hold newer data for the range.
+    pub(super) fn fallocate(
+        &self,
+        id: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        if mode != 0 && mode != libc::FALLOC_FL_KEEP_SIZE {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.files.check_writable()?;
+        let end = offset.checked_add(length).filter(|&end| end <= i64::MAX as u64);
+        let end = end.ok_or(Errno::EFBIG)?;
+        let handle = self.files.handle(fh)?;
+        let node = self.node(id)?;
+        // The backend keeps its size: the size is ebb's to change, through the cache.
+        self.ns.fallocate(&node, offset, length, Fallocate::Reserve).map_err(to_errno)?;
+        // The kernel holds the file's inode lock through a fallocate and through every write
+        // that extends the file, so the size cannot grow between this check and the set.
+        if mode == 0 && end > handle.file.len().map_err(to_errno)? {
+            handle.file.set_len(end).map_err(to_errno)?;
+            handle.times.written();
+        } else {
+            self.files.status_changed(handle.id);
+        }
+        Ok(())
+    }
+}
+
+/// Reads through the cache until `buf` is full or the file ends.
+fn read_cached(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(read) => done += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(done)
+}
+
+/// An aligned read around the cache, cut at the size ebb knows. The backend's file may end
+/// before that size (a hole the cache added by growing the file, never written) or after it
+/// (its last page is written whole): the first reads as zeros, the second is cut.
+fn read_direct(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let size = file.len()?;
+    let valid = usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+    if valid == 0 {
+        return Ok(0);
+    }
+    let read = file.read_direct_at(buf, offset)?;
+    if read < valid {
+        buf[read..valid].fill(0);
+    }
+    Ok(valid)
+}

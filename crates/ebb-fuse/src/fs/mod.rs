@@ -1,0 +1,645 @@
+//! The FUSE filesystem: a [`Namespace`] (names, directories, attributes) whose file data goes
+//! through a [`DataPath`] (ebb's cache).
+//!
+//! # Nodes
+//!
+//! Every node the kernel knows (looked up and not yet forgotten) holds the namespace's
+//! reference to its object ([`nodes`]); for a local directory that is an `O_PATH` descriptor,
+//! so a rename, even of a parent directory, cannot send an operation to the wrong object. Node
+//! ids, shown as `st_ino`, are the namespace's `ino` (the root is 1).
+//!
+//! # File data
+//!
+//! Each open of a regular file attaches a handle to the data path, with one key per file (all
+//! handles of a file share its cached pages; files are told apart by `ino` and `generation`).
+//! Besides the handles, the first open also creates an *anchor* handle kept after the last
+//! close, because ebb still holds the file's dirty pages then: `getattr` reports the anchor's
+//! size (ebb's, not the backend's stale one) and `truncate` goes through it. An anchor is
+//! dropped when its file's last name is removed and nothing has it open, or when more than the
+//! anchor limit (`Mount::start_keeping`, default [`ANCHOR_LIMIT`]) exist and the file is
+//! closed: then only its key is remembered, the runtime decides when the file's pages are
+//! written and forgotten, and `getattr`/`truncate` attach a handle for the call ([`files`]).
+//! Keys are ours (a counter), so a new file that reuses a removed file's number never meets
+//! the old file's cached pages. The mtime and ctime of files written through the cache are
+//! kept by ebb ([`crate::times`]).
+//!
+//! The kernel keeps no copy of the data: files are opened with `FOPEN_DIRECT_IO`, so every
+//! `read(2)` and `write(2)` reaches us. A `MAP_SHARED` `mmap` (even read-only) therefore fails
+//! with `ENODEV` (the kernel refuses it for direct-IO files unless the filesystem asks for
+//! `FUSE_DIRECT_IO_ALLOW_MMAP`, which would bring back a second cache, for mapped files,
+//! whose coherence with direct `read(2)`/`write(2)` we have not verified); private mappings
+//! work from a copy the kernel makes at fault time.
+//!
+//! # Threads
+//!
+//! fuser runs [`LOOP_THREADS`] request loops. Metadata operations are answered on them.
+//! Reads go to one pool and writes, `fsync` and `release` to another ([`crate::pool`]), so a
+//! writer that ebb throttles holds only its own request: readers and metadata continue. Each
+//! pool bounds the requests it holds (running plus queued); when a pool is full the loop that
+//! received the request waits for room.
+//!
+//! # Stopping
+//!
+//! [`Files::stop_writes`] makes every operation that would change data or names fail with
+//! `EROFS`, so a drain finishes.
+
+mod files;
+mod io_ops;
+mod nodes;
+mod ops;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ebb_backend::{
+    Attr, BackendFile, Credentials, DirEntries, DirEntry, FileKind, Namespace, SetAttr, SetTime,
+};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+
+pub(crate) use self::files::Files;
+use self::nodes::Nodes;
+use crate::data::DataPath;
+use crate::pool::Pool;
+use crate::times::{FileTimes, TimedFile};
+
+/// Name of the extended attribute of the mount's root that holds the live stats (JSON).
+pub const STATS_XATTR: &str = "user.ebb.stats";
+
+/// How long the kernel may cache names and attributes. We are the only writer of the
+/// namespace while mounted, and every size change passes through us, so a short cache is safe;
+/// it saves a `getattr` round trip per `stat(2)`.
+const TTL: Duration = Duration::from_secs(1);
+
+/// fuser request loops (metadata is answered on them).
+pub(crate) const LOOP_THREADS: usize = 2;
+/// Threads serving reads; each holds one request.
+const READ_THREADS: usize = 8;
+/// Threads serving writes, fsync and release (a throttled write sleeps on one of these).
+const WRITE_THREADS: usize = 16;
+/// Requests a pool holds beyond its running ones before the request loop waits. Each queued
+/// write holds its data (at most `MAX_WRITE`), so this bounds that memory to 64 MiB.
+const POOL_QUEUE: usize = 64;
+/// Largest write request the kernel sends (1 MiB, the kernel's default page limit).
+const MAX_WRITE: u32 = 1 << 20;
+/// Anchors (cached files kept after their last close) above which a closing file's anchor is
+/// synced and dropped instead of kept.
+pub(crate) const ANCHOR_LIMIT: usize = 4096;
+
+/// An open directory: the entries read so far ("." and ".." first) and the rest to read.
+struct OpenDir {
+    read: Vec<(u64, FileType, std::ffi::OsString)>,
+    rest: Option<DirEntries>,
+}
+
+/// The filesystem's state, shared with the pool threads.
+pub(crate) struct Inner<N: Namespace> {
+    ns: Arc<N>,
+    nodes: Nodes<N>,
+    files: Arc<Files>,
+    dirs: Mutex<HashMap<u64, Arc<Mutex<OpenDir>>>>,
+}
+
+/// The filesystem handed to fuser.
+pub(crate) struct EbbFs<N: Namespace> {
+    inner: Arc<Inner<N>>,
+    reads: Pool,
+    writes: Pool,
+}
+
+impl<N: Namespace> EbbFs<N> {
+    /// The filesystem over `ns` with the data path `data` (`keep_times`: it writes back
+    /// later than the writes, see [`crate::times`]), and its file state for the mount.
+    pub(crate) fn new(
+        ns: Arc<N>,
+        data: Arc<dyn DataPath>,
+        keep_times: bool,
+        anchor_limit: usize,
+    ) -> io::Result<(EbbFs<N>, Arc<Files>)> {
+        let (root, attr) = ns
+            .root()
+            .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", ns.describe())))?;
+        let files = Arc::new(Files::new(data, keep_times, anchor_limit));
+        let inner = Arc::new(Inner {
+            ns,
+            nodes: Nodes::new(root, &attr),
+            files: Arc::clone(&files),
+            dirs: Mutex::new(HashMap::new()),
+        });
+        let fs = EbbFs {
+            inner,
+            reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
+            writes: Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?,
+        };
+        Ok((fs, files))
+    }
+}
+
+/// The errno of an IO error: the OS's if it carries one, else one chosen from its kind.
+pub(crate) fn errno_of(error: &io::Error) -> Errno {
+    if let Some(raw) = error.raw_os_error() {
+        return Errno::from_i32(raw);
+    }
+    use io::ErrorKind as K;
+    let raw = match error.kind() {
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::AlreadyExists => libc::EEXIST,
+        K::InvalidInput => libc::EINVAL,
+        K::StorageFull => libc::ENOSPC,
+        K::ReadOnlyFilesystem => libc::EROFS,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::Unsupported => libc::EOPNOTSUPP,
+        K::Interrupted => libc::EINTR,
+        K::WouldBlock => libc::EAGAIN,
+        K::FileTooLarge => libc::EFBIG,
+        K::OutOfMemory => libc::ENOMEM,
+        K::NotADirectory => libc::ENOTDIR,
+        K::IsADirectory => libc::EISDIR,
+        K::DirectoryNotEmpty => libc::ENOTEMPTY,
+        K::CrossesDevices => libc::EXDEV,
+        _ => libc::EIO,
+    };
+    Errno::from_i32(raw)
+}
+
+/// [`errno_of`] as a `map_err` argument.
+fn to_errno(error: io::Error) -> Errno {
+    errno_of(&error)
+}
+
+/// The caller of `req`: its ids, and its supplementary groups from `/proc/PID/status` (none if
+/// the process is gone).
+fn credentials(req: &Request) -> Credentials {
+    let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find_map(|line| line.strip_prefix("Groups:"))?;
+            Some(line.split_whitespace().filter_map(|group| group.parse().ok()).collect())
+        })
+        .unwrap_or_default();
+    Credentials { uid: req.uid(), gid: req.gid(), groups }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn set_time(value: Option<TimeOrNow>) -> Option<SetTime> {
+    value.map(|value| match value {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(at) => SetTime::At(at),
+    })
+}
+
+impl<N: Namespace> Inner<N> {
+    fn node(&self, id: INodeNo) -> Result<N::Node, Errno> {
+        self.nodes.get(id)
+    }
+
+    /// Opens the data path of the regular file `node` for the cache, wrapped so that the
+    /// backend's mtime is put back to the kept one after each write-back.
+    fn opener<'a>(
+        &'a self,
+        node: &'a N::Node,
+        times: &'a Arc<FileTimes>,
+    ) -> impl Fn() -> io::Result<Arc<dyn BackendFile>> + 'a {
+        move || {
+            let inner = self.ns.open_file(node)?;
+            let (ns, node) = (Arc::clone(&self.ns), node.clone());
+            let restore = Box::new(move |mtime: SystemTime| {
+                let set = SetAttr { mtime: Some(SetTime::At(mtime)), ..SetAttr::default() };
+                ns.setattr(&node, &set, &Credentials::default()).map(drop)
+            });
+            Ok(Arc::new(TimedFile { inner, times: Arc::clone(times), restore }) as _)
+        }
+    }
+
+    /// What the kernel is told about the object `node` with `attr` and node id `id`: for a
+    /// file ebb caches, ebb's size and the times it keeps.
+    fn file_attr(&self, id: u64, node: &N::Node, attr: &Attr) -> FileAttr {
+        let mut size = attr.size;
+        let (mut mtime, mut ctime) = (attr.mtime, attr.ctime);
+        if attr.kind == FileKind::Regular {
+            let file = (attr.ino, attr.generation);
+            if let Some(times) = self.files.kept_times(file).and_then(|times| times.get()) {
+                (mtime, ctime) = (times.mtime, times.ctime);
+            }
+            let times = self.files.file_times(file);
+            // On error the backend's size is the best answer left.
+            if let Some(Ok(cached)) = self.files.cached_size(file, &self.opener(node, &times)) {
+                size = cached;
+            }
+        }
+        FileAttr {
+            ino: INodeNo(id),
+            size,
+            blocks: size.div_ceil(512).max(attr.blocks),
+            atime: attr.atime,
+            mtime,
+            ctime,
+            crtime: SystemTime::UNIX_EPOCH,
+            kind: file_type(attr.kind),
+            perm: attr.perm,
+            nlink: attr.nlink,
+            uid: attr.uid,
+            gid: attr.gid,
+            rdev: u32::try_from(attr.rdev).unwrap_or(0),
+            blksize: attr.blksize,
+            flags: 0,
+        }
+    }
+
+    /// Counts a kernel reference to the object `node` and tells its attributes.
+    fn entry(&self, node: N::Node, attr: &Attr) -> (FileAttr, u64) {
+        let id = self.nodes.remember(node.clone(), attr);
+        (self.file_attr(id, &node, attr), attr.generation)
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, result: Result<(FileAttr, u64), Errno>) {
+    match result {
+        Ok((attr, generation)) => reply.entry(&TTL, &attr, fuser::Generation(generation)),
+        Err(error) => reply.error(error),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(error) => reply.error(error),
+    }
+}
+
+fn reply_attr(reply: ReplyAttr, result: Result<FileAttr, Errno>) {
+    match result {
+        Ok(attr) => reply.attr(&TTL, &attr),
+        Err(error) => reply.error(error),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, value: Result<Vec<u8>, Errno>, size: u32) {
+    match value {
+        Ok(value) if size == 0 => reply.size(u32::try_from(value.len()).unwrap_or(u32::MAX)),
+        Ok(value) if value.len() <= size as usize => reply.data(&value),
+        Ok(_) => reply.error(Errno::ERANGE),
+        Err(error) => reply.error(error),
+    }
+}
+
+impl<N: Namespace> Filesystem for EbbFs<N> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // Best effort: the kernel may offer less.
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.inner.lookup(parent, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inner.nodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply_attr(reply, self.inner.getattr(ino));
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+        let (inner, caller) = (Arc::clone(&self.inner), credentials(req));
+        let run = move || reply_attr(reply, inner.setattr(ino, &set, fh, &caller));
+        // A truncate goes through the cache and may wait for it: not on the request loop.
+        if size.is_some() { self.writes.run(run) } else { run() }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.inner.readlink(ino) {
+            Ok(target) => reply.data(&target),
+            Err(error) => reply.error(error),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let result = self.inner.mknod(parent, name, mode & !umask, rdev, &credentials(req));
+        reply_entry(reply, result);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(reply, self.inner.mkdir(parent, name, mode & !umask, &credentials(req)));
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.inner.unlink(parent, name, &credentials(req)));
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.inner.rmdir(parent, name, &credentials(req)));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let result = self.inner.symlink(parent, link_name, target.as_os_str(), &credentials(req));
+        reply_entry(reply, result);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let caller = credentials(req);
+        reply_empty(reply, self.inner.rename(parent, name, newparent, newname, flags, &caller));
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(reply, self.inner.link(ino, newparent, newname, &credentials(req)));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.inner.open(ino, flags) {
+            Ok(fh) => reply.opened(FileHandle(fh), io_ops::open_flags()),
+            Err(error) => reply.error(error),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let inner = Arc::clone(&self.inner);
+        self.reads.run(move || match inner.read(fh, offset, size, flags) {
+            Ok(buf) => reply.data(&buf),
+            Err(error) => reply.error(error),
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if let Err(error) = self.inner.files.check_writable() {
+            reply.error(error);
+            return;
+        }
+        let (inner, data) = (Arc::clone(&self.inner), data.to_vec());
+        self.writes.run(move || match inner.write(fh, offset, &data) {
+            Ok(done) => reply.written(u32::try_from(done).unwrap_or(u32::MAX)),
+            Err(error) => reply.error(error),
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.inner.flush(fh));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let inner = Arc::clone(&self.inner);
+        self.writes.run(move || reply_empty(reply, inner.release(fh)));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let inner = Arc::clone(&self.inner);
+        self.writes.run(move || reply_empty(reply, inner.fsync(fh)));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.inner.opendir(ino) {
+            Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
+            Err(error) => reply.error(error),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.inner.readdir(fh, offset, reply);
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.inner.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let inner = Arc::clone(&self.inner);
+        self.writes.run(move || reply_empty(reply, inner.fsyncdir(ino)));
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.inner.statfs(ino) {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_available,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.fragment_size,
+            ),
+            Err(error) => reply.error(error),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let result = self.inner.setxattr(ino, name, value, flags, &credentials(req));
+        reply_empty(reply, result);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.inner.getxattr(ino, name), size);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.inner.listxattr(ino), size);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.inner.removexattr(ino, name, &credentials(req)));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let inner = Arc::clone(&self.inner);
+        self.writes.run(move || reply_empty(reply, inner.fallocate(ino, fh, offset, length, mode)));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (inner, name, caller) = (Arc::clone(&self.inner), name.to_owned(), credentials(req));
+        let run = move || match inner.create(parent, &name, mode & !umask, flags, &caller) {
+            Ok((attr, generation, fh)) => reply.created(
+                &TTL,
+                &attr,
+                fuser::Generation(generation),
+                FileHandle(fh),
+                io_ops::open_flags(),
+            ),
+            Err(error) => reply.error(error),
+        };
+        // With O_TRUNC this goes through the cache and may wait for it.
+        if flags & libc::O_TRUNC != 0 { self.writes.run(run) } else { run() }
+    }
+}
+
+/// A directory entry as the kernel is told it.
+fn dir_entry<N: Namespace>(
+    nodes: &Nodes<N>,
+    entry: DirEntry,
+) -> (u64, FileType, std::ffi::OsString) {
+    (nodes.id(entry.ino), file_type(entry.kind), entry.name)
+}
