@@ -107,6 +107,12 @@ impl BackendFile for TimedFile {
         Ok(reply)
     }
 
+    fn write_extent(&self, offset: u64, len: u64, runs: &[(u64, &[u8])]) -> io::Result<WriteReply> {
+        let reply = self.inner.write_extent(offset, len, runs)?;
+        self.times.restore(&self.restore);
+        Ok(reply)
+    }
+
     fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
         self.inner.commit(offset, len)
     }
