@@ -352,6 +352,10 @@ impl Namespace for DirNamespace {
     }
 
     fn readlink(&self, node: &DirNode) -> io::Result<OsString> {
+        // readlinkat with an empty path answers ENOENT for anything but a symlink.
+        if kind_of(rustix::fs::fstat(&*node.0)?.st_mode) != FileKind::Symlink {
+            return Err(Errno::INVAL.into());
+        }
         let target = rustix::fs::readlinkat(&*node.0, "", Vec::new())?;
         Ok(OsStr::from_bytes(target.as_bytes()).to_owned())
     }

@@ -14,6 +14,7 @@
 //! | [`open_direct_path`] | one file of any path opened like a `DirBackend` file |
 //! | [`Namespace`] | names, directories and attributes a filesystem (the FUSE mount) serves over a backend |
 //! | [`DirNamespace`] | a local directory as a namespace (`O_PATH` nodes, `*at` calls) |
+//! | [`namespace_conformance`] | named checks any namespace must pass |
 //! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
 //! | [`S3Backend`] | one S3 object per file, written as multipart parts, committed at `sync` |
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
@@ -37,6 +38,7 @@ mod dir_namespace;
 mod faulty;
 mod mem;
 mod namespace;
+pub mod namespace_conformance;
 pub mod s3;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};

@@ -265,6 +265,12 @@ pub trait Namespace: Send + Sync + fmt::Debug + 'static {
     /// (`two_phase`, `alignment`, ...) are those of every file [`Namespace::open_file`] opens.
     fn backend(&self) -> Arc<dyn Backend>;
 
+    /// Sets the writeback settings ebb's cache uses for [`Namespace::backend`] (queue depth,
+    /// write size, two-phase accounting, ...), as the kernel sets up a backing device for its
+    /// filesystem. Default: leaves the engine's defaults (a local directory's settings come
+    /// from its block device, see [`Namespace::local_directory`]).
+    fn writeback_settings(&self, _settings: &mut ebb_core::BackendConfig) {}
+
     /// The root directory.
     fn root(&self) -> io::Result<(Self::Node, Attr)>;
 

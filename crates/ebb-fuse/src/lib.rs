@@ -129,8 +129,7 @@ impl Mount {
                 if let Some(memory) = config.memory {
                     check_memory(memory)?;
                 }
-                let local = namespace.local_directory();
-                Arc::new(runtime::EbbData::new(config, &name, backend, local)?)
+                Arc::new(runtime::EbbData::new(config, &namespace)?)
             }
             DataMode::Passthrough if backend.capabilities().alignment > 1 => {
                 return Err(io::Error::new(

@@ -4,11 +4,9 @@
 //! its backend file opened (by the namespace) only when the runtime does not cache it yet.
 
 use std::io;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_backend::Backend;
+use ebb_backend::Namespace;
 use ebb_core::BackendConfig;
 use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File};
 
@@ -23,15 +21,10 @@ pub(crate) struct EbbData {
 }
 
 impl EbbData {
-    /// Starts the runtime with `backend` (named `name`; `local` is the directory it serves, if
-    /// any, whose device gives the writeback settings), the memory budget and the knobs (each
-    /// bad knob is an `InvalidInput` error naming it).
-    pub(crate) fn new(
-        config: &MountConfig,
-        name: &str,
-        backend: Arc<dyn Backend>,
-        local: Option<&Path>,
-    ) -> io::Result<EbbData> {
+    /// Starts the runtime with the namespace's backend and writeback settings (for a local
+    /// directory, its block device's), the memory budget and the knobs (each bad knob is an
+    /// `InvalidInput` error naming it).
+    pub(crate) fn new<N: Namespace>(config: &MountConfig, namespace: &N) -> io::Result<EbbData> {
         let mut builder = Builder::new();
         if let Some(memory) = config.memory {
             builder = builder.memory(memory);
@@ -41,12 +34,14 @@ impl EbbData {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("knob {knob}={value}: {error}"))
             })?;
         }
-        let mut settings = BackendConfig::new(name);
-        if let Some(directory) = local {
+        let name = namespace.describe();
+        let mut settings = BackendConfig::new(&name);
+        if let Some(directory) = namespace.local_directory() {
             DeviceInfo::for_path(directory).apply(&mut settings);
         }
-        let ebb = builder.backend_with(name, backend, settings).build()?;
-        Ok(EbbData { ebb, backend: name.to_owned() })
+        namespace.writeback_settings(&mut settings);
+        let ebb = builder.backend_with(&name, namespace.backend(), settings).build()?;
+        Ok(EbbData { ebb, backend: name })
     }
 }
 

@@ -362,3 +362,24 @@ fn dir_refused_direct_io_ramfs() {
     assert!(report.is_ok(), "{report}");
 }
 mod s3;
+
+// A local directory passes every check of the namespace contract, with direct and with
+// buffered file data.
+#[test]
+fn namespace_conformance_dir() {
+    let root = tempfile::tempdir_in("/tmp").unwrap();
+    for (index, buffered) in [false, true].into_iter().enumerate() {
+        let dir = root.path().join(index.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        let namespace = if buffered {
+            ebb_backend::DirNamespace::open_buffered(&dir)
+        } else {
+            ebb_backend::DirNamespace::open(&dir)
+        }
+        .unwrap();
+        let report = ebb_backend::namespace_conformance::run_all(&namespace);
+        assert!(report.is_ok(), "{report}");
+        let all = ebb_backend::namespace_conformance::CHECK_NAMES.len();
+        assert_eq!(report.passed.len(), all, "{report}");
+    }
+}
