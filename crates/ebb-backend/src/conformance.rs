@@ -412,31 +412,78 @@ fn alignment_rule<B: Backend + ?Sized>(backend: &B) -> CheckResult {
 
 fn unaligned_user_buffer<B: Backend + ?Sized>(backend: &B) -> CheckResult {
     let file = create(backend, "conformance-unaligned-buffer")?;
+    let max = request_bytes_max(backend);
     // Larger than DirBackend's 1 MiB bounce buffer, so chunking is exercised too.
     let len = (1 << 20) + 2 * PAGE_SIZE;
     let data = pattern(11, len);
     let mut source = vec![0u8; len + 1];
     source[1..].copy_from_slice(&data);
-    write(&*file, &source[1..], PAGE)?;
+    write_in_requests(&*file, max, &source[1..], PAGE)?;
     let mut target = vec![0u8; len + 1];
-    let count = io("read into an unaligned buffer", file.read_at(&mut target[1..], PAGE))?;
+    let count = read_in_requests(&*file, max, &mut target[1..], PAGE)?;
     ensure!(count == len, "read {count} of {len} bytes");
     compare("through unaligned buffers", &target[1..], &data)?;
-    compare("read back aligned", &read(&*file, len, PAGE)?, &data)?;
+    let mut aligned = AlignedBuf::zeroed(len);
+    let count = read_in_requests(&*file, max, &mut aligned, PAGE)?;
+    compare("read back aligned", &aligned[..count], &data)?;
     // A short read at the end of the file into an unaligned buffer.
-    let count = io("short unaligned read", file.read_at(&mut target[1..], 2 * PAGE))?;
+    let count = read_in_requests(&*file, max, &mut target[1..], 2 * PAGE)?;
     ensure!(count == len - PAGE_SIZE, "short unaligned read returned {count}");
     Ok(Outcome::Pass)
 }
 
 fn large_run<B: Backend + ?Sized>(backend: &B) -> CheckResult {
     let file = create(backend, "conformance-large-run")?;
+    let max = request_bytes_max(backend);
     let len = 4 << 20;
     let data = pattern(12, len);
-    write(&*file, &data, 0)?;
+    write_in_requests(&*file, max, &data, 0)?;
     io("sync", file.sync())?;
-    compare("4 MiB run", &read(&*file, len, 0)?, &data)?;
+    let mut contents = AlignedBuf::zeroed(len);
+    let count = read_in_requests(&*file, max, &mut contents, 0)?;
+    compare("4 MiB run", &contents[..count], &data)?;
     Ok(Outcome::Pass)
+}
+
+/// The largest request the backend takes (`max_io_bytes`); larger runs go out in pieces of
+/// this size, as the engine sends them.
+fn request_bytes_max<B: Backend + ?Sized>(backend: &B) -> usize {
+    usize::try_from(backend.capabilities().max_io_bytes).unwrap_or(usize::MAX).max(1)
+}
+
+/// Writes `buf` at `offset` in requests of at most `max` bytes.
+fn write_in_requests<F: BackendFile + ?Sized>(
+    file: &F,
+    max: usize,
+    buf: &[u8],
+    offset: u64,
+) -> Result<(), String> {
+    for (index, piece) in buf.chunks(max).enumerate() {
+        write(file, piece, offset + (index * max) as u64)?;
+    }
+    Ok(())
+}
+
+/// Reads into `buf` from `offset` in requests of at most `max` bytes, stopping at the end of
+/// the file; returns the count read.
+fn read_in_requests<F: BackendFile + ?Sized>(
+    file: &F,
+    max: usize,
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<usize, String> {
+    let mut done = 0;
+    for piece in buf.chunks_mut(max) {
+        let want = piece.len();
+        let at = offset + done as u64;
+        let count = io(&format!("read_at({want} bytes, offset {at})"), file.read_at(piece, at))?;
+        ensure!(count <= want, "read_at returned {count} for a {want}-byte buffer");
+        done += count;
+        if count < want {
+            break;
+        }
+    }
+    Ok(done)
 }
 
 fn two_phase_commit_and_restart<B: Backend + ?Sized>(backend: &B) -> CheckResult {

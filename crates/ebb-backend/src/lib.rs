@@ -17,6 +17,8 @@
 //! | [`namespace_conformance`] | named checks any namespace must pass |
 //! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
 //! | [`S3Backend`] | one S3 object per file, written as multipart parts, committed at `sync` |
+//! | [`NfsBackend`], [`NfsOptions`], [`NfsFile`] | the files of an NFSv3 export, written UNSTABLE and committed (a userspace NFS client) |
+//! | [`NfsServer`] | nfs-ganesha on 127.0.0.1 for tests and benchmarks, through `scripts/nfs-server` |
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
 //! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
 //! | [`conformance`] | named checks any backend (real or simulated) must pass |
@@ -39,6 +41,7 @@ mod faulty;
 mod mem;
 mod namespace;
 pub mod namespace_conformance;
+mod nfs;
 pub mod s3;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};
@@ -54,4 +57,5 @@ pub use namespace::{
     Attr, Credentials, DirEntries, DirEntry, Fallocate, FileKind, Namespace, RenameFlags, SetAttr,
     SetTime, StatFs, XattrSet, unsupported,
 };
+pub use nfs::{NfsBackend, NfsFile, NfsOptions, NfsServer};
 pub use s3::{S3Backend, S3Options};

@@ -141,6 +141,29 @@ impl Builder {
         self.backend_with(name, Arc::new(backend), config)
     }
 
+    /// Adds the NFSv3 export of `url`, `nfs://HOST[:PORT]/EXPORT[?OPTION=VALUE&...]` (see
+    /// `ebb_backend::NfsBackend` for the options), named after the URL. Errors: a malformed URL
+    /// (`InvalidInput`), an unreachable server (`ConnectionRefused`, ...), an export the server
+    /// refuses to mount (`NotFound`, `PermissionDenied`).
+    pub fn nfs(self, url: &str) -> io::Result<Builder> {
+        let backend = ebb_backend::NfsBackend::connect(url)?;
+        Ok(self.nfs_backend(url, backend))
+    }
+
+    /// Adds an NFS backend the caller connected (and may keep a clone of, for its counters),
+    /// with the writeback settings the kernel gives an NFS mount's bdi: WRITEs of up to the
+    /// mount's wsize (the server's `wtmax`, at most 1 MiB); no request queue of its own (a
+    /// writepages call hands every WRITE to the RPC layer, whose slot table grows to 65536
+    /// entries; here the IO threads bound what is in flight); wbt off, as the kernel has no
+    /// block queue to measure for a network filesystem.
+    pub fn nfs_backend(self, name: &str, backend: ebb_backend::NfsBackend) -> Builder {
+        let mut config = BackendConfig::new(name);
+        config.max_write_pages = (backend.capabilities().max_io_bytes / PAGE_SIZE) as u32;
+        config.queue_depth = 65_536;
+        config.wbt = ebb_core::WbtMode::Off;
+        self.backend_with(name, Arc::new(backend), config)
+    }
+
     /// IO worker threads (default 8): the most writes and reads in flight to the backends.
     pub fn io_threads(mut self, n: usize) -> Builder {
         self.io_threads = n.clamp(1, 1024);

@@ -361,6 +361,8 @@ fn dir_refused_direct_io_ramfs() {
     assert_eq!(leftovers, 0, "the O_DIRECT probe left a file behind");
     assert!(report.is_ok(), "{report}");
 }
+
+mod nfs;
 mod s3;
 
 // A local directory passes every check of the namespace contract, with direct and with

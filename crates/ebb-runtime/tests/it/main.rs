@@ -3,4 +3,5 @@
 mod crash;
 mod errors;
 mod io;
+mod nfs;
 mod s3;

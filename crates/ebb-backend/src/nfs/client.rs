@@ -1,0 +1,259 @@
+//! The NFSv3 procedures (RFC 1813) the backend uses, as blocking calls on an [`RpcClient`].
+//!
+//! Arguments and results are the `nfs3_types` structures. Each result starts with an
+//! `nfsstat3`, read here as a plain number so that a status this crate does not know is an
+//! error with its number rather than a decoding failure; a status other than `NFS3_OK`
+//! becomes the errno of [`errno::of_status`]. READ and WRITE move their data without an
+//! extra copy: WRITE sends the caller's buffer as one piece of the record, READ copies the
+//! reply's bytes straight into the caller's buffer.
+
+use std::io;
+
+use nfs3_types::nfs3::{
+    COMMIT3args, COMMIT3resok, CREATE3args, CREATE3resok, FSINFO3args, FSINFO3resok, GETATTR3args,
+    GETATTR3resok, LOOKUP3args, LOOKUP3resok, REMOVE3args, SETATTR3args, createhow3, diropargs3,
+    fattr3, filename3, nfs_fh3, post_op_attr, sattr3, set_mode3, set_size3, stable_how, writeverf3,
+};
+use nfs3_types::xdr_codec::{Opaque, Pack, Unpack};
+
+use super::errno;
+use super::rpc::{Reply, RpcClient};
+
+/// The NFS program and version.
+pub(crate) const PROGRAM: u32 = 100_003;
+pub(crate) const VERSION: u32 = 3;
+
+/// NFSv3 procedure numbers (RFC 1813 section 3) and the counter each is reported under.
+pub(crate) const PROCEDURES: [(u32, &str); 12] = [
+    (GETATTR, "getattr_rpcs"),
+    (SETATTR, "setattr_rpcs"),
+    (LOOKUP, "lookup_rpcs"),
+    (READ, "read_rpcs"),
+    (WRITE, "write_rpcs"),
+    (CREATE, "create_rpcs"),
+    (REMOVE, "remove_rpcs"),
+    (FSINFO, "fsinfo_rpcs"),
+    (COMMIT, "commit_rpcs"),
+    (MKDIR, "mkdir_rpcs"),
+    (RENAME, "rename_rpcs"),
+    (READDIRPLUS, "readdirplus_rpcs"),
+];
+pub(crate) const PROCEDURE_COUNT: usize = 22;
+
+const GETATTR: u32 = 1;
+const SETATTR: u32 = 2;
+const LOOKUP: u32 = 3;
+const READ: u32 = 6;
+const WRITE: u32 = 7;
+const CREATE: u32 = 8;
+const MKDIR: u32 = 9;
+const REMOVE: u32 = 12;
+const RENAME: u32 = 14;
+const READDIRPLUS: u32 = 17;
+const FSINFO: u32 = 19;
+const COMMIT: u32 = 21;
+
+/// An NFS file handle.
+pub(crate) type Handle = nfs_fh3;
+
+/// A WRITE's reply: bytes written, how durable, the server's verifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) count: u32,
+    pub(crate) committed: stable_how,
+    pub(crate) verifier: u64,
+}
+
+/// The verifier as a number (its 8 bytes, most significant first).
+pub(crate) fn verifier(verf: writeverf3) -> u64 {
+    u64::from_be_bytes(verf.0)
+}
+
+/// A blocking NFSv3 client.
+#[derive(Debug)]
+pub(crate) struct NfsClient {
+    pub(crate) rpc: RpcClient,
+}
+
+impl NfsClient {
+    pub(crate) fn getattr(&self, file: &Handle) -> io::Result<fattr3> {
+        let reply = self.call(GETATTR, "GETATTR", &GETATTR3args { object: file.clone() })?;
+        let result: GETATTR3resok = decode(&reply, "GETATTR")?;
+        Ok(result.obj_attributes)
+    }
+
+    /// Sets the size (`Some`) and the mode (`Some`); other attributes stay.
+    pub(crate) fn setattr(
+        &self,
+        file: &Handle,
+        size: Option<u64>,
+        mode: Option<u32>,
+    ) -> io::Result<()> {
+        let new_attributes = sattr3 {
+            size: size.map_or(set_size3::None, set_size3::Some),
+            mode: mode.map_or(set_mode3::None, set_mode3::Some),
+            ..sattr3::default()
+        };
+        let args = SETATTR3args {
+            object: file.clone(),
+            new_attributes,
+            guard: nfs3_types::nfs3::Nfs3Option::None,
+        };
+        let reply = self.call(SETATTR, "SETATTR", &args)?;
+        decode_status(&reply, "SETATTR").map(|_| ())
+    }
+
+    /// The handle and (if the server sent them) attributes of `name` in `directory`.
+    pub(crate) fn lookup(
+        &self,
+        directory: &Handle,
+        name: &str,
+    ) -> io::Result<(Handle, Option<fattr3>)> {
+        let args = LOOKUP3args { what: dirop(directory, name) };
+        let reply = self.call(LOOKUP, "LOOKUP", &args)?;
+        let result: LOOKUP3resok = decode(&reply, "LOOKUP")?;
+        Ok((result.object, attributes(result.obj_attributes)))
+    }
+
+    /// Creates `name` with `mode`, failing with `EEXIST` if it exists (`GUARDED`). The handle
+    /// is `None` when the server did not return one (RFC 1813 allows it; LOOKUP then).
+    pub(crate) fn create(
+        &self,
+        directory: &Handle,
+        name: &str,
+        mode: u32,
+    ) -> io::Result<(Option<Handle>, Option<fattr3>)> {
+        let attributes_new = sattr3 { mode: set_mode3::Some(mode), ..sattr3::default() };
+        let args = CREATE3args {
+            where_: dirop(directory, name),
+            how: createhow3::GUARDED(attributes_new),
+        };
+        let reply = self.call(CREATE, "CREATE", &args)?;
+        let result: CREATE3resok = decode(&reply, "CREATE")?;
+        let handle = match result.obj {
+            nfs3_types::nfs3::Nfs3Option::Some(handle) => Some(handle),
+            nfs3_types::nfs3::Nfs3Option::None => None,
+        };
+        Ok((handle, attributes(result.obj_attributes)))
+    }
+
+    pub(crate) fn remove(&self, directory: &Handle, name: &str) -> io::Result<()> {
+        let reply = self.call(REMOVE, "REMOVE", &REMOVE3args { object: dirop(directory, name) })?;
+        decode_status(&reply, "REMOVE").map(|_| ())
+    }
+
+    pub(crate) fn fsinfo(&self, root: &Handle) -> io::Result<FSINFO3resok> {
+        let reply = self.call(FSINFO, "FSINFO", &FSINFO3args { fsroot: root.clone() })?;
+        decode(&reply, "FSINFO")
+    }
+
+    /// Reads into `buf` from `offset` with one READ; returns the count and whether the file
+    /// ends there.
+    pub(crate) fn read(
+        &self,
+        file: &Handle,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, bool)> {
+        let count = u32::try_from(buf.len()).map_err(|_| invalid("READ of more than 4 GiB"))?;
+        let args = nfs3_types::nfs3::READ3args { file: file.clone(), offset, count };
+        let reply = self.call(READ, "READ", &args)?;
+        let mut results = decode_status(&reply, "READ")?;
+        let (_, _) = post_op_attr::unpack(&mut results).map_err(|e| garbled("READ", &e))?;
+        let (count, _) = u32::unpack(&mut results).map_err(|e| garbled("READ", &e))?;
+        let (eof, _) = bool::unpack(&mut results).map_err(|e| garbled("READ", &e))?;
+        let (length, _) = u32::unpack(&mut results).map_err(|e| garbled("READ", &e))?;
+        let length = length as usize;
+        if length != count as usize || buf.len() < length || results.len() < length {
+            return Err(garbled(
+                "READ",
+                &format!("{length} data bytes for count {count}, {} asked", buf.len()),
+            ));
+        }
+        buf[..length].copy_from_slice(&results[..length]);
+        Ok((length, eof))
+    }
+
+    /// Writes `data` at `offset` with one WRITE of the given stability.
+    pub(crate) fn write(
+        &self,
+        file: &Handle,
+        offset: u64,
+        data: &[u8],
+        stable: stable_how,
+    ) -> io::Result<Written> {
+        let count = u32::try_from(data.len()).map_err(|_| invalid("WRITE of more than 4 GiB"))?;
+        let mut head = Vec::with_capacity(file.packed_size() + 20);
+        let packed = (|| {
+            file.pack(&mut head)?;
+            offset.pack(&mut head)?;
+            count.pack(&mut head)?;
+            stable.pack(&mut head)?;
+            count.pack(&mut head)
+        })();
+        packed.map_err(|e| invalid(&format!("WRITE arguments: {e}")))?;
+        let padding = [0u8; 3];
+        let padding = &padding[..(4 - data.len() % 4) % 4];
+        let reply = self.rpc.call(WRITE, "WRITE", &[&head, data, padding])?;
+        let result: nfs3_types::nfs3::WRITE3resok = decode(&reply, "WRITE")?;
+        if count < result.count {
+            return Err(garbled("WRITE", &format!("{} bytes written of {count}", result.count)));
+        }
+        Ok(Written {
+            count: result.count,
+            committed: result.committed,
+            verifier: verifier(result.verf),
+        })
+    }
+
+    /// COMMITs `count` bytes from `offset` (0: to the end of the file); returns the verifier.
+    pub(crate) fn commit(&self, file: &Handle, offset: u64, count: u32) -> io::Result<u64> {
+        let reply =
+            self.call(COMMIT, "COMMIT", &COMMIT3args { file: file.clone(), offset, count })?;
+        let result: COMMIT3resok = decode(&reply, "COMMIT")?;
+        Ok(verifier(result.verf))
+    }
+
+    fn call(&self, procedure: u32, name: &str, args: &impl Pack) -> io::Result<Reply> {
+        let mut encoded = Vec::with_capacity(args.packed_size());
+        args.pack(&mut encoded).map_err(|e| invalid(&format!("{name} arguments: {e}")))?;
+        self.rpc.call(procedure, name, &[&encoded])
+    }
+}
+
+fn dirop<'a>(directory: &Handle, name: &'a str) -> diropargs3<'a> {
+    diropargs3 { dir: directory.clone(), name: filename3(Opaque::borrowed(name.as_bytes())) }
+}
+
+fn attributes(attributes: post_op_attr) -> Option<fattr3> {
+    match attributes {
+        nfs3_types::nfs3::Nfs3Option::Some(attributes) => Some(attributes),
+        nfs3_types::nfs3::Nfs3Option::None => None,
+    }
+}
+
+/// The results after an `NFS3_OK` status, or the status's error.
+pub(crate) fn decode_status<'a>(reply: &'a Reply, name: &str) -> io::Result<&'a [u8]> {
+    let mut results = reply.results();
+    let (status, _) = u32::unpack(&mut results).map_err(|e| garbled(name, &e))?;
+    match errno::of_status(status) {
+        None => Ok(results),
+        Some((code, status_name)) => {
+            Err(errno::error(code, format!("{name} failed: {status_name} ({status})")))
+        }
+    }
+}
+
+/// Decodes the results of a successful call.
+pub(crate) fn decode<T: Unpack>(reply: &Reply, name: &str) -> io::Result<T> {
+    let mut results = decode_status(reply, name)?;
+    T::unpack(&mut results).map(|(value, _)| value).map_err(|e| garbled(name, &e))
+}
+
+fn garbled(name: &str, error: &dyn std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("garbled {name} reply: {error}"))
+}
+
+fn invalid(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message.to_owned())
+}
