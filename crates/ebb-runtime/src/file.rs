@@ -26,6 +26,54 @@ use crate::shared::{FileState, PAGE, from_io_error, read_page_direct};
 const STEP_PAGES: u64 = 1024;
 /// Direct-read events queued before a reader delivers them to the engine itself.
 const DIRECT_READ_BATCH: usize = 256;
+/// How often a waiting call asks whether its caller gave up (see [`Interrupt`]).
+const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Whether the caller of a blocking call gave up (a FUSE request whose process was killed).
+/// The `_interruptible` calls ask it at least every 50 ms while they wait (a throttle pause, a
+/// wait for memory or for a page under writeback, an fsync, a read from the backend) and then
+/// return `ErrorKind::Interrupted`, leaving the cache consistent: what a write copied stays
+/// dirty, an fsync or read abandoned completes in the background unseen.
+pub type Interrupt<'a> = &'a (dyn Fn() -> bool + Sync);
+
+/// The [`Interrupt`] of calls that wait until done.
+fn never() -> bool {
+    false
+}
+
+/// Waits for `slot`'s answer; `None` if `interrupted` said so first.
+fn wait_slot(
+    slot: &crate::shared::Slot,
+    interrupted: Interrupt<'_>,
+) -> Option<Result<(), ebb_core::IoError>> {
+    loop {
+        if let Some(result) = slot.wait_for(INTERRUPT_POLL) {
+            return Some(result);
+        }
+        if interrupted() {
+            return None;
+        }
+    }
+}
+
+/// Sleeps for `pause`; `false` if `interrupted` said so first.
+fn sleep_for(pause: std::time::Duration, interrupted: Interrupt<'_>) -> bool {
+    let end = std::time::Instant::now() + pause;
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(INTERRUPT_POLL));
+        if interrupted() {
+            return false;
+        }
+    }
+}
+
+fn interrupted_error(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, format!("{what} interrupted: the caller gave up"))
+}
 
 /// The throttling state of one handle: the kernel keeps it per task; ebb keeps it per handle.
 pub(crate) struct WriterState {
@@ -118,6 +166,18 @@ impl File {
     /// its setpoint. Errors: `ReadOnlyFilesystem` once the cache is draining, `InvalidInput` for
     /// a range past the largest file offset; write-back errors come later, from `fsync`/`close`.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.write_at_interruptible(buf, offset, &never)
+    }
+
+    /// [`File::write_at`], giving up when `interrupted` says so while it waits (see
+    /// [`Interrupt`]): then the bytes copied so far are in the cache and their count is
+    /// returned, or `ErrorKind::Interrupted` if there are none.
+    pub fn write_at_interruptible(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        interrupted: Interrupt<'_>,
+    ) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -204,17 +264,26 @@ impl File {
             if step.inode_became_dirty {
                 shared.enter(|core, _, now| core.engine.inode_dirtied(now, self.inode()));
             }
-            match step.next {
-                NextStep::Done => {}
-                NextStep::Check => self.throttle(&mut ws, None),
-                NextStep::Busy(page) => self.throttle(&mut ws, Some(page)),
+            let finished = match step.next {
+                NextStep::Done => true,
+                NextStep::Check => self.throttle(&mut ws, None, interrupted),
+                NextStep::Busy(page) => self.throttle(&mut ws, Some(page), interrupted),
+            };
+            if !finished {
+                return if done > 0 { Ok(done) } else { Err(interrupted_error("write")) };
             }
         }
         Ok(buf.len())
     }
 
-    /// A throttle check (or a wait for a page under writeback), obeyed until it says proceed.
-    fn throttle(&self, ws: &mut WriterState, busy: Option<u64>) {
+    /// A throttle check (or a wait for a page under writeback), obeyed until it says proceed;
+    /// `false` if `interrupted` ended it first.
+    fn throttle(
+        &self,
+        ws: &mut WriterState,
+        busy: Option<u64>,
+        interrupted: Interrupt<'_>,
+    ) -> bool {
         let shared = &self.ebb.inner.shared;
         let inode = self.inode();
         let (mut verdict, mut slot) =
@@ -224,19 +293,23 @@ impl File {
             });
         loop {
             match verdict {
-                Verdict::Proceed { .. } => return,
+                Verdict::Proceed { .. } => return true,
                 Verdict::Sleep { until } => {
                     let now = shared.now();
                     let pause = until.saturating_since(now);
                     let _ = ws.pauses.record(pause.as_micros().max(1));
-                    std::thread::sleep(std::time::Duration::from_nanos(pause.as_nanos()));
+                    let pause = std::time::Duration::from_nanos(pause.as_nanos());
+                    if !sleep_for(pause, interrupted) {
+                        return false;
+                    }
                 }
                 Verdict::Wait => {
                     let start = std::time::Instant::now();
-                    if let Some(s) = slot.take() {
-                        let _ = s.wait();
-                    }
+                    let answered = slot.take().is_none_or(|s| wait_slot(&s, interrupted).is_some());
                     let _ = ws.waits.record((start.elapsed().as_micros() as u64).max(1));
+                    if !answered {
+                        return false;
+                    }
                 }
             }
             (verdict, slot) = shared
@@ -247,6 +320,17 @@ impl File {
     /// Reads into `buf` from `offset`; returns fewer bytes only at the end of the file. Pages not
     /// in the cache are read through it (with readahead for sequential readers).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at_interruptible(buf, offset, &never)
+    }
+
+    /// [`File::read_at`], giving up when `interrupted` says so while it waits for the backend
+    /// (see [`Interrupt`]): then the bytes read so far, or `ErrorKind::Interrupted`.
+    pub fn read_at_interruptible(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        interrupted: Interrupt<'_>,
+    ) -> io::Result<usize> {
         let size = self.len();
         if offset >= size || buf.is_empty() {
             return Ok(0);
@@ -303,11 +387,15 @@ impl File {
                 pages: gap.count,
                 request,
             });
-            if let Err(e) = slot.wait() {
+            let answer = wait_slot(&slot, interrupted);
+            if let Some(Err(e)) = answer {
                 if done > 0 {
                     return Ok(done);
                 }
                 return Err(from_io_error(e));
+            }
+            if answer.is_none() {
+                return if done > 0 { Ok(done) } else { Err(interrupted_error("read")) };
             }
             misses_in_a_row += 1;
         }
@@ -407,6 +495,12 @@ impl File {
     /// (and a COMMIT on two-phase backends), trims and syncs the backend file. Reports a write
     /// error once per handle (errseq), even one from writeback long ago.
     pub fn fsync(&self) -> io::Result<()> {
+        self.fsync_interruptible(&never)
+    }
+
+    /// [`File::fsync`], giving up with `ErrorKind::Interrupted` when `interrupted` says so
+    /// while it waits (see [`Interrupt`]); the writes it started go on.
+    pub fn fsync_interruptible(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
         let shared = &self.ebb.inner.shared;
         {
             let mut ws = self.writer.lock();
@@ -414,7 +508,9 @@ impl File {
         }
         let handle = self.handle;
         let slot = shared.request(|request| Event::Fsync { handle, request });
-        slot.wait().map_err(from_io_error)?;
+        wait_slot(&slot, interrupted)
+            .ok_or_else(|| interrupted_error("fsync"))?
+            .map_err(from_io_error)?;
         sync_backend_file(&self.fs)
     }
 

@@ -37,7 +37,7 @@ use ebb_core::{BackendConfig, BackendId, Config, ConfigError, Engine, Event, PAG
 use parking_lot::Mutex;
 
 pub use device::DeviceInfo;
-pub use file::{File, ThrottleStats};
+pub use file::{File, Interrupt, ThrottleStats};
 pub use stats::{BdiStat, DrainProgress, EngineCounters, MemInfoStat, RuntimeStats};
 
 use shared::{BackendSlot, FileKey, FileState, Shared, from_io_error, handle_id};

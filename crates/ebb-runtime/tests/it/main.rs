@@ -2,6 +2,7 @@
 
 mod crash;
 mod errors;
+mod interrupt;
 mod io;
 mod nfs;
 mod s3;
