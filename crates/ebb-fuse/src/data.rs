@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_backend::BackendFile;
+pub(crate) use ebb_runtime::Interrupt;
 
 /// Opens a file's data path (the namespace's `open_file`, wrapped to keep its times).
 pub(crate) type Opener<'a> = &'a dyn Fn() -> io::Result<Arc<dyn BackendFile>>;
@@ -55,6 +56,30 @@ pub(crate) trait DataFile: Send + Sync {
     fn fsync(&self) -> io::Result<()>;
     /// Closes the handle, reporting a write error not yet reported to it.
     fn close(self: Box<Self>) -> io::Result<()>;
+    /// [`DataFile::write_at`], giving up when `interrupted` says so while it waits (then
+    /// the count copied so far, or `ErrorKind::Interrupted`). Default: not interruptible.
+    fn write_at_interruptible(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        _interrupted: Interrupt<'_>,
+    ) -> io::Result<usize> {
+        self.write_at(buf, offset)
+    }
+    /// [`DataFile::read_at`], giving up when `interrupted` says so while it waits.
+    fn read_at_interruptible(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        _interrupted: Interrupt<'_>,
+    ) -> io::Result<usize> {
+        self.read_at(buf, offset)
+    }
+    /// [`DataFile::fsync`], giving up with `ErrorKind::Interrupted` when `interrupted` says
+    /// so while it waits.
+    fn fsync_interruptible(&self, _interrupted: Interrupt<'_>) -> io::Result<()> {
+        self.fsync()
+    }
     /// Reports a write error not yet reported to this handle, without closing it.
     fn check_error(&self) -> io::Result<()> {
         Ok(())

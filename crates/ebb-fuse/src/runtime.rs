@@ -11,7 +11,7 @@ use ebb_core::BackendConfig;
 use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File};
 
 use crate::MountConfig;
-use crate::data::{DataFile, DataPath, Opener};
+use crate::data::{DataFile, DataPath, Interrupt, Opener};
 
 /// ebb's cache and writeback in front of the backend's files.
 pub(crate) struct EbbData {
@@ -129,5 +129,27 @@ impl DataFile for EbbFile {
 
     fn check_error(&self) -> io::Result<()> {
         self.0.check_error()
+    }
+
+    fn write_at_interruptible(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        interrupted: Interrupt<'_>,
+    ) -> io::Result<usize> {
+        self.0.write_at_interruptible(buf, offset, interrupted)
+    }
+
+    fn read_at_interruptible(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        interrupted: Interrupt<'_>,
+    ) -> io::Result<usize> {
+        self.0.read_at_interruptible(buf, offset, interrupted)
+    }
+
+    fn fsync_interruptible(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
+        self.0.fsync_interruptible(interrupted)
     }
 }

@@ -9,7 +9,7 @@ use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags};
 
 use super::ops::file_id;
 use super::{Inner, to_errno};
-use crate::data::DataFile;
+use crate::data::{DataFile, Interrupt};
 
 /// How every regular file is opened: the kernel keeps no copy of the data.
 pub(super) fn open_flags() -> FopenFlags {
@@ -82,6 +82,7 @@ impl<N: Namespace> Inner<N> {
         offset: u64,
         size: u32,
         flags: OpenFlags,
+        pid: u32,
     ) -> Result<Vec<u8>, Errno> {
         // As in the kernel, a reader that opened the file with O_DIRECT reads around the
         // cache (and its latency is what wbt protects); others read through it.
@@ -93,21 +94,34 @@ impl<N: Namespace> Inner<N> {
         let done = if direct {
             read_direct(handle.file.as_ref(), &mut buf, offset)
         } else {
-            read_cached(handle.file.as_ref(), &mut buf, offset)
+            read_cached(handle.file.as_ref(), &mut buf, offset, &|| killed(pid))
         };
         buf.truncate(done.map_err(to_errno)?);
         Ok(buf)
     }
 
-    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+    /// Writes `data` at `offset`; a throttled or waiting write of a process that is being
+    /// killed is cut short (with the count copied, or `EINTR`), so the process can exit.
+    pub(super) fn write(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        pid: u32,
+    ) -> Result<usize, Errno> {
         let handle = self.files.handle(fh)?;
+        let interrupted = || killed(pid);
         let mut done = 0;
         while done < data.len() {
-            match handle.file.write_at(&data[done..], offset + done as u64) {
+            let at = offset + done as u64;
+            match handle.file.write_at_interruptible(&data[done..], at, &interrupted) {
                 Ok(0) => return Err(Errno::EIO),
                 Ok(written) => done += written,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted && done > 0 => break,
                 Err(error) => return Err(to_errno(error)),
+            }
+            if interrupted() {
+                break;
             }
         }
         handle.times.written();
@@ -129,8 +143,9 @@ impl<N: Namespace> Inner<N> {
         })
     }
 
-    pub(super) fn fsync(&self, fh: FileHandle) -> Result<(), Errno> {
-        self.files.handle(fh)?.file.fsync().map_err(to_errno)
+    pub(super) fn fsync(&self, fh: FileHandle, pid: u32) -> Result<(), Errno> {
+        let handle = self.files.handle(fh)?;
+        handle.file.fsync_interruptible(&|| killed(pid)).map_err(to_errno)
     }
 
     /// `fallocate(2)` of the open file `fh`: the plain mode (allocate, growing the size ebb
@@ -167,18 +182,48 @@ impl<N: Namespace> Inner<N> {
     }
 }
 
-/// Reads through the cache until `buf` is full or the file ends.
-fn read_cached(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+/// Reads through the cache until `buf` is full or the file ends (or the caller is killed).
+fn read_cached(
+    file: &dyn DataFile,
+    buf: &mut [u8],
+    offset: u64,
+    interrupted: Interrupt<'_>,
+) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
+        match file.read_at_interruptible(&mut buf[done..], offset + done as u64, interrupted) {
             Ok(0) => break,
             Ok(read) => done += read,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::Interrupted && done > 0 => break,
             Err(error) => return Err(error),
+        }
+        if interrupted() {
+            break;
         }
     }
     Ok(done)
+}
+
+/// Whether the process whose thread `pid` made a request is being killed (or is gone).
+///
+/// The kernel waits for the answer to a FUSE request its process is blocked in, and a fatal
+/// signal does not end that wait once the request has reached us: the process stays in `D`
+/// state until we answer. The kernel would tell us with a FUSE_INTERRUPT request, but fuser
+/// (0.18) answers those with `ENOSYS` itself, after which the kernel sends no more. So the
+/// calls that wait ask here instead: a fatal signal (SIGKILL, or any signal whose default
+/// action kills the process) is queued on every thread of the process as SIGKILL, which
+/// `/proc/PID/status` shows in `SigPnd` (the thread's) or `ShdPnd` (the process's).
+fn killed(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let sigkill = 1u64 << (libc::SIGKILL - 1);
+    status.lines().any(|line| {
+        let pending = line.strip_prefix("SigPnd:").or_else(|| line.strip_prefix("ShdPnd:"));
+        pending
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & sigkill != 0)
+    })
 }
 
 /// An aligned read around the cache, cut at the size ebb knows. The backend's file may end

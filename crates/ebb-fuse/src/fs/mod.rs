@@ -436,7 +436,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -445,8 +445,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let inner = Arc::clone(&self.inner);
-        self.reads.run(move || match inner.read(fh, offset, size, flags) {
+        let (inner, pid) = (Arc::clone(&self.inner), req.pid());
+        self.reads.run(move || match inner.read(fh, offset, size, flags, pid) {
             Ok(buf) => reply.data(&buf),
             Err(error) => reply.error(error),
         });
@@ -454,7 +454,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -468,8 +468,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             reply.error(error);
             return;
         }
-        let (inner, data) = (Arc::clone(&self.inner), data.to_vec());
-        self.writes.run(move || match inner.write(fh, offset, &data) {
+        let (inner, data, pid) = (Arc::clone(&self.inner), data.to_vec(), req.pid());
+        self.writes.run(move || match inner.write(fh, offset, &data, pid) {
             Ok(done) => reply.written(u32::try_from(done).unwrap_or(u32::MAX)),
             Err(error) => reply.error(error),
         });
@@ -502,14 +502,14 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let inner = Arc::clone(&self.inner);
-        self.writes.run(move || reply_empty(reply, inner.fsync(fh)));
+        let (inner, pid) = (Arc::clone(&self.inner), req.pid());
+        self.writes.run(move || reply_empty(reply, inner.fsync(fh, pid)));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -70,3 +70,85 @@ fn a_drain_after_a_recovered_error_succeeds() {
     fx.unmount();
     assert!(std::fs::read(fx.dir.join("f")).unwrap() == data, "f differs in DIR");
 }
+
+/// Starts `dd` writing `mib` MiB of zeros to `path`.
+fn dd(path: &Path, mib: usize) -> std::process::Child {
+    std::process::Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", path.display()))
+        .args(["bs=1M", &format!("count={mib}"), "status=none"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (a hang detector, not a speed check) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(120), "{what} never happened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A mount over a 64 MiB tmpfs with 4 MiB free and a 16 MiB cache, and `dd` writing 48 MiB
+/// into it: write-backs fail with ENOSPC and the held pages fill the cache (48 MiB fit once
+/// the 60 MiB filler is removed).
+fn full_backend_with_a_writer() -> Option<(Tmpfs, Fixture, std::process::Child)> {
+    let tmpfs = Tmpfs::new(64)?;
+    let fx = Fixture::on(&tmpfs.path, Some(16 << 20))?;
+    filler(&fx.dir, 60);
+    let writer = dd(&fx.mnt.join("big"), 48);
+    let mount = fx.mount.as_ref().unwrap();
+    wait_until("a failed write-back", || mount.write_errors() > 0);
+    Some((tmpfs, fx, writer))
+}
+
+// A writer held by a full backend (its cache full of pages that cannot be written) can always
+// be killed: kill -9 ends the process, as on a local filesystem, instead of leaving it in D
+// state until ebb stops.
+#[test]
+fn a_writer_held_by_a_full_backend_can_be_killed() {
+    let Some((_tmpfs, mut fx, mut writer)) = full_backend_with_a_writer() else { return };
+    std::thread::sleep(Duration::from_millis(500)); // let it block on the full cache
+    assert!(writer.try_wait().unwrap().is_none(), "dd must be held, not finished");
+    let _ = writer.kill();
+    wait_until("the killed writer's exit", || writer.try_wait().unwrap().is_some());
+    let _ = std::fs::remove_file(fx.dir.join("filler"));
+    fx.mount.take();
+}
+
+// Once space is freed, the held pages drain by themselves (retried with backoff), with no
+// fsync from anyone: the writer finishes (its close may report the ENOSPC that happened, once,
+// as on a local filesystem), and the unmount finds everything written.
+#[test]
+#[ignore = "needs the core write-error policy (lead): held pages retried in the background"]
+fn freeing_space_lets_held_pages_drain() {
+    let Some((_tmpfs, mut fx, mut writer)) = full_backend_with_a_writer() else { return };
+    std::thread::sleep(Duration::from_millis(500)); // let it block on the full cache
+    std::fs::remove_file(fx.dir.join("filler")).unwrap();
+    wait_until("the writer's exit", || writer.try_wait().unwrap().is_some());
+    let big = fx.dir.join("big");
+    wait_until("the held pages' write-back", || {
+        std::fs::metadata(&big).is_ok_and(|meta| meta.len() == 48 << 20)
+            && fx.mount.as_ref().unwrap().unwritten().starts_with("0 KiB dirty")
+    });
+    fx.unmount();
+    assert!(std::fs::read(&big).unwrap().iter().all(|&byte| byte == 0));
+}
+
+// A writer that cannot make progress because the cache is full of held pages gets the held
+// error (ENOSPC) promptly instead of waiting for space forever.
+#[test]
+#[ignore = "needs the core write-error policy (lead): writers fail with the held errno"]
+fn a_writer_held_by_a_full_backend_gets_enospc() {
+    let Some((_tmpfs, mut fx, mut writer)) = full_backend_with_a_writer() else { return };
+    let mut status = None;
+    wait_until("dd's exit", || {
+        status = writer.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(!status.unwrap().success(), "dd must fail with ENOSPC");
+    std::fs::remove_file(fx.dir.join("filler")).unwrap();
+    fx.unmount();
+}
