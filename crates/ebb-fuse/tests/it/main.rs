@@ -6,10 +6,9 @@
 //! without `/dev/fuse` skips these tests with a message saying SKIPPED, unless the environment
 //! variable `CI` is set: then a missing precondition fails the test (see [`precondition`]).
 
-use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use ebb_backend::DirNamespace;
@@ -17,6 +16,9 @@ use ebb_fuse::{DataMode, Mount, MountConfig};
 
 mod errors;
 mod posix;
+mod random;
+
+use random::random_operations;
 
 /// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint. The mount is
 /// the first field so that it is dropped (detached) before the directories are removed.
@@ -108,47 +110,8 @@ fn modes() -> [DataMode; 2] {
     [DataMode::Passthrough, DataMode::Ebb]
 }
 
-/// splitmix64: a small seeded generator (the sequence only has to be reproducible).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// A size that is often tiny, often page-sized, sometimes large.
-    fn size(&mut self, max: u64) -> u64 {
-        match self.below(4) {
-            0 => 1 + self.below(100),
-            1 => 4096 * (1 + self.below(4)),
-            _ => 1 + self.below(max),
-        }
-    }
-
-    /// An offset that is often page-aligned, often arbitrary, sometimes near `end`.
-    fn offset(&mut self, end: u64, max: u64) -> u64 {
-        match self.below(4) {
-            0 => 4096 * self.below(max / 4096),
-            1 => end.saturating_sub(self.below(5000)),
-            _ => self.below(max),
-        }
-    }
-}
-
-const FILES: [&str; 4] = ["a", "b", "c", "d"];
-const MAX_OFFSET: u64 = 3 << 20;
-const MAX_IO: u64 = 300 << 10;
-
 /// Reads `len` bytes at `offset` (fewer at end of file).
-fn read_range(file: &File, offset: u64, len: usize) -> Vec<u8> {
+pub(crate) fn read_range(file: &File, offset: u64, len: usize) -> Vec<u8> {
     let mut buf = vec![0; len];
     let mut done = 0;
     while done < len {
@@ -160,171 +123,6 @@ fn read_range(file: &File, offset: u64, len: usize) -> Vec<u8> {
     }
     buf.truncate(done);
     buf
-}
-
-/// Random writes, reads, truncates, fsyncs, renames, unlinks, reopens and stats on a few
-/// files through the mount, each checked against an in-memory model; then DIR, after the
-/// unmount, must equal the model byte for byte.
-fn random_operations(data: DataMode, seed: u64, operations: usize, kept: Option<usize>) {
-    let Some(mut fx) = Fixture::with_kept(data, Some(64 << 20), &[], kept) else { return };
-    let mut rng = Rng(seed);
-    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut open: BTreeMap<String, File> = BTreeMap::new();
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    let open_file = |mnt: &Path, name: &str| {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(mnt.join(name))
-            .unwrap()
-    };
-    for step in 0..operations {
-        let name = FILES[rng.below(FILES.len() as u64) as usize].to_owned();
-        let context = |op: &str| format!("seed {seed} step {step}: {op} {name}");
-        let roll = rng.below(100);
-        let op = match roll {
-            0..35 => "write",
-            35..60 => "read",
-            60..70 => "truncate",
-            70..75 => "fsync",
-            75..83 => "rename",
-            83..88 => "close",
-            88..90 => "unlink",
-            _ => "stat",
-        };
-        *counts.entry(op).or_default() += 1;
-        if op != "write" && op != "truncate" && !model.contains_key(&name) {
-            continue;
-        }
-        match op {
-            "write" => {
-                let entry = model.entry(name.clone()).or_default();
-                let file = open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name));
-                let offset = rng.offset(entry.len() as u64, MAX_OFFSET);
-                let len = rng.size(MAX_IO) as usize;
-                let fill = rng.next();
-                let bytes: Vec<u8> =
-                    (0..len).map(|i| (fill.wrapping_add(i as u64 * 7) >> 3) as u8).collect();
-                file.write_all_at(&bytes, offset)
-                    .unwrap_or_else(|e| panic!("{}: {e}", context(op)));
-                let end = offset as usize + len;
-                if entry.len() < end {
-                    entry.resize(end, 0);
-                }
-                entry[offset as usize..end].copy_from_slice(&bytes);
-            }
-            "read" => {
-                let expected = &model[&name];
-                // Sometimes through a fresh handle, which must see the same cached data.
-                let fresh;
-                let file = if rng.below(4) == 0 {
-                    fresh = File::open(fx.mnt.join(&name)).unwrap();
-                    &fresh
-                } else {
-                    open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name))
-                };
-                let mut offset = rng.offset(expected.len() as u64, expected.len() as u64 + 65536);
-                let mut len = rng.size(MAX_IO) as usize;
-                // Sometimes as an O_DIRECT reader (aligned), which reads around the cache
-                // unless the cache holds the range.
-                let direct_file;
-                let file = if rng.below(4) == 0 {
-                    offset -= offset % 4096;
-                    len = len.div_ceil(4096) * 4096;
-                    direct_file = OpenOptions::new()
-                        .read(true)
-                        .custom_flags(libc::O_DIRECT)
-                        .open(fx.mnt.join(&name))
-                        .unwrap();
-                    &direct_file
-                } else {
-                    file
-                };
-                let got = read_range(file, offset, len);
-                let start = (offset as usize).min(expected.len());
-                let end = (offset as usize + len).min(expected.len());
-                assert!(
-                    got == expected[start..end],
-                    "{}: {len} bytes at {offset} differ",
-                    context(op)
-                );
-            }
-            "truncate" => {
-                let entry = model.entry(name.clone()).or_default();
-                let size = rng.offset(entry.len() as u64, MAX_OFFSET);
-                if !open.contains_key(&name) && rng.below(2) == 0 {
-                    // truncate(2) by path: a setattr without a file handle.
-                    let status = std::process::Command::new("truncate")
-                        .arg("-s")
-                        .arg(size.to_string())
-                        .arg(fx.mnt.join(&name))
-                        .status()
-                        .unwrap();
-                    assert!(status.success(), "{}", context(op));
-                } else {
-                    let file =
-                        open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name));
-                    file.set_len(size).unwrap_or_else(|e| panic!("{}: {e}", context(op)));
-                }
-                entry.resize(size as usize, 0);
-            }
-            "fsync" => {
-                let file = open.entry(name.clone()).or_insert_with(|| open_file(&fx.mnt, &name));
-                file.sync_all().unwrap_or_else(|e| panic!("{}: {e}", context(op)));
-            }
-            "rename" => {
-                let target = FILES[rng.below(FILES.len() as u64) as usize].to_owned();
-                std::fs::rename(fx.mnt.join(&name), fx.mnt.join(&target))
-                    .unwrap_or_else(|e| panic!("{} -> {target}: {e}", context(op)));
-                if target != name {
-                    let content = model.remove(&name).unwrap();
-                    model.insert(target.clone(), content);
-                    // The open handle follows the file; the replaced file's handle goes.
-                    open.remove(&target);
-                    if let Some(file) = open.remove(&name) {
-                        open.insert(target, file);
-                    }
-                }
-            }
-            "close" => {
-                open.remove(&name);
-            }
-            "unlink" => {
-                std::fs::remove_file(fx.mnt.join(&name))
-                    .unwrap_or_else(|e| panic!("{}: {e}", context(op)));
-                model.remove(&name);
-                open.remove(&name);
-            }
-            _ => {
-                let size = std::fs::metadata(fx.mnt.join(&name)).unwrap().len();
-                assert_eq!(size, model[&name].len() as u64, "{}: size", context(op));
-            }
-        }
-    }
-    drop(open);
-    for (name, content) in &model {
-        let mut got = Vec::new();
-        File::open(fx.mnt.join(name)).unwrap().read_to_end(&mut got).unwrap();
-        assert!(got == *content, "seed {seed}: {name} differs through the mount at the end");
-    }
-    fx.unmount();
-    let mut names: Vec<String> = std::fs::read_dir(&fx.dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert_eq!(names, model.keys().cloned().collect::<Vec<_>>(), "seed {seed}: names in DIR");
-    for (name, content) in &model {
-        let on_disk = std::fs::read(fx.dir.join(name)).unwrap();
-        assert_eq!(on_disk.len(), content.len(), "seed {seed}: size of {name} in DIR");
-        assert!(on_disk == *content, "seed {seed}: {name} in DIR differs from the model");
-    }
-    // Every kind of operation ran many times.
-    for op in ["write", "read", "truncate", "fsync", "rename", "close", "stat"] {
-        assert!(counts.get(op).copied().unwrap_or(0) > operations / 50, "{op}: {counts:?}");
-    }
 }
 
 #[test]
