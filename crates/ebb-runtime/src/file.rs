@@ -161,6 +161,14 @@ impl File {
         self.len() == 0
     }
 
+    /// Whether the cache holds nothing of this file the backend lacks: no page dirty (held
+    /// ones included), under writeback or unstable. A clean file's cached pages are copies of
+    /// the backend's, which a caller that sees the backend file changed may then drop.
+    pub fn is_clean(&self) -> bool {
+        let counts = self.fs.map.lock().counts();
+        counts.dirty + counts.held + counts.writeback + counts.unstable == 0
+    }
+
     /// Writes all of `buf` at `offset` into the cache and returns `buf.len()`. The calling
     /// thread may sleep: that is dirty throttling, sized by the engine to keep dirty data near
     /// its setpoint. Errors: `ReadOnlyFilesystem` once the cache is draining, `InvalidInput` for

@@ -461,3 +461,20 @@ fn attach_with_opens_once_per_cached_file() {
     a.close().unwrap();
     b.close().unwrap();
 }
+
+// A file is clean when the backend has everything the cache holds: not after a write, again
+// after fsync, and a read only brings clean copies.
+#[test]
+fn is_clean_says_whether_the_backend_has_everything() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = Builder::new().memory(64 << 20).backend("m", backend).build().unwrap();
+    let file = ebb.open("c", CREATE).unwrap();
+    assert!(file.is_clean());
+    file.write_at(&[3u8; 10_000], 0).unwrap();
+    assert!(!file.is_clean());
+    file.fsync().unwrap();
+    assert!(file.is_clean());
+    let mut buf = [0u8; 100];
+    file.read_at(&mut buf, 5000).unwrap();
+    assert!(file.is_clean());
+}
