@@ -313,12 +313,22 @@ impl Shared {
 
     /// A handle of `fs` closed; if it was the last, the file joins the closed list, and the
     /// oldest closed files beyond [`CLOSED_CACHED`] that hold nothing unwritten and no unseen
-    /// error leave the cache.
+    /// error leave the cache. A file whose key was forgotten leaves at once.
     pub(crate) fn handle_closed(&self, fs: &FileState) {
         if fs.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
         let mut core = self.core.lock();
+        // A file whose key was forgotten (discarded while this handle was open) can never be
+        // attached again: it leaves now, closing its backend file, unless IO of it is in flight.
+        if core.keys.get(&fs.key) != Some(&fs.inode) && core.engine.inode_idle(fs.inode) {
+            let now = self.now();
+            let mut maps = Maps { files: &self.files };
+            core.engine.handle(now, Event::Truncate { inode: fs.inode, first_page: 0 }, &mut maps);
+            self.dispatch(&mut core);
+            self.files.write().remove(&fs.inode);
+            return;
+        }
         core.closed.push_back(fs.inode);
         let mut kept = std::collections::VecDeque::new();
         while core.closed.len() + kept.len() > CLOSED_CACHED {

@@ -478,3 +478,20 @@ fn is_clean_says_whether_the_backend_has_everything() {
     file.read_at(&mut buf, 5000).unwrap();
     assert!(file.is_clean());
 }
+
+// A file discarded while a handle has it open leaves the cache when that handle closes: its
+// backend file is closed then (for a file deleted underneath, that frees its storage), not
+// when the closed-file list happens to overflow.
+#[test]
+fn a_discarded_file_leaves_at_its_last_close() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = Builder::new().memory(64 << 20).backend("m", backend.clone()).build().unwrap();
+    let opened = backend.open("d", CREATE).unwrap();
+    let watch = Arc::downgrade(&opened);
+    let file = ebb.attach("m", 7, opened).unwrap();
+    file.write_at(&[1u8; 5000], 0).unwrap();
+    ebb.discard("m", 7).unwrap();
+    assert!(watch.upgrade().is_some(), "the open handle keeps the file");
+    file.close().unwrap();
+    assert!(watch.upgrade().is_none(), "the discarded file's backend file must be closed");
+}
