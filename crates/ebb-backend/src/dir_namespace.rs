@@ -307,6 +307,10 @@ impl Namespace for DirNamespace {
         Some(&self.path)
     }
 
+    fn nodes_hold_storage(&self) -> bool {
+        true
+    }
+
     fn backend(&self) -> Arc<dyn Backend> {
         Arc::clone(&self.backend) as Arc<dyn Backend>
     }

@@ -271,6 +271,15 @@ pub trait Namespace: Send + Sync + fmt::Debug + 'static {
     /// from its block device, see [`Namespace::local_directory`]).
     fn writeback_settings(&self, _settings: &mut ebb_core::BackendConfig) {}
 
+    /// Whether a node, or a file [`Namespace::open_file`] opened, keeps a deleted object's
+    /// storage allocated, as a descriptor does. The filesystem then watches the regular files
+    /// it knows and, when one is deleted by someone else (`nlink` 0) and nothing has it open
+    /// through the mount, drops its node and cached data so the storage is freed. Default:
+    /// false (a file handle or a key holds nothing).
+    fn nodes_hold_storage(&self) -> bool {
+        false
+    }
+
     /// The root directory.
     fn root(&self) -> io::Result<(Self::Node, Attr)>;
 

@@ -80,6 +80,10 @@ pub(crate) trait DataFile: Send + Sync {
     fn fsync_interruptible(&self, _interrupted: Interrupt<'_>) -> io::Result<()> {
         self.fsync()
     }
+    /// Whether the cache holds nothing of the file the backend lacks. Default: true (no cache).
+    fn is_clean(&self) -> bool {
+        true
+    }
     /// Reports a write error not yet reported to this handle, without closing it.
     fn check_error(&self) -> io::Result<()> {
         Ok(())

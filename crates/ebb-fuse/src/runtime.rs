@@ -131,6 +131,10 @@ impl DataFile for EbbFile {
         self.0.check_error()
     }
 
+    fn is_clean(&self) -> bool {
+        self.0.is_clean()
+    }
+
     fn write_at_interruptible(
         &self,
         buf: &[u8],

@@ -32,16 +32,31 @@ pub(crate) struct Times {
     pub(crate) ctime: SystemTime,
 }
 
-/// The times ebb keeps for one cached file (`None` until it is written through the mount).
+/// The times ebb keeps for one cached file (`None` until it is written through the mount),
+/// and the backend's mtime as ebb last saw or left it (to notice a change by someone else).
 #[derive(Debug, Default)]
 pub(crate) struct FileTimes {
     times: Mutex<Option<Times>>,
+    seen: Mutex<Option<SystemTime>>,
 }
 
 impl FileTimes {
     /// The times to report, if ebb keeps them.
     pub(crate) fn get(&self) -> Option<Times> {
         *self.times.lock()
+    }
+
+    /// The backend's mtime should it be unchanged since ebb cached the file: the kept one
+    /// (put back after each write-back), else the one seen when the file was cached.
+    pub(crate) fn expected_mtime(&self) -> Option<SystemTime> {
+        self.get().map(|times| times.mtime).or(*self.seen.lock())
+    }
+
+    /// The backend's file has `mtime` and ebb caches nothing of it yet, or ebb dropped what
+    /// it cached because the file changed underneath: its times are the backend's from now.
+    pub(crate) fn saw(&self, mtime: SystemTime) {
+        *self.times.lock() = None;
+        *self.seen.lock() = Some(mtime);
     }
 
     /// The file's data or size changed through the mount just now.
@@ -65,6 +80,8 @@ impl FileTimes {
         let attr = set()?;
         if times.is_some() {
             *times = Some(Times { mtime: attr.mtime, ctime: attr.ctime });
+        } else {
+            *self.seen.lock() = Some(attr.mtime);
         }
         Ok(attr)
     }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::SystemTime;
 
 use fuser::{Errno, FileHandle};
 use parking_lot::Mutex;
@@ -122,6 +123,69 @@ impl Files {
             let result = work(file.as_ref());
             result.and_then(|value| file.close().map(|()| value))
         }))
+    }
+
+    /// Drops what ebb caches of the file `id` if the backend's file changed underneath
+    /// (its `size` and `mtime` are not what ebb's writes left) and nothing here has it open:
+    /// the next open reads the backend's new data (close-to-open consistency, as NFS clients
+    /// keep). A file with data not written yet keeps it (ebb's writes win).
+    pub(crate) fn drop_if_changed(
+        &self,
+        id: FileId,
+        times: &FileTimes,
+        size: u64,
+        mtime: SystemTime,
+        open: Opener<'_>,
+    ) {
+        let Some(expected) = times.expected_mtime() else {
+            times.saw(mtime);
+            return;
+        };
+        let anchor = match self.anchors.lock().get(&id) {
+            Some(anchor) if anchor.open_handles > 0 => return,
+            Some(anchor) => Some(Arc::clone(&anchor.file)),
+            None => None,
+        };
+        // The backend has the cache's size, or its last page whole (trimmed at fsync).
+        let changed = |file: &dyn DataFile| {
+            let len = file.len()?;
+            let moved = mtime != expected || size < len || size > len.next_multiple_of(4096);
+            Ok((moved, file.is_clean()))
+        };
+        let verdict = match anchor {
+            Some(file) => changed(file.as_ref().as_ref()),
+            None => self.with_idle(id, open, changed).unwrap_or(Ok((false, true))),
+        };
+        // A file with pages not written yet differs from the backend's while a write-back runs
+        // (ebb's own): it keeps its cache either way.
+        if let Ok((true, true)) = verdict {
+            self.forget_cached(id);
+            times.saw(mtime);
+        }
+    }
+
+    /// Forgets the cache of the file `id`, which nothing has open here.
+    fn forget_cached(&self, id: FileId) {
+        let anchor = self.anchors.lock().remove(&id);
+        let idle = self.idle_keys.lock().remove(&id);
+        if let Some(anchor) = anchor {
+            let key = anchor.key;
+            let _ = close_anchor(anchor);
+            self.data.discard(key);
+        }
+        if let Some(key) = idle {
+            self.data.discard(key);
+        }
+    }
+
+    /// The file `id` was deleted by someone else (it has no name left): unless it is open
+    /// here, ebb forgets its cache, closing its descriptors, and returns `true`.
+    pub(crate) fn release_deleted(&self, id: FileId) -> bool {
+        if self.anchors.lock().get(&id).is_some_and(|anchor| anchor.open_handles > 0) {
+            return false;
+        }
+        self.forget_cached(id);
+        true
     }
 
     /// The file `id` lost its last name: its anchor goes now, or at its last close.

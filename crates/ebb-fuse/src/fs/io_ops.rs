@@ -34,6 +34,7 @@ impl<N: Namespace> Inner<N> {
         })?;
         let times = self.files.file_times(file);
         let open = self.opener(node, &times);
+        self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open);
         self.files.open_handle(file, times.clone(), &open).map_err(to_errno)
     }
 

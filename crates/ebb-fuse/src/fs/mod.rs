@@ -94,6 +94,10 @@ const MAX_WRITE: u32 = 1 << 20;
 /// synced and dropped instead of kept.
 pub(crate) const ANCHOR_LIMIT: usize = 4096;
 
+/// How often the regular files the kernel knows are checked for deletion by someone else (for
+/// namespaces whose nodes hold storage: [`Namespace::nodes_hold_storage`]).
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+
 /// An open directory: the entries read so far ("." and ".." first) and the rest to read.
 struct OpenDir {
     read: Vec<(u64, FileType, std::ffi::OsString)>,
@@ -134,6 +138,16 @@ impl<N: Namespace> EbbFs<N> {
             files: Arc::clone(&files),
             dirs: Mutex::new(HashMap::new()),
         });
+        if inner.ns.nodes_hold_storage() {
+            let weak = Arc::downgrade(&inner);
+            std::thread::Builder::new().name("ebb-fuse-sweep".to_owned()).spawn(move || {
+                while let Some(inner) = weak.upgrade() {
+                    inner.release_deleted_files();
+                    drop(inner);
+                    std::thread::sleep(SWEEP_EVERY);
+                }
+            })?;
+        }
         let fs = EbbFs {
             inner,
             reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
@@ -238,12 +252,14 @@ impl<N: Namespace> Inner<N> {
         let (mut mtime, mut ctime) = (attr.mtime, attr.ctime);
         if attr.kind == FileKind::Regular {
             let file = (attr.ino, attr.generation);
-            if let Some(times) = self.files.kept_times(file).and_then(|times| times.get()) {
-                (mtime, ctime) = (times.mtime, times.ctime);
-            }
             let times = self.files.file_times(file);
+            let open = self.opener(node, &times);
+            self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open);
+            if let Some(kept) = times.get() {
+                (mtime, ctime) = (kept.mtime, kept.ctime);
+            }
             // On error the backend's size is the best answer left.
-            if let Some(Ok(cached)) = self.files.cached_size(file, &self.opener(node, &times)) {
+            if let Some(Ok(cached)) = self.files.cached_size(file, &open) {
                 size = cached;
             }
         }
@@ -263,6 +279,17 @@ impl<N: Namespace> Inner<N> {
             rdev: u32::try_from(attr.rdev).unwrap_or(0),
             blksize: attr.blksize,
             flags: 0,
+        }
+    }
+
+    /// Releases the nodes and cached data of regular files deleted by someone else that
+    /// nothing has open through the mount, so their storage is freed (see [`nodes`]).
+    fn release_deleted_files(&self) {
+        for (id, node) in self.nodes.regular_files() {
+            let Ok(attr) = self.ns.getattr(&node) else { continue };
+            if attr.nlink == 0 && self.files.release_deleted((attr.ino, attr.generation)) {
+                self.nodes.release(id);
+            }
         }
     }
 

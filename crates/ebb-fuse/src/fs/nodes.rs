@@ -7,12 +7,15 @@
 
 use std::collections::HashMap;
 
-use ebb_backend::{Attr, Namespace};
+use ebb_backend::{Attr, FileKind, Namespace};
 use fuser::{Errno, INodeNo};
 use parking_lot::Mutex;
 
 struct Entry<N: Namespace> {
-    node: N::Node,
+    /// `None` once released: the object was deleted by someone else (see
+    /// [`Nodes::release`]); the kernel may still know the id, whose operations fail.
+    node: Option<N::Node>,
+    regular: bool,
     generation: u64,
     /// Lookups the kernel has not forgotten yet.
     count: u64,
@@ -28,7 +31,9 @@ pub(crate) struct Nodes<N: Namespace> {
 impl<N: Namespace> Nodes<N> {
     pub(crate) fn new(root: N::Node, attr: &Attr) -> Nodes<N> {
         let mut table = HashMap::new();
-        table.insert(INodeNo::ROOT.0, Entry { node: root, generation: attr.generation, count: 1 });
+        let root =
+            Entry { node: Some(root), regular: false, generation: attr.generation, count: 1 };
+        table.insert(INodeNo::ROOT.0, root);
         Nodes { table: Mutex::new(table), root_ino: attr.ino }
     }
 
@@ -37,9 +42,28 @@ impl<N: Namespace> Nodes<N> {
         if ino == self.root_ino { INodeNo::ROOT.0 } else { ino }
     }
 
-    /// The node `id`; `ESTALE` if the kernel forgot it (or never had it).
+    /// The node `id`; `ESTALE` if the kernel forgot it (or never had it) or it was released.
     pub(crate) fn get(&self, id: INodeNo) -> Result<N::Node, Errno> {
-        self.table.lock().get(&id.0).map(|entry| entry.node.clone()).ok_or(Errno::ESTALE)
+        self.table.lock().get(&id.0).and_then(|entry| entry.node.clone()).ok_or(Errno::ESTALE)
+    }
+
+    /// The regular files the kernel knows, with their node ids.
+    pub(crate) fn regular_files(&self) -> Vec<(u64, N::Node)> {
+        let table = self.table.lock();
+        table
+            .iter()
+            .filter(|(_, entry)| entry.regular)
+            .filter_map(|(&id, entry)| Some((id, entry.node.clone()?)))
+            .collect()
+    }
+
+    /// Drops the node `id` (a regular file deleted by someone else, which nothing here has
+    /// open) so that its descriptor no longer keeps the file's storage; the kernel's later
+    /// requests on it fail with `ESTALE`, and a new lookup of the number finds a new object.
+    pub(crate) fn release(&self, id: u64) {
+        if let Some(entry) = self.table.lock().get_mut(&id) {
+            entry.node = None;
+        }
     }
 
     /// Counts one kernel reference to the object `node` with `attr` and returns its node id.
@@ -49,12 +73,14 @@ impl<N: Namespace> Nodes<N> {
         let id = self.id(attr.ino);
         let mut table = self.table.lock();
         let entry = table.entry(id).or_insert_with(|| Entry {
-            node: node.clone(),
+            node: Some(node.clone()),
+            regular: attr.kind == FileKind::Regular,
             generation: attr.generation,
             count: 0,
         });
-        if entry.generation != attr.generation {
-            entry.node = node;
+        if entry.generation != attr.generation || entry.node.is_none() {
+            entry.node = Some(node);
+            entry.regular = attr.kind == FileKind::Regular;
             entry.generation = attr.generation;
         }
         entry.count += 1;

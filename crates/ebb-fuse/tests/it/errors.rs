@@ -1,6 +1,7 @@
-//! Write errors as a user meets them: a backing filesystem that fills up (a small tmpfs).
+//! Write errors as a user meets them (a backing filesystem that fills up: a small tmpfs), and
+//! files deleted or changed in the backing directory by another process.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -151,4 +152,53 @@ fn a_writer_held_by_a_full_backend_gets_enospc() {
     assert!(!status.unwrap().success(), "dd must fail with ENOSPC");
     std::fs::remove_file(fx.dir.join("filler")).unwrap();
     fx.unmount();
+}
+
+/// Free bytes of the filesystem holding `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let stat = rustix::fs::statvfs(path).unwrap();
+    stat.f_bfree * stat.f_frsize
+}
+
+// A file that another process deletes in DIR does not keep its space while ebb runs: once
+// nothing has it open through the mount, ebb closes its descriptors (the tmpfs gets the space
+// back) and the next write has room.
+#[test]
+fn a_file_deleted_in_dir_gives_its_space_back() {
+    let Some(tmpfs) = Tmpfs::new(64) else { return };
+    let Some(mut fx) = Fixture::on(&tmpfs.path, Some(64 << 20)) else { return };
+    let data = pattern(32 << 20);
+    let mut file = OpenOptions::new().write(true).create_new(true).open(fx.mnt.join("f")).unwrap();
+    file.write_all(&data).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(fx.mnt.join("f")).unwrap().len(), data.len() as u64);
+    let before = free_bytes(&fx.dir);
+    std::fs::remove_file(fx.dir.join("f")).unwrap();
+    wait_until("the deleted file's space coming back", || {
+        free_bytes(&fx.dir) >= before + (30 << 20)
+    });
+    std::fs::write(fx.mnt.join("g"), &data).unwrap();
+    fx.unmount();
+    assert!(std::fs::read(fx.dir.join("g")).unwrap() == data);
+}
+
+// A file changed in DIR by another process is read anew at the next open through the mount
+// (close-to-open, as on NFS), not served from the stale cached copy; stat shows its new size.
+#[test]
+fn a_file_changed_in_dir_is_read_anew() {
+    let Some(mut fx) = Fixture::new(super::DataMode::Ebb, None, &[]) else { return };
+    let path = fx.mnt.join("f");
+    std::fs::write(&path, vec![b'a'; 8192]).unwrap();
+    File::open(&path).unwrap().sync_all().unwrap();
+    assert!(std::fs::read(&path).unwrap() == vec![b'a'; 8192]);
+    std::thread::sleep(Duration::from_millis(20)); // another mtime than ebb's write
+    std::fs::write(fx.dir.join("f"), vec![b'b'; 8192]).unwrap();
+    assert!(std::fs::read(&path).unwrap() == vec![b'b'; 8192], "same size, new content");
+    std::fs::write(fx.dir.join("f"), vec![b'c'; 100]).unwrap();
+    std::thread::sleep(Duration::from_millis(1100)); // past the kernel's attribute cache
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 100);
+    assert_eq!(std::fs::read(&path).unwrap(), vec![b'c'; 100]);
+    fx.unmount();
+    assert_eq!(std::fs::read(fx.dir.join("f")).unwrap(), vec![b'c'; 100]);
 }

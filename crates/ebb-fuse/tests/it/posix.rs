@@ -112,11 +112,14 @@ fn inode_numbers_are_stable() {
     fx.unmount();
 }
 
-/// Waits (up to a minute, a hang detector) until `path` in DIR has `len` bytes: ebb wrote the
-/// file back.
-fn wait_written_back(path: &Path, len: u64) {
+/// Waits (up to a minute, a hang detector) until `path` in DIR has `len` bytes and the cache
+/// holds nothing unwritten: ebb wrote the file back (a write-back ends after the mtime is put
+/// back, so the page is clean only then).
+fn wait_written_back(mount: &ebb_fuse::Mount, path: &Path, len: u64) {
     let start = std::time::Instant::now();
-    while std::fs::metadata(path).map_or(0, |meta| meta.len()) != len {
+    while std::fs::metadata(path).map_or(0, |meta| meta.len()) != len
+        || !mount.unwritten().starts_with("0 KiB dirty, 0 KiB under writeback")
+    {
         assert!(start.elapsed() < Duration::from_secs(60), "{} never written back", path.display());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -140,7 +143,7 @@ fn writeback_keeps_the_times_posix_gives() {
     copied.write_all(&data).unwrap();
     copied.set_modified(preserved).unwrap();
     drop(copied);
-    wait_written_back(&d("copied"), data.len() as u64);
+    wait_written_back(fx.mount.as_ref().unwrap(), &d("copied"), data.len() as u64);
     assert_eq!(mtime(&m("copied")), preserved);
     assert_eq!(mtime(&d("copied")), preserved);
     // A plain write: mtime and ctime are the write's, and stay so through an fsync later.
