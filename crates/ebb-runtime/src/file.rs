@@ -499,6 +499,42 @@ impl File {
         Ok(())
     }
 
+    /// Makes `offset..offset + len` (within the file's size) read as zeros in the cache, for a
+    /// caller that punches or zeroes the same range of the backend file right after (the
+    /// `fallocate` modes): cached pages of the range are zeroed in place, keeping their state
+    /// (a dirty page writes zeros back later), and pages not cached read the backend's zeros.
+    /// A page under writeback is waited for first, so no write in flight carries old bytes
+    /// after the backend's range is zeroed. The size does not change.
+    pub fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let end = offset.saturating_add(len).min(self.len());
+        if offset >= end {
+            return Ok(());
+        }
+        let (first, last) = (offset / PAGE_SIZE, (end - 1) / PAGE_SIZE);
+        let fs = &self.fs;
+        let _t = fs.truncate_lock.lock();
+        loop {
+            // Page states change only under the page-map lock, so none in the range can start
+            // a write-back while it is held.
+            let map = fs.map.lock();
+            let busy = map.pages().any(|(index, page)| {
+                (first..=last).contains(&index) && page.state == ebb_core::PageState::Writeback
+            });
+            if busy {
+                drop(map);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
+            }
+            for (index, page) in map.pages().filter(|(index, _)| (first..=last).contains(index)) {
+                let page_start = index * PAGE_SIZE;
+                let from = (offset.max(page_start) - page_start) as usize;
+                let to = (end.min(page_start + PAGE_SIZE) - page_start) as usize;
+                self.ebb.inner.shared.frames.with(page.frame, |bytes| bytes[from..to].fill(0));
+            }
+            return Ok(());
+        }
+    }
+
     /// Makes everything written to this file durable: writes its dirty pages, waits for them
     /// (and a COMMIT on two-phase backends), trims and syncs the backend file. Reports a write
     /// error once per handle (errseq), even one from writeback long ago.

@@ -495,3 +495,27 @@ fn a_discarded_file_leaves_at_its_last_close() {
     file.close().unwrap();
     assert!(watch.upgrade().is_none(), "the discarded file's backend file must be closed");
 }
+
+// zero_range zeroes cached pages of the range in place, clean ones (written back before) and
+// dirty ones (which then write zeros back), partial pages at its ends included; the size stays.
+#[test]
+fn zero_range_zeroes_cached_pages() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = Builder::new().memory(64 << 20).backend("m", backend.clone()).build().unwrap();
+    let file = ebb.open("z", CREATE).unwrap();
+    file.write_at(&[b'x'; 16384], 0).unwrap();
+    file.fsync().unwrap();
+    file.write_at(&[b'y'; 4096], 12288).unwrap(); // page 3 dirty again
+    file.zero_range(1000, 13000).unwrap();
+    let mut expected = vec![b'x'; 16384];
+    expected[12288..].fill(b'y');
+    expected[1000..14000].fill(0);
+    let mut got = vec![0u8; 16384];
+    assert_eq!(file.read_at(&mut got, 0).unwrap(), 16384);
+    assert!(got == expected, "the cache must read zeros in the range");
+    assert_eq!(file.len(), 16384);
+    file.fsync().unwrap();
+    // The clean pages are the caller's to zero in the backend; the dirty one wrote zeros.
+    let on_backend = crate::io::backend_bytes(&*backend, "z");
+    assert!(on_backend[12288..] == expected[12288..], "the dirty page wrote back its zeros");
+}
