@@ -80,6 +80,11 @@ pub(crate) trait DataFile: Send + Sync {
     fn fsync_interruptible(&self, _interrupted: Interrupt<'_>) -> io::Result<()> {
         self.fsync()
     }
+    /// Makes the cached bytes of `offset..offset + len` zeros, before the backend's range is
+    /// punched or zeroed. Default: nothing (no cache).
+    fn zero_range(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Whether the cache holds nothing of the file the backend lacks. Default: true (no cache).
     fn is_clean(&self) -> bool {
         true

@@ -135,6 +135,10 @@ impl DataFile for EbbFile {
         self.0.is_clean()
     }
 
+    fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.zero_range(offset, len)
+    }
+
     fn write_at_interruptible(
         &self,
         buf: &[u8],

@@ -149,10 +149,11 @@ impl<N: Namespace> Inner<N> {
         handle.file.fsync_interruptible(&|| killed(pid)).map_err(to_errno)
     }
 
-    /// `fallocate(2)` of the open file `fh`: the plain mode (allocate, growing the size ebb
-    /// knows if the range ends past it) and `KEEP_SIZE` (allocate only) reserve the space in
-    /// the backend. Modes that change data (punching a hole, zeroing, collapsing or inserting
-    /// a range) are `EOPNOTSUPP`: ebb's cache may hold newer data for the range.
+    /// `fallocate(2)` of the open file `fh`. The plain mode (allocate, growing the size ebb
+    /// knows if the range ends past it) and `KEEP_SIZE` reserve space in the backend. A hole
+    /// (`PUNCH_HOLE | KEEP_SIZE`) and a zeroed range (`ZERO_RANGE`, growing the size unless
+    /// `KEEP_SIZE`) are made in the cache first (its pages of the range zeroed) and then in
+    /// the backend. Collapsing and inserting ranges are `EOPNOTSUPP`.
     pub(super) fn fallocate(
         &self,
         id: INodeNo,
@@ -161,19 +162,26 @@ impl<N: Namespace> Inner<N> {
         length: u64,
         mode: i32,
     ) -> Result<(), Errno> {
-        if mode != 0 && mode != libc::FALLOC_FL_KEEP_SIZE {
-            return Err(Errno::EOPNOTSUPP);
-        }
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let how = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Fallocate::Reserve,
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => Fallocate::PunchHole,
+            libc::FALLOC_FL_ZERO_RANGE => Fallocate::ZeroRange,
+            _ => return Err(Errno::EOPNOTSUPP),
+        };
         self.files.check_writable()?;
         let end = offset.checked_add(length).filter(|&end| end <= i64::MAX as u64);
         let end = end.ok_or(Errno::EFBIG)?;
         let handle = self.files.handle(fh)?;
         let node = self.node(id)?;
+        if how != Fallocate::Reserve {
+            handle.file.zero_range(offset, length).map_err(to_errno)?;
+        }
         // The backend keeps its size: the size is ebb's to change, through the cache.
-        self.ns.fallocate(&node, offset, length, Fallocate::Reserve).map_err(to_errno)?;
+        self.ns.fallocate(&node, offset, length, how).map_err(to_errno)?;
         // The kernel holds the file's inode lock through a fallocate and through every write
         // that extends the file, so the size cannot grow between this check and the set.
-        if mode == 0 && end > handle.file.len().map_err(to_errno)? {
+        if !keep_size && end > handle.file.len().map_err(to_errno)? {
             handle.file.set_len(end).map_err(to_errno)?;
         }
         // As ext4 does, any fallocate moves the mtime and ctime (the backend's fallocate moved

@@ -211,3 +211,33 @@ fn xattrs_and_fallocate_pass_through() {
         assert_eq!(std::fs::read(fx.dir.join("f")).unwrap()[..2], [b'x', 0]);
     }
 }
+
+// fallocate's hole and zero modes through the cache: a punched or zeroed range reads as zeros
+// at once, whether the cache held it clean (written back) or dirty, partial pages included; a
+// hole frees space in DIR; ZERO_RANGE without KEEP_SIZE grows the file; the rest is intact.
+#[test]
+fn punched_and_zeroed_ranges_read_as_zeros() {
+    use rustix::fs::FallocateFlags as F;
+    for data in modes() {
+        let Some(mut fx) = Fixture::new(data, None, &[]) else { return };
+        let path = fx.mnt.join("f");
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
+        let mut model = vec![b'x'; 1 << 20];
+        std::os::unix::fs::FileExt::write_all_at(&file, &model, 0).unwrap();
+        file.sync_all().unwrap(); // clean in the cache
+        std::os::unix::fs::FileExt::write_all_at(&file, &[b'y'; 8192], 65536).unwrap(); // dirty
+        model[65536..73728].fill(b'y');
+        rustix::fs::fallocate(&file, F::PUNCH_HOLE | F::KEEP_SIZE, 1000, 600_000).unwrap();
+        model[1000..601_000].fill(0);
+        rustix::fs::fallocate(&file, F::ZERO_RANGE, 900_000, 300_000).unwrap();
+        model[900_000..].fill(0);
+        model.resize(1_200_000, 0);
+        let read = std::fs::read(&path).unwrap();
+        assert!(read == model, "{data:?}: the mount must read the model");
+        drop(file);
+        fx.unmount();
+        assert!(std::fs::read(fx.dir.join("f")).unwrap() == model, "{data:?}: DIR differs");
+        let blocks = std::fs::metadata(fx.dir.join("f")).unwrap().blocks();
+        assert!(blocks * 512 < 1_000_000, "{data:?}: the hole must free space ({blocks} blocks)");
+    }
+}
