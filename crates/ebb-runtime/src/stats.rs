@@ -128,6 +128,9 @@ pub struct EngineCounters {
     pub read_pages: u64,
     /// COMMITs sent.
     pub commits: u64,
+    /// Pages written again because a COMMIT returned another verifier than their WRITE (the
+    /// server restarted and may have lost them).
+    pub verifier_redirtied: u64,
     /// Background reclaim: pages scanned, reclaimed, written.
     pub kswapd_scanned: u64,
     /// Pages background reclaim freed.
@@ -232,6 +235,7 @@ pub(crate) fn collect(
         reads: s.reads,
         read_pages: s.read_pages,
         commits: s.commits,
+        verifier_redirtied: s.verifier_redirtied,
         kswapd_scanned: s.kswapd_scanned,
         kswapd_reclaimed: s.kswapd_reclaimed,
         kswapd_written: s.kswapd_written,

@@ -349,7 +349,9 @@ impl Connection {
             }
             pending.waiters.insert(xid, sender);
         }
-        if let Err(error) = write_pieces(&mut lock(&self.writer), pieces) {
+        // The write lock is released before `close`, which takes it to shut the socket down.
+        let sent = write_pieces(&mut lock(&self.writer), pieces);
+        if let Err(error) = sent {
             let code = error.raw_os_error().unwrap_or(errno::ECONNRESET);
             self.close(code, &format!("sending failed: {error}"));
         }

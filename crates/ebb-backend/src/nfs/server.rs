@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use rustix::process::{Pid, Signal};
+
 /// The script, in the source tree this crate was built from.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/nfs-server");
 
@@ -24,6 +26,7 @@ pub struct NfsServer {
     mount_port: u16,
     url: String,
     running: bool,
+    paused: bool,
 }
 
 impl NfsServer {
@@ -45,8 +48,14 @@ impl NfsServer {
         );
         let dir = std::env::temp_dir().join(name);
         std::fs::create_dir_all(&dir)?;
-        let mut server =
-            NfsServer { dir, port: 0, mount_port: 0, url: String::new(), running: false };
+        let mut server = NfsServer {
+            dir,
+            port: 0,
+            mount_port: 0,
+            url: String::new(),
+            running: false,
+            paused: false,
+        };
         // Free ports can be taken by someone else between the probe and ganesha's bind: try
         // a few pairs.
         let mut last_error = None;
@@ -81,6 +90,21 @@ impl NfsServer {
         self.run_stop(true)
     }
 
+    /// Freezes the server (SIGSTOP): its connections stay open and nothing is answered, as
+    /// when a server hangs.
+    pub fn pause(&mut self) -> io::Result<()> {
+        self.signal(Signal::STOP)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&mut self) -> io::Result<()> {
+        self.signal(Signal::CONT)?;
+        self.paused = false;
+        Ok(())
+    }
+
     /// Starts the stopped server again on the same ports and export with `verifier` (pass a
     /// new one to make the restart visible to clients, as a reboot is).
     pub fn restart(&mut self, verifier: u32) -> io::Result<()> {
@@ -93,6 +117,15 @@ impl NfsServer {
     /// A verifier no server of this process used before.
     pub fn fresh_verifier() -> u32 {
         fresh_verifier()
+    }
+
+    fn signal(&self, signal: Signal) -> io::Result<()> {
+        let text = std::fs::read_to_string(self.dir.join("ganesha.pid"))?;
+        let pid =
+            text.trim().parse().ok().and_then(Pid::from_raw).ok_or_else(|| {
+                io::Error::other(format!("no server PID in {}", self.dir.display()))
+            })?;
+        Ok(rustix::process::kill_process(pid, signal)?)
     }
 
     fn launch(&mut self, verifier: u32) -> io::Result<()> {
@@ -115,6 +148,10 @@ impl NfsServer {
     }
 
     fn run_stop(&mut self, kill: bool) -> io::Result<()> {
+        if self.paused {
+            // A stopped process does not act on SIGTERM until it runs again.
+            self.resume()?;
+        }
         let mut command = Command::new(SCRIPT);
         command.arg("stop").arg(&self.dir);
         if kill {

@@ -318,3 +318,22 @@ fn portmapper_lookups_against_rpcbind() {
     assert_eq!(error.kind(), io::ErrorKind::NotFound, "{error}");
     assert!(error.to_string().contains("not registered"), "{error}");
 }
+
+// The server goes away while a large call is being sent: the send fails, the connection is
+// closed (which takes the write lock the failed send held) and the call fails with the
+// connection's errno instead of hanging.
+#[test]
+fn a_send_into_a_closed_connection_fails_the_call() {
+    let address = fake_server(|_, stream| drop(stream));
+    let client = Arc::new(client(address, Duration::from_secs(30), 0));
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let caller = Arc::clone(&client);
+    std::thread::spawn(move || {
+        let arguments = vec![7u8; 32 << 20];
+        let _ = sender.send(caller.call(1, "TEST", &[&arguments]).map(|_| ()));
+    });
+    let result = receiver.recv_timeout(Duration::from_secs(120)).expect("the call hung");
+    let error = result.unwrap_err();
+    let errno = crate::errno_of(&error);
+    assert!(matches!(errno, Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNREFUSED)), "{error}");
+}

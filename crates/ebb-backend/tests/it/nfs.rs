@@ -169,3 +169,23 @@ fn outage_fails_calls_then_recovers() {
     assert_eq!(on_disk[..4096], bytes(2, 4096)[..]);
     assert_eq!(on_disk[4096..], bytes(3, 4096)[..]);
 }
+
+// A server that hangs (SIGSTOP): a call is sent 1 + retrans times, timeo apart, then fails
+// with ETIMEDOUT; once the server runs again the backend does too.
+#[test]
+fn hung_server_times_out_then_recovers() {
+    let Some(mut server) = server("hung_server_times_out_then_recovers") else { return };
+    let url = format!("{}&timeo=3&retrans=1", server.url());
+    let backend = NfsBackend::connect(&url).unwrap();
+    let file = backend.open("hung", CREATE).unwrap();
+    server.pause().unwrap();
+    let error = file.write_at(&bytes(4, 4096), 0).unwrap_err();
+    assert_eq!(errno_of(&error), Some(libc::ETIMEDOUT), "{error}");
+    assert!(error.to_string().contains("WRITE"), "{error}");
+    let counters = counters(&backend);
+    assert_eq!((counters["timeouts"], counters["retransmits"]), (2, 1), "{counters:?}");
+    server.resume().unwrap();
+    file.write_at(&bytes(4, 4096), 0).unwrap();
+    file.sync().unwrap();
+    assert_eq!(std::fs::read(server.export_dir().join("hung")).unwrap(), bytes(4, 4096));
+}
