@@ -148,7 +148,15 @@ impl DirNamespace {
     /// Unsupported` if its filesystem refuses it). Errors name the path.
     pub fn open(path: impl AsRef<Path>) -> io::Result<DirNamespace> {
         let path = path.as_ref();
-        let backend = DirBackend::open(path).map_err(|error| in_path(path, error))?;
+        // A missing directory or a file is told as such, before the probe of O_DIRECT (which
+        // writes a file there) can fail with an error about that file.
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        rustix::fs::open(path, flags, Mode::empty())
+            .map_err(|errno| in_path(path, errno.into()))?;
+        let backend = DirBackend::open(path).map_err(|error| {
+            let kind = error.kind();
+            in_path(path, io::Error::new(kind, format!("cannot write files there: {error}")))
+        })?;
         DirNamespace::with_backend(path, backend, true)
     }
 
