@@ -115,14 +115,16 @@ impl<N: Namespace> Inner<N> {
         let mut done = 0;
         while done < data.len() {
             let at = offset + done as u64;
+            // A write returns short only when interrupted (the caller is being killed).
             match handle.file.write_at_interruptible(&data[done..], at, &interrupted) {
                 Ok(0) => return Err(Errno::EIO),
+                Ok(written) if done + written < data.len() && interrupted() => {
+                    done += written;
+                    break;
+                }
                 Ok(written) => done += written,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted && done > 0 => break,
                 Err(error) => return Err(to_errno(error)),
-            }
-            if interrupted() {
-                break;
             }
         }
         handle.times.written();
@@ -205,9 +207,6 @@ fn read_cached(
             Ok(read) => done += read,
             Err(error) if error.kind() == io::ErrorKind::Interrupted && done > 0 => break,
             Err(error) => return Err(error),
-        }
-        if interrupted() {
-            break;
         }
     }
     Ok(done)
