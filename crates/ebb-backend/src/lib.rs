@@ -58,4 +58,4 @@ pub use namespace::{
     SetTime, StatFs, XattrSet, unsupported,
 };
 pub use nfs::{NfsBackend, NfsFile, NfsOptions, NfsServer};
-pub use s3::{S3Backend, S3Options};
+pub use s3::{S3Backend, S3Namespace, S3Node, S3Options};

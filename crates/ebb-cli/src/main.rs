@@ -87,9 +87,13 @@ struct SimArgs {
 
 #[derive(Args, Debug)]
 struct MountArgs {
-    /// Directory the data is written to.
+    /// Directory the data is written to, or an S3 bucket `s3://BUCKET[/PREFIX]` (with
+    /// --endpoint; credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
     #[arg(long)]
     backend: PathBuf,
+    /// The S3 server's URL, for an `s3://` backend (`http://127.0.0.1:7070`).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// Where to mount.
     mountpoint: PathBuf,
     /// Memory budget of the cache, e.g. 4GiB.
@@ -299,6 +303,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Mount(args) => {
             let backend = args.backend.clone();
+            if let Some(url) = backend.to_str().filter(|text| text.starts_with("s3://")) {
+                let Some(endpoint) = args.endpoint.clone() else {
+                    return Err(Usage(format!("--backend {url} needs --endpoint URL")).into());
+                };
+                let options = ebb_backend::S3Options::from_env(url, &endpoint)?;
+                let config = mount_config(*args)?;
+                let namespace =
+                    ebb_backend::S3Namespace::new(ebb_backend::S3Backend::open(options)?);
+                ebb_fuse::run(&config, namespace)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let config = mount_config(*args)?;
             let namespace = match config.data {
                 ebb_fuse::DataMode::Ebb => ebb_fuse::DirNamespace::open(&backend),

@@ -134,11 +134,29 @@ impl Counters {
     }
 }
 
+/// What HeadObject says of an object.
+struct Head {
+    size: u64,
+    etag: String,
+    last_modified: Option<String>,
+}
+
 /// One upload in progress, as ListMultipartUploads reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ListedUpload {
     pub(crate) key: String,
     pub(crate) upload_id: String,
+}
+
+/// One page of ListObjectsV2 with a delimiter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Listing {
+    /// Keys and sizes of the objects.
+    pub(crate) objects: Vec<(String, u64)>,
+    /// The common prefixes ("directories").
+    pub(crate) prefixes: Vec<String>,
+    /// The token for the next page, if the listing goes on.
+    pub(crate) next: Option<String>,
 }
 
 /// A bucket on a server, with credentials and an HTTP connection pool.
@@ -222,23 +240,38 @@ impl Client {
 
     /// The object's size and ETag (as the server quotes it), `None` if it does not exist.
     pub(crate) fn head_object_etag(&self, key: &str) -> Result<Option<(u64, String)>, S3Error> {
+        Ok(self.head(key)?.map(|head| (head.size, head.etag)))
+    }
+
+    /// The object's size and Last-Modified time, `None` if it does not exist.
+    pub(crate) fn head_object_meta(
+        &self,
+        key: &str,
+    ) -> Result<Option<(u64, Option<std::time::SystemTime>)>, S3Error> {
+        Ok(self.head(key)?.map(|head| {
+            let modified = head
+                .last_modified
+                .and_then(|text| jiff::fmt::rfc2822::parse(&text).ok())
+                .map(|zoned| std::time::SystemTime::from(zoned.timestamp()));
+            (head.size, modified)
+        }))
+    }
+
+    fn head(&self, key: &str) -> Result<Option<Head>, S3Error> {
         let url = self.signed(&self.bucket.head_object(self.credentials(), key));
         match self.send(Request::new(Kind::HeadObject, key, http::Method::HEAD, url)) {
             Ok(response) => {
                 let header = |name: http::header::HeaderName| {
-                    response
-                        .headers()
-                        .get(name)
-                        .and_then(|value| value.to_str().ok())
-                        .map(str::to_owned)
+                    response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
                 };
-                let length =
-                    header(http::header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+                let size = header(http::header::CONTENT_LENGTH)
+                    .and_then(|value| value.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        protocol_error(Kind::HeadObject, key, "no Content-Length in the reply")
+                    })?;
                 let etag = header(http::header::ETAG).unwrap_or_default();
-                let length = length.ok_or_else(|| {
-                    protocol_error(Kind::HeadObject, key, "no Content-Length in the reply")
-                })?;
-                Ok(Some((length, etag)))
+                let last_modified = header(http::header::LAST_MODIFIED);
+                Ok(Some(Head { size, etag, last_modified }))
             }
             Err(error) if error.is_not_found() => Ok(None),
             Err(error) => Err(error),
@@ -299,6 +332,46 @@ impl Client {
     pub(crate) fn delete_object(&self, key: &str) -> Result<(), S3Error> {
         let url = self.signed(&self.bucket.delete_object(self.credentials(), key));
         self.send(Request::new(Kind::DeleteObject, key, http::Method::DELETE, url)).map(drop)
+    }
+
+    /// Copies the object `source` to `key` on the server (objects up to 5 GiB).
+    pub(crate) fn copy_object(&self, source: &str, key: &str) -> Result<(), S3Error> {
+        let mut action = self.bucket.put_object(self.credentials(), key);
+        let copy_source = self.copy_source(source);
+        action.headers_mut().insert("x-amz-copy-source", copy_source.clone());
+        let url = self.signed(&action);
+        let mut request = Request::new(Kind::CopyObject, key, http::Method::PUT, url);
+        request.headers.push(("x-amz-copy-source", copy_source));
+        request.body = Some(&[]);
+        let body = self.send_for_body(request)?;
+        check_error_body(Kind::CopyObject, key, &body)
+    }
+
+    /// One page of the keys under `prefix`, split at `delimiter` (`/` for directories).
+    pub(crate) fn list_objects(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        continuation: Option<&str>,
+    ) -> Result<Listing, S3Error> {
+        let mut action = ListObjectsV2::new(&self.bucket, self.credentials());
+        action.with_prefix(prefix);
+        if let Some(delimiter) = delimiter {
+            action.with_delimiter(delimiter);
+        }
+        if let Some(token) = continuation {
+            action.with_continuation_token(token);
+        }
+        let url = self.signed(&action);
+        let body =
+            self.send_for_body(Request::new(Kind::ListObjects, prefix, http::Method::GET, url))?;
+        let parsed = ListObjectsV2::parse_response(&body)
+            .map_err(|e| protocol_error(Kind::ListObjects, prefix, &e.to_string()))?;
+        Ok(Listing {
+            objects: parsed.contents.into_iter().map(|c| (c.key, c.size.unwrap_or(0))).collect(),
+            prefixes: parsed.common_prefixes.into_iter().map(|p| p.prefix).collect(),
+            next: parsed.next_continuation_token,
+        })
     }
 
     /// Starts a multipart upload of `key`, returning its id.

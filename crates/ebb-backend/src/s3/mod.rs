@@ -52,6 +52,7 @@ mod client;
 mod error;
 mod journal;
 pub mod layout;
+mod namespace;
 mod object;
 pub mod test_server;
 
@@ -73,6 +74,7 @@ use client::Client;
 use error::S3Error;
 use journal::{Journal, Leftovers};
 pub use layout::PartLayout;
+pub use namespace::{S3Namespace, S3Node};
 use object::Object;
 
 /// Where the bucket is and how to reach it.
@@ -294,6 +296,99 @@ impl S3Backend {
         self.shared.client.abort_upload(key, upload_id).map_err(S3Error::into_io)
     }
 
+    /// Opens the object `key` (the full key, prefix included), as [`Backend::open`].
+    pub(crate) fn open_key(
+        &self,
+        key: String,
+        options: OpenOptions,
+    ) -> io::Result<Arc<dyn BackendFile>> {
+        let object = match self.live(&key) {
+            Some(object) => object,
+            None => {
+                let client = &self.shared.client;
+                let size = match client.head_object(&key).map_err(S3Error::into_io)? {
+                    Some(size) => size,
+                    None if options.create => {
+                        // The file exists at once, as open(O_CREAT) promises.
+                        client.put_object(&key, &[]).map_err(S3Error::into_io)?;
+                        0
+                    }
+                    None => {
+                        return Err(errno_error(
+                            ebb_core::event::errno::ENOENT,
+                            format!("S3 object {key:?} does not exist"),
+                        ));
+                    }
+                };
+                let mut objects = lock(&self.shared.objects);
+                match objects.get(&key).and_then(Weak::upgrade) {
+                    // Another open of the same key won the race: share its state.
+                    Some(object) => object,
+                    None => {
+                        let object =
+                            Arc::new(Object::new(Arc::clone(&self.shared), key.clone(), size));
+                        objects.insert(key, Arc::downgrade(&object));
+                        object
+                    }
+                }
+            }
+        };
+        if options.truncate {
+            object.set_size(0)?;
+        }
+        Ok(Arc::new(S3File { object }))
+    }
+
+    /// Removes the object `key`, aborting its upload, as [`Backend::remove`].
+    pub(crate) fn remove_key(&self, key: &str) -> io::Result<()> {
+        let live = lock(&self.shared.objects).remove(key).and_then(|weak| weak.upgrade());
+        if let Some(object) = &live {
+            object.remove()?;
+        }
+        let client = &self.shared.client;
+        if client.head_object(key).map_err(S3Error::into_io)?.is_none() {
+            return Err(errno_error(
+                ebb_core::event::errno::ENOENT,
+                format!("S3 object {key:?} does not exist"),
+            ));
+        }
+        client.delete_object(key).map_err(S3Error::into_io)
+    }
+
+    /// Renames the object `from` to `to` (full keys): a live file commits first and follows
+    /// the new key; a live file of `to` is removed. Objects up to 5 GiB (CopyObject).
+    pub(crate) fn rename_key(&self, from: &str, to: &str) -> io::Result<()> {
+        if let Some(replaced) =
+            lock(&self.shared.objects).remove(to).and_then(|weak| weak.upgrade())
+        {
+            replaced.remove()?;
+        }
+        let live = self.live(from);
+        match &live {
+            Some(object) => object.rename_to(to)?,
+            None => {
+                let client = &self.shared.client;
+                client.copy_object(from, to).map_err(S3Error::into_io)?;
+                client.delete_object(from).map_err(S3Error::into_io)?;
+            }
+        }
+        let mut objects = lock(&self.shared.objects);
+        objects.remove(from);
+        if let Some(object) = live {
+            objects.insert(to.to_owned(), Arc::downgrade(&object));
+        }
+        Ok(())
+    }
+
+    /// The prefix keys are made under.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
     fn key(&self, name: &str) -> io::Result<String> {
         check_name(name)?;
         Ok(format!("{}{name}", self.shared.prefix))
@@ -334,58 +429,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Backend for S3Backend {
     fn open(&self, name: &str, options: OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
-        let key = self.key(name)?;
-        let object = match self.live(&key) {
-            Some(object) => object,
-            None => {
-                let client = &self.shared.client;
-                let size = match client.head_object(&key).map_err(S3Error::into_io)? {
-                    Some(size) => size,
-                    None if options.create => {
-                        // The file exists at once, as open(O_CREAT) promises.
-                        client.put_object(&key, &[]).map_err(S3Error::into_io)?;
-                        0
-                    }
-                    None => {
-                        return Err(errno_error(
-                            ebb_core::event::errno::ENOENT,
-                            format!("S3 object {key:?} does not exist"),
-                        ));
-                    }
-                };
-                let mut objects = lock(&self.shared.objects);
-                match objects.get(&key).and_then(Weak::upgrade) {
-                    // Another open of the same key won the race: share its state.
-                    Some(object) => object,
-                    None => {
-                        let object =
-                            Arc::new(Object::new(Arc::clone(&self.shared), key.clone(), size));
-                        objects.insert(key, Arc::downgrade(&object));
-                        object
-                    }
-                }
-            }
-        };
-        if options.truncate {
-            object.set_size(0)?;
-        }
-        Ok(Arc::new(S3File { object }))
+        self.open_key(self.key(name)?, options)
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        let key = self.key(name)?;
-        let live = lock(&self.shared.objects).remove(&key).and_then(|weak| weak.upgrade());
-        if let Some(object) = &live {
-            object.remove()?;
-        }
-        let client = &self.shared.client;
-        if client.head_object(&key).map_err(S3Error::into_io)?.is_none() {
-            return Err(errno_error(
-                ebb_core::event::errno::ENOENT,
-                format!("S3 object {key:?} does not exist"),
-            ));
-        }
-        client.delete_object(&key).map_err(S3Error::into_io)
+        self.remove_key(&self.key(name)?)
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {

@@ -36,7 +36,8 @@ const LOST_UPLOAD_ATTEMPTS: u32 = 3;
 
 /// One object; shared by every handle of its key in one backend.
 pub(crate) struct Object {
-    key: String,
+    /// The object's key; changed only by a rename, under `gate` held exclusively.
+    key: Mutex<String>,
     shared: Arc<Shared>,
     state: Mutex<State>,
     gate: RwLock<()>,
@@ -122,7 +123,7 @@ impl Object {
             removed: false,
         };
         Object {
-            key,
+            key: Mutex::new(key),
             shared,
             state: Mutex::new(state),
             gate: RwLock::new(()),
@@ -131,8 +132,8 @@ impl Object {
         }
     }
 
-    pub(crate) fn key(&self) -> &str {
-        &self.key
+    pub(crate) fn key(&self) -> String {
+        lock(&self.key).clone()
     }
 
     pub(crate) fn layout(&self) -> super::PartLayout {
@@ -161,7 +162,7 @@ impl Object {
                 format!(
                     "S3 object {:?}: a write to {end} bytes passes the largest object of this \
                      part layout ({} bytes)",
-                    self.key,
+                    self.key(),
                     layout.size_max()
                 ),
             ));
@@ -206,7 +207,7 @@ impl Object {
             let plan = {
                 let mut state = self.state();
                 if state.removed {
-                    return Err(removed_error(&self.key));
+                    return Err(removed_error(&self.key()));
                 }
                 let size = state.size.max(end);
                 if state.uploaded(part) || !state.parts_fit(&self.shared, size) {
@@ -230,7 +231,7 @@ impl Object {
                 buf[start..start + data.len()].copy_from_slice(data);
             }
             let id = self.ensure_upload()?;
-            let etag = match self.shared.client.upload_part(&self.key, &id, part, &buf) {
+            let etag = match self.shared.client.upload_part(&self.key(), &id, part, &buf) {
                 Ok(etag) => etag,
                 Err(error) if error.is_no_such_upload() => {
                     self.upload_lost(&id, &error);
@@ -259,7 +260,7 @@ impl Object {
         }
         Err(errno_error(
             errno::EIO,
-            format!("S3 object {:?}: the server kept losing the upload of part {part}", self.key),
+            format!("S3 object {:?}: the server kept losing the upload of part {part}", self.key()),
         ))
     }
 
@@ -293,7 +294,7 @@ impl Object {
         }
         let window =
             &mut buf[(gap_first - extent.start) as usize..(fetch_end - extent.start) as usize];
-        self.shared.client.get_range(&self.key, gap_first, window).map_err(S3Error::into_io)?;
+        self.shared.client.get_range(&self.key(), gap_first, window).map_err(S3Error::into_io)?;
         Ok(())
     }
 
@@ -304,11 +305,11 @@ impl Object {
             return Ok(upload.id.clone());
         }
         let journal = &self.shared.journal;
-        journal.record(Record::Create { key: &self.key })?;
-        let id = self.shared.client.create_upload(&self.key).map_err(S3Error::into_io)?;
-        if let Err(error) = journal.record(Record::Upload { key: &self.key, id: &id }) {
+        journal.record(Record::Create { key: &self.key() })?;
+        let id = self.shared.client.create_upload(&self.key()).map_err(S3Error::into_io)?;
+        if let Err(error) = journal.record(Record::Upload { key: &self.key(), id: &id }) {
             // Unjournaled, it would be orphaned by a crash: give it up now.
-            let _ = self.shared.client.abort_upload(&self.key, &id);
+            let _ = self.shared.client.abort_upload(&self.key(), &id);
             return Err(error);
         }
         state.upload = Some(Upload { id: id.clone(), parts: BTreeMap::new() });
@@ -329,7 +330,7 @@ impl Object {
             state.lost = Some(format!(
                 "S3 object {:?}: the server lost upload {id} ({error}); the {written} parts \
                  written back to it since the last commit are gone",
-                self.key
+                self.key()
             ));
         }
         drop(state);
@@ -343,7 +344,7 @@ impl Object {
             let gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
             let state = self.state();
             if state.removed {
-                return Err(removed_error(&self.key));
+                return Err(removed_error(&self.key()));
             }
             if buf.is_empty() || state.size <= offset {
                 return Ok(0);
@@ -365,7 +366,7 @@ impl Object {
             let got = if 0 < from_object {
                 self.shared
                     .client
-                    .get_range(&self.key, offset, &mut buf[..from_object])
+                    .get_range(&self.key(), offset, &mut buf[..from_object])
                     .map_err(S3Error::into_io)?
             } else {
                 0
@@ -384,7 +385,7 @@ impl Object {
                 return Ok(state.size);
             }
         }
-        let on_server = self.shared.client.head_object(&self.key).map_err(S3Error::into_io)?;
+        let on_server = self.shared.client.head_object(&self.key()).map_err(S3Error::into_io)?;
         let mut state = self.state();
         if !state.pending() {
             let size = on_server.unwrap_or(0);
@@ -401,14 +402,17 @@ impl Object {
         if layout.size_max() < size {
             return Err(errno_error(
                 errno::EFBIG,
-                format!("S3 object {:?}: size {size} passes the layout's largest object", self.key),
+                format!(
+                    "S3 object {:?}: size {size} passes the layout's largest object",
+                    self.key()
+                ),
             ));
         }
         let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
         let fits = {
             let state = self.state();
             if state.removed {
-                return Err(removed_error(&self.key));
+                return Err(removed_error(&self.key()));
             }
             if state.size == size {
                 return Ok(());
@@ -433,7 +437,7 @@ impl Object {
     pub(crate) fn sync(&self) -> io::Result<()> {
         let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
         if self.state().removed {
-            return Err(removed_error(&self.key));
+            return Err(removed_error(&self.key()));
         }
         self.commit_locked()?;
         match self.state().lost.take() {
@@ -481,7 +485,7 @@ impl Object {
         }
         Err(errno_error(
             errno::EIO,
-            format!("S3 object {:?}: the server kept losing the upload of its commit", self.key),
+            format!("S3 object {:?}: the server kept losing the upload of its commit", self.key()),
         ))
     }
 
@@ -499,7 +503,7 @@ impl Object {
             self.shared
                 .journal
                 .record(Record::Part { id, part, etag: &etag, len })
-                .map_err(|e| journal_error(&self.key, &e))?;
+                .map_err(|e| journal_error(&self.key(), &e))?;
             if let Some(upload) = &mut self.state().upload {
                 upload.parts.insert(part, UploadedPart { etag, len });
             }
@@ -509,7 +513,7 @@ impl Object {
             let upload = state.upload.as_ref().expect("ensured");
             (1..=count).map(|part| upload.parts[&part].etag.clone()).collect()
         };
-        self.shared.client.complete_upload(&self.key, id, &etags)
+        self.shared.client.complete_upload(&self.key(), id, &etags)
     }
 
     /// Makes part `part` of upload `id` from the current object.
@@ -522,23 +526,23 @@ impl Object {
     ) -> Result<String, S3Error> {
         let client = &self.shared.client;
         if extent.end <= carried {
-            return client.upload_part_copy(&self.key, id, part, &self.key, extent.clone());
+            return client.upload_part_copy(&self.key(), id, part, &self.key(), extent.clone());
         }
         let mut buf = vec![0u8; (extent.end - extent.start) as usize];
         if extent.start < carried {
             let window = &mut buf[..(carried - extent.start) as usize];
-            client.get_range(&self.key, extent.start, window)?;
+            client.get_range(&self.key(), extent.start, window)?;
         }
-        client.upload_part(&self.key, id, part, &buf)
+        client.upload_part(&self.key(), id, part, &buf)
     }
 
     /// Commits an empty file: an empty object, and the upload (if any) aborted.
     fn commit_empty(&self) -> io::Result<()> {
         let client = &self.shared.client;
-        client.put_object(&self.key, &[]).map_err(S3Error::into_io)?;
+        client.put_object(&self.key(), &[]).map_err(S3Error::into_io)?;
         let upload = self.state().upload.take();
         if let Some(upload) = upload {
-            client.abort_upload(&self.key, &upload.id).map_err(S3Error::into_io)?;
+            client.abort_upload(&self.key(), &upload.id).map_err(S3Error::into_io)?;
             self.shared.journal.record(Record::End { id: &upload.id })?;
         }
         let mut state = self.state();
@@ -556,9 +560,28 @@ impl Object {
             state.upload.take()
         };
         if let Some(upload) = upload {
-            self.shared.client.abort_upload(&self.key, &upload.id).map_err(S3Error::into_io)?;
+            self.shared.client.abort_upload(&self.key(), &upload.id).map_err(S3Error::into_io)?;
             self.shared.journal.record(Record::End { id: &upload.id })?;
         }
+        Ok(())
+    }
+}
+
+impl Object {
+    /// Renames the object to `new_key`: commits what was written back (so the object holds
+    /// it), copies the object to `new_key` on the server and deletes the old key; later writes
+    /// and commits of this file go to `new_key`.
+    pub(crate) fn rename_to(&self, new_key: &str) -> io::Result<()> {
+        let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+        if self.state().removed {
+            return Err(removed_error(&self.key()));
+        }
+        self.commit_locked()?;
+        let old_key = self.key();
+        let client = &self.shared.client;
+        client.copy_object(&old_key, new_key).map_err(S3Error::into_io)?;
+        client.delete_object(&old_key).map_err(S3Error::into_io)?;
+        *lock(&self.key) = new_key.to_owned();
         Ok(())
     }
 }
@@ -572,7 +595,7 @@ impl Drop for Object {
         }
         let upload = self.state().upload.take();
         if let Some(upload) = upload
-            && self.shared.client.abort_upload(&self.key, &upload.id).is_ok()
+            && self.shared.client.abort_upload(&self.key(), &upload.id).is_ok()
         {
             let _ = self.shared.journal.record(Record::End { id: &upload.id });
         }

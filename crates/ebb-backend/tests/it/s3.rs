@@ -217,3 +217,20 @@ fn s3_handles_of_one_key_share_the_file() {
     assert_eq!(second.size().unwrap(), 3000);
     assert_eq!(read_all(&*second), pattern(8, 3000));
 }
+
+// The bucket as a tree for the mount: the namespace suite, with what S3 cannot do skipped by
+// the errnos the contract allows (hard links EPERM, symlinks EOPNOTSUPP).
+#[test]
+fn namespace_conformance_s3_versitygw() {
+    let Some(server) = TestServer::start("ebb-namespace") else { return };
+    let namespace = ebb_backend::S3Namespace::new(backend(&server, "tree/"));
+    let report = ebb_backend::namespace_conformance::run_all(&namespace);
+    eprintln!("{report}");
+    // FIXME: objects carry no mode yet (x-amz-meta-mode, kept through every upload, as s3fs
+    // does), so a file created with 0640 shows 0644. Today's behaviour, asserted so that the
+    // fix shows up here.
+    let failed: Vec<&str> = report.failed.iter().map(|failure| failure.check).collect();
+    assert_eq!(failed, ["create_lookup_getattr"], "{report}");
+    assert!(report.failed[0].message.contains("0640"), "{report}");
+    assert_eq!(report.passed.len(), 5, "{report}");
+}
