@@ -92,15 +92,30 @@ impl NfsServer {
 
     /// Freezes the server (SIGSTOP): its connections stay open and nothing is answered, as
     /// when a server hangs.
+    /// Returns once every thread of the server has stopped (SIGSTOP only asks them to).
     pub fn pause(&mut self) -> io::Result<()> {
-        self.signal(Signal::STOP)?;
+        let pid = self.signal(Signal::STOP)?;
         self.paused = true;
-        Ok(())
+        let tasks = format!("/proc/{}/task", pid.as_raw_nonzero());
+        for _ in 0..10_000 {
+            let mut all_stopped = true;
+            for task in std::fs::read_dir(&tasks)? {
+                let stat = std::fs::read_to_string(task?.path().join("stat")).unwrap_or_default();
+                // The state follows the command name in parentheses: `pid (comm) S ...`.
+                let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+                all_stopped &= matches!(state, Some('T' | 't') | None);
+            }
+            if all_stopped {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Err(io::Error::other(format!("the server (PID {pid:?}) did not stop within 10 s")))
     }
 
     /// Lets a paused server go on (SIGCONT).
     pub fn resume(&mut self) -> io::Result<()> {
-        self.signal(Signal::CONT)?;
+        let _ = self.signal(Signal::CONT)?;
         self.paused = false;
         Ok(())
     }
@@ -119,13 +134,15 @@ impl NfsServer {
         fresh_verifier()
     }
 
-    fn signal(&self, signal: Signal) -> io::Result<()> {
+    /// Sends `signal` to the server; returns its PID.
+    fn signal(&self, signal: Signal) -> io::Result<Pid> {
         let text = std::fs::read_to_string(self.dir.join("ganesha.pid"))?;
         let pid =
             text.trim().parse().ok().and_then(Pid::from_raw).ok_or_else(|| {
                 io::Error::other(format!("no server PID in {}", self.dir.display()))
             })?;
-        Ok(rustix::process::kill_process(pid, signal)?)
+        rustix::process::kill_process(pid, signal)?;
+        Ok(pid)
     }
 
     fn launch(&mut self, verifier: u32) -> io::Result<()> {
