@@ -569,6 +569,13 @@ impl File {
             .map_err(from_io_error)
     }
 
+    /// The file's write errors and the pages they hold (`ebb_core::Engine::file_errors`):
+    /// the last error, how many happened, whether a handle has seen it, held and dirty pages.
+    pub fn errors(&self) -> Option<ebb_core::FileErrors> {
+        let inode = self.inode();
+        self.ebb.inner.shared.enter(|core, maps, _| core.engine.file_errors(inode, maps))
+    }
+
     /// What this handle's writer has been through (pauses, waits).
     pub fn throttle_stats(&self) -> ThrottleStats {
         let ws = self.writer.lock();

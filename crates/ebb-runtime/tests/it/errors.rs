@@ -167,3 +167,21 @@ fn lane_write_errors_are_reported_and_lose_nothing() {
     assert_eq!(plan.injected_count(), 5);
     assert!(std::fs::read(dir.path().join("x")).unwrap() == data, "data lost after EIO");
 }
+
+/// A file's error state is queryable: the last error and how many happened, and whether a
+/// handle saw it.
+#[test]
+fn a_files_errors_are_queryable() {
+    let (ebb, plan, _backend) = faulty_cache(64 << 20);
+    let file = ebb.open("q", CREATE).unwrap();
+    assert_eq!(file.errors().map(|e| e.count), Some(0));
+    plan.fail_next(FaultOp::Write, libc::EIO, 1);
+    file.write_at(&[1u8; 8192], 0).unwrap();
+    assert!(file.fsync().is_err());
+    let errors = file.errors().unwrap();
+    assert_eq!(errors.error.map(|e| e.errno), Some(libc::EIO));
+    assert_eq!(errors.count, 1);
+    assert!(!errors.unseen, "fsync reported it");
+    file.fsync().unwrap();
+    assert_eq!(file.errors().unwrap().dirty_pages, 0);
+}
