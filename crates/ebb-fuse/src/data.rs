@@ -41,6 +41,47 @@ pub(crate) trait DataPath: Send + Sync {
     fn discard(&self, _key: u64) {}
 }
 
+/// A file's line in `ebb stat` (see [`DataFile::report`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FileReport {
+    /// The last write-back error, as text (`None`: none ever).
+    pub(crate) error: Option<String>,
+    /// Write-back errors so far.
+    pub(crate) errors: u64,
+    /// Whether no handle has been told of the last error yet.
+    pub(crate) error_unseen: bool,
+    /// Dirty pages, held ones included.
+    pub(crate) dirty_pages: u64,
+    /// Dirty pages held by an error that will not pass.
+    pub(crate) held_pages: u64,
+    /// Throttle pauses of the handle's writer, and their percentiles in microseconds.
+    pub(crate) pauses: u64,
+    pub(crate) pause_us_p50: u64,
+    pub(crate) pause_us_p99: u64,
+    pub(crate) pause_us_max: u64,
+    /// Time the writer spent paused or waiting, microseconds.
+    pub(crate) stalled_us: u64,
+}
+
+impl FileReport {
+    /// The report as JSON, for the file with node id `ino`.
+    pub(crate) fn to_json(&self, ino: u64) -> serde_json::Value {
+        serde_json::json!({
+            "ino": ino,
+            "error": self.error,
+            "errors": self.errors,
+            "error_unseen": self.error_unseen,
+            "dirty_pages": self.dirty_pages,
+            "held_pages": self.held_pages,
+            "pauses": self.pauses,
+            "pause_us_p50": self.pause_us_p50,
+            "pause_us_p99": self.pause_us_p99,
+            "pause_us_max": self.pause_us_max,
+            "stalled_us": self.stalled_us,
+        })
+    }
+}
+
 /// One handle on a cached file. Reads see every write made through any handle of the file.
 pub(crate) trait DataFile: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
@@ -79,6 +120,11 @@ pub(crate) trait DataFile: Send + Sync {
     /// so while it waits.
     fn fsync_interruptible(&self, _interrupted: Interrupt<'_>) -> io::Result<()> {
         self.fsync()
+    }
+    /// What `ebb stat` shows of this handle's file: write errors, unwritten pages, and this
+    /// handle's throttle pauses. Default: nothing (no cache).
+    fn report(&self) -> Option<FileReport> {
+        None
     }
     /// Makes the cached bytes of `offset..offset + len` zeros, before the backend's range is
     /// punched or zeroed. Default: nothing (no cache).

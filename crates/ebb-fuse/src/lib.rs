@@ -185,7 +185,7 @@ impl Mount {
 
     /// The live stats (JSON), as `ebb stat` shows them.
     pub fn stats_json(&self) -> String {
-        self.files.data.stats_json()
+        self.files.stats_json()
     }
 
     /// From now on every write and namespace change fails with `EROFS`.

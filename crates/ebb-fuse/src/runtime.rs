@@ -11,7 +11,7 @@ use ebb_core::BackendConfig;
 use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File};
 
 use crate::MountConfig;
-use crate::data::{DataFile, DataPath, Interrupt, Opener};
+use crate::data::{DataFile, DataPath, FileReport, Interrupt, Opener};
 
 /// ebb's cache and writeback in front of the backend's files.
 pub(crate) struct EbbData {
@@ -133,6 +133,23 @@ impl DataFile for EbbFile {
 
     fn is_clean(&self) -> bool {
         self.0.is_clean()
+    }
+
+    fn report(&self) -> Option<FileReport> {
+        let errors = self.0.errors().unwrap_or_default();
+        let throttle = self.0.throttle_stats();
+        Some(FileReport {
+            error: errors.error.map(|e| io::Error::from_raw_os_error(e.errno).to_string()),
+            errors: errors.count,
+            error_unseen: errors.unseen,
+            dirty_pages: errors.dirty_pages,
+            held_pages: errors.held_pages,
+            pauses: throttle.pauses,
+            pause_us_p50: throttle.pause_us_p50,
+            pause_us_p99: throttle.pause_us_p99,
+            pause_us_max: throttle.pause_us_max,
+            stalled_us: throttle.stalled_us,
+        })
     }
 
     fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {

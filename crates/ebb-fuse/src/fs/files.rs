@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use fuser::{Errno, FileHandle};
 use parking_lot::Mutex;
 
-use crate::data::{DataFile, DataPath, Opener};
+use crate::data::{DataFile, DataPath, FileReport, Opener};
 use crate::times::FileTimes;
 
 /// A regular file's identity: its namespace `ino` and `generation`.
@@ -98,6 +98,48 @@ impl Files {
         for anchor in anchors {
             let _ = close_anchor(anchor);
         }
+    }
+
+    /// The live stats (the data path's JSON) with a `files` list: each cached file that has
+    /// a handle open here, pages not written or a write error, with its errors, pages and the
+    /// throttle pauses of its open handles (the largest percentiles, the summed counts).
+    pub(crate) fn stats_json(&self) -> String {
+        let stats = self.data.stats_json();
+        let Ok(serde_json::Value::Object(mut stats)) = serde_json::from_str(&stats) else {
+            return stats;
+        };
+        let mut files: std::collections::BTreeMap<FileId, FileReport> = Default::default();
+        let anchors: Vec<(FileId, Arc<Box<dyn DataFile>>)> = self
+            .anchors
+            .lock()
+            .iter()
+            .map(|(&id, anchor)| (id, Arc::clone(&anchor.file)))
+            .collect();
+        for (id, file) in anchors {
+            if let Some(report) = file.report() {
+                files.insert(id, report);
+            }
+        }
+        let handles: Vec<Arc<Handle>> = self.handles.lock().values().cloned().collect();
+        for handle in handles {
+            let (Some(mine), Some(file)) = (handle.file.report(), files.get_mut(&handle.id)) else {
+                continue;
+            };
+            file.pauses += mine.pauses;
+            file.stalled_us += mine.stalled_us;
+            file.pause_us_p50 = file.pause_us_p50.max(mine.pause_us_p50);
+            file.pause_us_p99 = file.pause_us_p99.max(mine.pause_us_p99);
+            file.pause_us_max = file.pause_us_max.max(mine.pause_us_max);
+        }
+        let open: std::collections::BTreeSet<FileId> =
+            self.handles.lock().values().map(|handle| handle.id).collect();
+        let list: Vec<serde_json::Value> = files
+            .iter()
+            .filter(|(id, file)| open.contains(id) || file.dirty_pages > 0 || file.errors > 0)
+            .map(|(id, file)| file.to_json(id.0))
+            .collect();
+        stats.insert("files".to_owned(), serde_json::Value::Array(list));
+        serde_json::to_string_pretty(&stats).unwrap_or(String::new())
     }
 
     /// The size ebb knows for the file `id`, if it caches it (`open` opens its data path if

@@ -63,6 +63,15 @@ fn a_drain_after_a_recovered_error_succeeds() {
     file.write_all(&data).unwrap();
     let error = file.sync_all().expect_err("8 MiB cannot fit in 4 MiB");
     assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+    // ebb stat shows the file, its error and its unwritten pages.
+    let stats: serde_json::Value =
+        serde_json::from_str(&ebb_fuse::read_stats(&fx.mnt).unwrap()).unwrap();
+    let files = stats["files"].as_array().expect("a files list");
+    assert_eq!(files.len(), 1, "{stats}");
+    assert!(files[0]["error"].as_str().unwrap().contains("No space left"), "{stats}");
+    assert!(files[0]["errors"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(files[0]["dirty_pages"].as_u64().unwrap() > 0, "{stats}");
+    assert!(files[0]["pause_us_p99"].is_u64(), "{stats}");
     std::fs::remove_file(filler).unwrap();
     file.sync_all().expect("with space freed, fsync writes the held pages");
     drop(file);
