@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 
 use clap::{Args, Parser, Subcommand};
+use ebb_core::config::{self, Knob, Setting};
 use ebb_sim::reproduce::{self, Options, Outcome, Progress, ReproduceError};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -99,52 +100,14 @@ struct MountArgs {
     /// Memory budget of the cache, e.g. 4GiB.
     #[arg(long)]
     memory: Option<String>,
-    /// Hard dirty threshold, % of dirtyable memory.
-    #[arg(long = "dirty_ratio", alias = "dirty-ratio")]
-    dirty_ratio: Option<u32>,
-    /// Hard dirty threshold in bytes (takes precedence over dirty_ratio).
-    #[arg(long = "dirty_bytes", alias = "dirty-bytes")]
-    dirty_bytes: Option<String>,
-    /// Background writeback threshold, %.
-    #[arg(long = "dirty_background_ratio", alias = "dirty-background-ratio")]
-    dirty_background_ratio: Option<u32>,
-    /// Background writeback threshold in bytes.
-    #[arg(long = "dirty_background_bytes", alias = "dirty-background-bytes")]
-    dirty_background_bytes: Option<String>,
-    /// Age at which dirty data is written by periodic writeback, 1/100 s.
-    #[arg(long = "dirty_expire_centisecs", alias = "dirty-expire-centisecs")]
-    dirty_expire_centisecs: Option<u32>,
-    /// Periodic flusher wakeup interval, 1/100 s.
-    #[arg(long = "dirty_writeback_centisecs", alias = "dirty-writeback-centisecs")]
-    dirty_writeback_centisecs: Option<u32>,
-    /// Guaranteed share of the dirty threshold, %.
-    #[arg(long = "min_ratio", alias = "min-ratio")]
-    min_ratio: Option<u32>,
-    /// Cap on the share of the dirty threshold, %.
-    #[arg(long = "max_ratio", alias = "max-ratio")]
-    max_ratio: Option<u32>,
-    /// Throttle on the backend's own share.
-    #[arg(long = "strict_limit", alias = "strict-limit")]
-    strict_limit: bool,
-    /// wbt read-latency target, microseconds.
-    #[arg(long = "wbt_lat_usec", alias = "wbt-lat-usec")]
-    wbt_lat_usec: Option<u64>,
-    /// Writer throttling: legacy | bandwidth-2010 | ioless.
-    #[arg(long)]
-    throttle: Option<String>,
-    /// Writeback throttling: off | on.
-    #[arg(long)]
-    wbt: Option<String>,
-    /// Reclaim: legacy | flusher-only.
-    #[arg(long)]
-    reclaim: Option<String>,
-    /// Unstable page accounting: legacy-2020 | fixed.
-    #[arg(long = "unstable_accounting", alias = "unstable-accounting")]
-    unstable_accounting: Option<String>,
+    /// One flag per knob of the registry (`--dirty_ratio 10`, `--wbt off`, `--strict_limit`),
+    /// also spelled with dashes (`--dirty-ratio`).
+    #[command(flatten)]
+    knob_flags: KnobFlags,
     /// Any knob by its kernel name, e.g. `--knob dirty_ratio=10` (repeatable; applied after
-    /// the named options above).
-    #[arg(long, value_name = "NAME=VALUE")]
-    knob: Vec<String>,
+    /// the knob flags). Sizes: 64M or 64MiB is 64 MiB, 64MB is 64,000,000 bytes.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = knob_setting)]
+    knob: Vec<Setting>,
     /// Serve file data with plain buffered IO on DIR instead of through ebb (for comparisons).
     #[arg(long, hide = true)]
     passthrough: bool,
@@ -172,8 +135,8 @@ enum BenchCommand {
         warmup: String,
         /// A knob by its kernel name, e.g. `--knob dirty_background_bytes=64M`, or ebb's
         /// `initial_write_bandwidth=2G` (repeatable).
-        #[arg(long)]
-        knob: Vec<String>,
+        #[arg(long, value_name = "NAME=VALUE", value_parser = knob_setting)]
+        knob: Vec<Setting>,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -198,8 +161,8 @@ enum BenchCommand {
         memory: String,
         /// A knob for the ebb modes by its kernel name, e.g. `--knob wbt_lat_usec=2000`
         /// (repeatable; `wbt` itself is set by each mode).
-        #[arg(long)]
-        knob: Vec<String>,
+        #[arg(long, value_name = "NAME=VALUE", value_parser = knob_setting)]
+        knob: Vec<Setting>,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -337,9 +300,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A size argument (`4GiB`, `512M`, `1048576`).
+/// A size argument (`4GiB`, `512M`, `1048576`; `ebb_core::config::size` says the units).
 fn size_arg(flag: &str, value: &str) -> anyhow::Result<u64> {
-    ebb_core::config::parse_bytes(flag, value).map_err(|e| Usage(e.to_string()).into())
+    config::parse_size(value).map_err(|reason| Usage(format!("{flag}: {reason}")).into())
 }
 
 /// A usage error (exit code 2).
@@ -360,16 +323,83 @@ fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> 
     Ok(())
 }
 
-/// `--knob NAME=VALUE` arguments.
-fn parse_knobs(args: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    let mut knobs = Vec::new();
-    for k in args {
-        let Some((name, value)) = k.split_once('=') else {
-            return Err(Usage(format!("--knob {k:?}: expected NAME=VALUE")).into());
-        };
-        knobs.push((name.trim().to_owned(), value.trim().to_owned()));
+/// `--knob NAME=VALUE`, parsed and checked by the knob registry.
+fn knob_setting(text: &str) -> Result<Setting, String> {
+    config::parse_setting(text).map_err(|error| error.to_string())
+}
+
+/// Settings as the name and value texts the runtime's `Builder::knob` takes.
+fn knob_texts(settings: &[Setting]) -> Vec<(String, String)> {
+    settings
+        .iter()
+        .map(|setting| {
+            let knob = setting.knob();
+            (knob.name.to_owned(), knob.render(setting.value()))
+        })
+        .collect()
+}
+
+/// One `--<knob>` flag per knob of the registry (but `memory_bytes`, which is `--memory`),
+/// generated at start, with the knob's doc as help; the settings in registry order.
+#[derive(Debug, Default)]
+struct KnobFlags(Vec<Setting>);
+
+impl KnobFlags {
+    fn knobs() -> impl Iterator<Item = &'static Knob> {
+        config::knobs().iter().filter(|knob| knob.name != "memory_bytes")
     }
-    Ok(knobs)
+}
+
+impl clap::FromArgMatches for KnobFlags {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let settings = KnobFlags::knobs()
+            .filter_map(|knob| matches.get_one::<Setting>(knob.name).cloned())
+            .collect();
+        Ok(KnobFlags(settings))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = KnobFlags::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for KnobFlags {
+    fn augment_args(mut command: clap::Command) -> clap::Command {
+        for knob in KnobFlags::knobs() {
+            let value_name = match knob.kind {
+                config::Kind::Number { .. } => "N",
+                config::Kind::Bytes { .. } => "SIZE",
+                config::Kind::Bool => "BOOL",
+                config::Kind::Choice(_) => "NAME",
+                config::Kind::Sizes { .. } => "SIZE,...",
+            };
+            let range = match knob.unit {
+                "" => knob.kind.range_text(),
+                unit => format!("{unit}; {}", knob.kind.range_text()),
+            };
+            let mut arg = clap::Arg::new(knob.name)
+                .long(knob.name)
+                .help_heading("Knobs (ebb_core::config's table)")
+                .help(format!("{} [{range}]", knob.summary()))
+                .value_name(value_name)
+                .value_parser(move |text: &str| knob.parse(text).map_err(|e| e.to_string()));
+            if knob.name.contains('_') {
+                arg = arg.alias(knob.name.replace('_', "-").leak() as &'static str);
+            }
+            if knob.kind == config::Kind::Bool {
+                // `--strict_limit` alone turns it on; a value needs `=` so that the
+                // mountpoint after it is not taken for one.
+                arg = arg.num_args(0..=1).require_equals(true).default_missing_value("1");
+            }
+            command = command.arg(arg);
+        }
+        command
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        KnobFlags::augment_args(command)
+    }
 }
 
 fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -383,14 +413,14 @@ fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 block: 1 << 20,
                 rounds,
                 warmup: size_arg("--warmup", &warmup)?,
-                knobs: parse_knobs(&knob)?,
+                knobs: knob_texts(&knob),
             };
             let result = bench::stream(&opts)?;
             print_json(&result, json.as_deref())?;
         }
         BenchCommand::ReadUnderWrite { dir, seconds, rounds, read_size, memory, knob, json } => {
             let opts = bench::ReadUnderWriteOptions {
-                knobs: parse_knobs(&knob)?,
+                knobs: knob_texts(&knob),
                 dir,
                 seconds: seconds.max(1) as f64,
                 read_file_size: size_arg("--read-size", &read_size)?,
@@ -490,32 +520,16 @@ fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
         Some(text) => Some(size_arg("--memory", text)?),
         None => None,
     };
-    let mut knobs: Vec<(String, String)> = Vec::new();
-    let mut named = |name: &str, value: Option<String>| {
-        if let Some(value) = value {
-            knobs.push((name.to_owned(), value));
+    let mut memory = memory;
+    let mut settings = args.knob_flags.0;
+    for setting in args.knob {
+        // `memory_bytes` is the mount's `--memory`, which the mount checks against the machine.
+        match (setting.knob().name, setting.value()) {
+            ("memory_bytes", config::Value::Number(bytes)) => memory = Some(*bytes),
+            _ => settings.push(setting),
         }
-    };
-    named("dirty_ratio", args.dirty_ratio.map(|v| v.to_string()));
-    named("dirty_bytes", args.dirty_bytes);
-    named("dirty_background_ratio", args.dirty_background_ratio.map(|v| v.to_string()));
-    named("dirty_background_bytes", args.dirty_background_bytes);
-    named("dirty_expire_centisecs", args.dirty_expire_centisecs.map(|v| v.to_string()));
-    named("dirty_writeback_centisecs", args.dirty_writeback_centisecs.map(|v| v.to_string()));
-    named("min_ratio", args.min_ratio.map(|v| v.to_string()));
-    named("max_ratio", args.max_ratio.map(|v| v.to_string()));
-    named("strict_limit", args.strict_limit.then(|| "1".to_owned()));
-    named("wbt_lat_usec", args.wbt_lat_usec.map(|v| v.to_string()));
-    named("throttle", args.throttle);
-    named("wbt", args.wbt);
-    named("reclaim", args.reclaim);
-    named("unstable_accounting", args.unstable_accounting);
-    for knob in &args.knob {
-        let Some((name, value)) = knob.split_once('=') else {
-            return Err(Usage(format!("--knob {knob:?}: expected NAME=VALUE")).into());
-        };
-        knobs.push((name.trim().to_owned(), value.trim().to_owned()));
     }
+    let knobs = knob_texts(&settings);
     Ok(ebb_fuse::MountConfig {
         mountpoint: args.mountpoint,
         memory,
@@ -526,4 +540,74 @@ fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
             ebb_fuse::DataMode::Ebb
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount_args(args: &[&str]) -> MountArgs {
+        let argv = ["ebb", "mount", "--backend", "/srv"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+            Command::Mount(args) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every knob has its flag (dashes or underscores), a flag alone turns a boolean on, the
+    /// `--knob` list comes after the flags, and sizes follow the one convention (64MB is
+    /// 64,000,000 bytes, 64M is 64 MiB).
+    #[test]
+    fn knob_flags_come_from_the_registry() {
+        let args = mount_args(&[
+            "--strict-limit",
+            "/mnt",
+            "--dirty_bytes",
+            "64MB",
+            "--wbt-lat-usec",
+            "5000",
+            "--knob",
+            "dirty_background_bytes=64M",
+            "--knob",
+            "memory_bytes=1GiB",
+        ]);
+        let config = mount_config(args).expect("valid");
+        assert_eq!(config.memory, Some(1 << 30));
+        let knobs: Vec<(&str, &str)> =
+            config.knobs.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            knobs,
+            [
+                ("dirty_bytes", "64000000"),
+                ("strict_limit", "1"),
+                ("wbt_lat_usec", "5000"),
+                ("dirty_background_bytes", "64MiB"),
+            ]
+        );
+        for knob in config::knobs().iter().filter(|knob| knob.name != "memory_bytes") {
+            let value = match (knob.default_value(), knob.kind) {
+                (Some(value), _) => knob.render(&value),
+                (None, config::Kind::Number { min, .. } | config::Kind::Bytes { min, .. }) => {
+                    min.to_string()
+                }
+                (None, kind) => panic!("{} has no default and a {kind:?}", knob.name),
+            };
+            let flag = format!("--{}={value}", knob.name);
+            mount_args(&[&flag, "/mnt"]);
+        }
+    }
+
+    /// A bad value or an unknown knob is a usage error naming the knob and what it takes.
+    #[test]
+    fn bad_knobs_are_usage_errors() {
+        let argv = ["ebb", "mount", "--backend", "/srv", "/mnt", "--knob", "dirty_bytes=64mb"];
+        let error = Cli::try_parse_from(argv).expect_err("64mb is refused");
+        assert!(error.to_string().contains("powers of 1000"), "{error}");
+        let argv = ["ebb", "mount", "--backend", "/srv", "/mnt", "--dirty_ratio", "150"];
+        let error = Cli::try_parse_from(argv).expect_err("150% is refused");
+        assert!(error.to_string().contains("0..=100"), "{error}");
+        let argv = ["ebb", "mount", "--backend", "/srv", "/mnt", "--knob", "dirty_ration=5"];
+        let error = Cli::try_parse_from(argv).expect_err("unknown knob");
+        assert!(error.to_string().contains("unknown knob"), "{error}");
+    }
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ebb_backend::{Backend, BackendFile, DirBackend, OpenOptions};
+use ebb_core::config::Setting;
 use ebb_core::{BackendConfig, BackendId, Config, ConfigError, Engine, Event, PAGE_SIZE, WriterId};
 use parking_lot::Mutex;
 
@@ -45,7 +46,7 @@ use shared::{BackendSlot, FileKey, FileState, Shared, from_io_error, handle_id};
 /// Builds an [`Ebb`]: memory budget, kernel knobs, backends.
 pub struct Builder {
     memory: u64,
-    knobs: Vec<(String, String)>,
+    knobs: Vec<Setting>,
     backends: Vec<(String, Arc<dyn Backend>, BackendConfig)>,
     io_threads: usize,
 }
@@ -71,16 +72,20 @@ impl Builder {
         self
     }
 
-    /// Sets a knob by its kernel name (`dirty_ratio`, `dirty_bytes`, `dirty_background_ratio`,
-    /// `dirty_background_bytes`, `dirty_expire_centisecs`, `dirty_writeback_centisecs`,
-    /// `throttle`, `reclaim`, `unstable_accounting`, and the per-backend `min_ratio`,
-    /// `max_ratio`, `strict_limit`, `wbt`, `wbt_lat_usec`, ... applied to every backend). A
-    /// malformed value or unknown name is refused here; impossible combinations at `build`.
-    pub fn knob(mut self, name: &str, value: &str) -> Result<Builder, ConfigError> {
-        let mut probe = Config::new(self.memory.max(4 << 20), BackendConfig::new("probe"));
-        probe.set_knob(name, value)?;
-        self.knobs.push((name.to_owned(), value.to_owned()));
-        Ok(self)
+    /// Sets a knob by its kernel name: any knob of the registry (`ebb_core::config::knobs`:
+    /// `dirty_ratio`, `dirty_bytes`, `throttle`, ..., and the per-backend `max_ratio`, `wbt`,
+    /// `wbt_lat_usec`, ... applied to every backend); sizes as `ebb_core::config::size` says
+    /// (`64M` is 64 MiB, `64MB` 64,000,000 bytes). An unknown name or a malformed or
+    /// out-of-range value is refused here; impossible combinations at `build`. Knobs apply in
+    /// order, after the builder's other settings (`memory_bytes` replaces [`Builder::memory`]).
+    pub fn knob(self, name: &str, value: &str) -> Result<Builder, ConfigError> {
+        Ok(self.setting(ebb_core::config::knob(name)?.parse(value)?))
+    }
+
+    /// Sets a knob to a value already parsed and checked by the registry (`Knob::parse`).
+    pub fn setting(mut self, setting: Setting) -> Builder {
+        self.knobs.push(setting);
+        self
     }
 
     /// Adds a backend; the first one is the default of [`Ebb::open`].
@@ -192,8 +197,8 @@ impl Builder {
         for bc in &mut config.backends {
             bc.queue_depth = bc.queue_depth.min(slots_max);
         }
-        for (name, value) in &self.knobs {
-            config.set_knob(name, value).map_err(config_error)?;
+        for setting in &self.knobs {
+            setting.apply(&mut config);
         }
         config.validate().map_err(config_error)?;
         let clock = std::time::Instant::now();

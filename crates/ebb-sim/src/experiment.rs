@@ -1,8 +1,9 @@
 //! Experiment files: the TOML that describes one published result to reproduce, and its
 //! expansion into [`RunSpec`]s.
 //!
-//! An experiment compares the values of one policy knob (`compare`, its `variants`) on one or
-//! more cases (memory, devices, engine knobs, workloads). Every case runs once per variant, and
+//! An experiment compares the values of one knob (`compare`, its `variants`; any knob of the
+//! registry, `ebb_core::config::knobs`) on one or more cases (memory, devices, engine knobs,
+//! workloads). Every case runs once per variant, and
 //! each run is named `<case>/<variant>` (product brief, "summary.json"). The file also carries
 //! what the posting published (`[[published]]`) and what must hold in ours (`[[check]]`), as
 //! data, so the report and the test suite judge every experiment the same way.
@@ -11,7 +12,7 @@
 //! title = "IO-less dirty throttling"
 //! description = "dd 10 GiB to a 2010 SATA disk with 4 GiB of memory."
 //! reproduces = "000_43a84c2805ae2347.txt: Wu Fengguang, IO-less balance_dirty_pages(), 2010"
-//! compare = "throttle"                      # throttle | reclaim | unstable_accounting | wbt
+//! compare = "throttle"                      # any knob: throttle, wbt, dirty_ratio, ...
 //! variants = ["legacy", "bandwidth-2010", "ioless"]
 //! seed = 1                                  # optional; `ebb sim --seed` replaces it
 //!
@@ -21,17 +22,14 @@
 //! time_limit = "400s"
 //! steady_from = "20s"                       # optional, default 0s
 //! sample_interval = "100ms"                 # optional, default 100ms
-//! knobs = { hz = 250, nr_cpus = 4, dirty_ratio = 20 }
-//! # optional: zones = ["16MiB", "4GiB"], the memory addresses where each lower zone ends
-//! # (Config::zone_bounds_bytes; default one zone); kswapd_scan_ns = 2000, kswapd's virtual
-//! # CPU time per page scanned (default 0: kswapd balances instantly)
+//! knobs = { hz = 250, nr_cpus = 4, dirty_ratio = 20 }   # any global knob of the registry,
+//! # e.g. zone_bounds_bytes = ["16MiB", "4GiB"], kswapd_scan_ns = 2000
 //!
 //! [[case.backend]]
 //! name = "sda"
 //! device = "sata-2010"                      # a device::MODEL_NAMES entry
 //! device_overrides = { transfer_mb_per_s = 80.0 }   # optional
-//! # optional per-backend knobs: min_ratio, max_ratio, strict_limit, queue_depth,
-//! # max_write_pages, rotational, write_cache, wbt, wbt_lat_usec, wbt_window_usec
+//! # optional: any per-backend knob of the registry (max_ratio, wbt_lat_usec, queue_depth, ...)
 //!
 //! [[case.workload]]
 //! kind = "dd"                               # dd | cp | randread | fsmark | mmap-strm | anon-churn
@@ -62,10 +60,20 @@
 //!
 //! # Values
 //!
-//! Sizes are TOML integers (bytes) or strings with a unit, following dd: `K`, `M`, `G`, `T`
-//! and `KiB`, `MiB`, `GiB`, `TiB` are powers of 1024; `kB`, `MB`, `GB`, `TB` powers of 1000;
-//! `B` or no unit is bytes (`"4GiB"`, `"512M"`, `"1.5GiB"`). Durations are strings with a unit:
-//! `ns`, `us`, `ms`, `s`, `min` (`"10s"`, `"500ms"`). Knobs keep the kernel's names and units.
+//! Sizes are TOML integers (bytes) or strings with a unit, read by `ebb_core::config::size`
+//! (coreutils' convention): `K`, `M`, `G`, `T` in either case, optionally followed by `iB`,
+//! are powers of 1024; `KB` (or `kB`), `MB`, `GB`, `TB` powers of 1000; no unit is bytes
+//! (`"4GiB"`, `"512M"`, `"1.5GiB"`, `"1000MB"`). Durations are strings with a unit: `ns`,
+//! `us`, `ms`, `s`, `min` (`"10s"`, `"500ms"`). Knobs keep the kernel's names and units; a
+//! knob's value is written as TOML (an integer, a boolean, a string, an array of sizes) or as
+//! the text `--knob` takes.
+//!
+//! # Variants
+//!
+//! Each variant is a value of the compared knob, applied to every case (a per-backend knob to
+//! every backend). Its run-name label is the value itself for a policy (`ioless`,
+//! `legacy-2020`), and `<knob>-<value>` otherwise (`wbt-on`, `dirty_ratio-10`); a variant may
+//! be written with that prefix. The compared knob cannot also be set by a case.
 //!
 //! # Check expressions
 //!
@@ -94,12 +102,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-use ebb_core::{
-    BackendConfig, Config, ConfigError, Duration, ReclaimPolicy, ThrottlePolicy,
-    UnstableAccounting, WbtMode,
-};
+use ebb_core::config::{self, Kind, Knob, Scope, Setting};
+use ebb_core::{BackendConfig, Config, ConfigError, Duration};
 use serde::Deserialize;
 
 use crate::device::{self, DeviceParams};
@@ -164,7 +169,7 @@ struct RawExperiment {
     description: String,
     reproduces: String,
     compare: String,
-    variants: Vec<String>,
+    variants: Vec<toml::Value>,
     seed: Option<u64>,
     #[serde(rename = "case")]
     cases: Vec<RawCase>,
@@ -184,52 +189,25 @@ struct RawCase {
     steady_from: Option<toml::Value>,
     sample_interval: Option<toml::Value>,
     #[serde(default)]
-    knobs: RawKnobs,
+    knobs: toml::Table,
     #[serde(rename = "backend")]
     backends: Vec<RawBackend>,
     #[serde(rename = "workload")]
     workloads: Vec<RawWorkload>,
 }
 
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawKnobs {
-    hz: Option<u64>,
-    nr_cpus: Option<u32>,
-    dirty_ratio: Option<u32>,
-    dirty_bytes: Option<toml::Value>,
-    dirty_background_ratio: Option<u32>,
-    dirty_background_bytes: Option<toml::Value>,
-    dirty_expire_centisecs: Option<u32>,
-    dirty_writeback_centisecs: Option<u32>,
-    min_free_kbytes: Option<u64>,
-    watermark_scale_factor: Option<u32>,
-    zones: Option<Vec<toml::Value>>,
-    kswapd_scan_ns: Option<u64>,
-    throttle: Option<String>,
-    reclaim: Option<String>,
-    unstable_accounting: Option<String>,
-}
-
+/// A `[[case.backend]]`: its device, and per-backend knobs by name (checked against the
+/// registry when the case is built, so an unknown key is refused there).
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawBackend {
     name: String,
     device: String,
     #[serde(default)]
     device_overrides: toml::Table,
-    min_ratio: Option<u32>,
-    max_ratio: Option<u32>,
-    strict_limit: Option<bool>,
-    queue_depth: Option<u32>,
-    max_write_pages: Option<u32>,
-    rotational: Option<bool>,
-    write_cache: Option<bool>,
-    wbt: Option<String>,
-    wbt_lat_usec: Option<u64>,
-    wbt_window_usec: Option<u64>,
     /// Anonymous memory is swapped out to this backend (at most one per case).
     swap: Option<bool>,
+    #[serde(flatten)]
+    knobs: toml::Table,
 }
 
 #[derive(Deserialize)]
@@ -299,7 +277,7 @@ pub struct Experiment {
     /// The posting it reproduces.
     pub reproduces: String,
     /// The knob whose values are compared.
-    pub compare: Knob,
+    pub compare: &'static Knob,
     /// The values compared, in file order.
     pub variants: Vec<Variant>,
     /// The global seed (file `seed`, default 1).
@@ -314,89 +292,31 @@ pub struct Experiment {
     pub checks: Vec<Check>,
 }
 
-/// The policy knob an experiment compares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Knob {
-    /// `throttle = legacy | bandwidth-2010 | ioless`.
-    Throttle,
-    /// `reclaim = legacy | flusher-only`.
-    Reclaim,
-    /// `unstable_accounting = legacy-2020 | fixed`.
-    UnstableAccounting,
-    /// `wbt = off | on` on every backend; variants are named `wbt-off`, `wbt-on`.
-    Wbt,
-}
-
-impl Knob {
-    /// The knob's name in files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Knob::Throttle => "throttle",
-            Knob::Reclaim => "reclaim",
-            Knob::UnstableAccounting => "unstable_accounting",
-            Knob::Wbt => "wbt",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Knob> {
-        [Knob::Throttle, Knob::Reclaim, Knob::UnstableAccounting, Knob::Wbt]
-            .into_iter()
-            .find(|knob| knob.name() == name)
-    }
-
-    /// Parses one variant as written in the file into its run-name label and setting.
-    fn variant(self, text: &str) -> Result<Variant, ConfigError> {
-        let setting = match self {
-            Knob::Throttle => Setting::Throttle(text.parse()?),
-            Knob::Reclaim => Setting::Reclaim(text.parse()?),
-            Knob::UnstableAccounting => Setting::UnstableAccounting(text.parse()?),
-            Knob::Wbt => Setting::Wbt(text.strip_prefix("wbt-").unwrap_or(text).parse()?),
-        };
-        let label = match setting {
-            Setting::Wbt(mode) => format!("wbt-{}", mode.name()),
-            _ => text.to_owned(),
-        };
-        Ok(Variant { label, setting })
-    }
-}
-
-impl fmt::Display for Knob {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// One value of the compared knob.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Variant {
-    /// The run-name component: the policy's name (`ioless`, `wbt-on`).
+    /// The run-name component (`ioless`, `wbt-on`, `dirty_ratio-10`).
     pub label: String,
-    /// The setting it applies.
+    /// The setting it applies to every case.
     pub setting: Setting,
 }
 
-/// A value of the compared knob, applied to a case's configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Setting {
-    /// Writer throttling policy.
-    Throttle(ThrottlePolicy),
-    /// Reclaim policy.
-    Reclaim(ReclaimPolicy),
-    /// Unstable page accounting.
-    UnstableAccounting(UnstableAccounting),
-    /// wbt on every backend.
-    Wbt(WbtMode),
-}
-
-impl Setting {
-    /// Sets this value in `config`.
-    pub fn apply(self, config: &mut Config) {
-        match self {
-            Setting::Throttle(policy) => config.throttle = policy,
-            Setting::Reclaim(policy) => config.reclaim = policy,
-            Setting::UnstableAccounting(policy) => config.unstable_accounting = policy,
-            Setting::Wbt(mode) => config.backends.iter_mut().for_each(|b| b.wbt = mode),
+impl Variant {
+    /// Parses one variant as written in the file into its label and setting.
+    fn parse(knob: &'static Knob, value: &toml::Value) -> Result<Variant, String> {
+        let text = knob_text(value)?;
+        let prefix = format!("{}-", knob.name);
+        let bare = text.strip_prefix(&prefix).unwrap_or(&text);
+        let setting = knob.parse(bare).map_err(|error| error.reason)?;
+        let names_itself = matches!(knob.kind, Kind::Choice(_)) && !matches!(bare, "on" | "off");
+        let label = if names_itself { bare.to_owned() } else { format!("{prefix}{bare}") };
+        if !is_plain_name(&label) {
+            return Err(format!(
+                "{text:?} cannot name a run; variants of {} are single values",
+                knob.name
+            ));
         }
+        Ok(Variant { label, setting })
     }
 }
 
@@ -658,9 +578,13 @@ pub fn run_seed(seed: u64, name: &str) -> u64 {
 }
 
 /// Maps a [`ConfigError`]'s knob to the key of the file that set it.
-fn config_key(case_key: &str, variant_index: usize, compare: Knob, error: &ConfigError) -> String {
+fn config_key(case_key: &str, variant_index: usize, compare: &Knob, error: &ConfigError) -> String {
     let knob = error.knob.as_str();
-    if knob == compare.name() {
+    if knob == compare.name
+        || knob
+            .strip_prefix("backends[")
+            .is_some_and(|rest| rest.split_once("].").is_some_and(|(_, name)| name == compare.name))
+    {
         return format!("variants[{variant_index}]");
     }
     if let Some(rest) = knob.strip_prefix("backends[") {
@@ -670,7 +594,6 @@ fn config_key(case_key: &str, variant_index: usize, compare: Knob, error: &Confi
         "memory_bytes" => format!("{case_key}.memory"),
         "backends" => format!("{case_key}.backend"),
         "min_ratio" => format!("{case_key}.backend"),
-        "zone_bounds_bytes" => format!("{case_key}.knobs.zones"),
         _ => format!("{case_key}.knobs.{knob}"),
     }
 }
@@ -735,25 +658,18 @@ fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, ExperimentError>
     if !is_plain_name(&name) {
         return err("name", format!("{name:?} is not made of letters, digits, '.', '_' and '-'"));
     }
-    let Some(compare) = Knob::parse(&raw.compare) else {
-        return err(
-            "compare",
-            format!(
-                "unknown knob {:?}; expected one of throttle, reclaim, unstable_accounting, wbt",
-                raw.compare
-            ),
-        );
-    };
+    let compare = config::knob(&raw.compare).map_err(|error| {
+        ExperimentError::new(path, "compare", format!("{:?}: {}", raw.compare, error.reason))
+    })?;
     if raw.variants.is_empty() {
         return err("variants", "at least one variant is needed".to_owned());
     }
     let mut variants: Vec<Variant> = Vec::new();
-    for (i, text) in raw.variants.iter().enumerate() {
-        let variant = compare
-            .variant(text)
-            .map_err(|error| ExperimentError::new(path, format!("variants[{i}]"), error.reason))?;
+    for (i, value) in raw.variants.iter().enumerate() {
+        let variant = Variant::parse(compare, value)
+            .map_err(|reason| ExperimentError::new(path, format!("variants[{i}]"), reason))?;
         if variants.iter().any(|v| v.label == variant.label) {
-            return err(&format!("variants[{i}]"), format!("{text:?} is listed twice"));
+            return err(&format!("variants[{i}]"), format!("{} is listed twice", variant.label));
         }
         variants.push(variant);
     }
@@ -831,7 +747,7 @@ fn is_plain_name(name: &str) -> bool {
 fn build_case(
     path: &Path,
     index: usize,
-    compare: Knob,
+    compare: &Knob,
     raw: RawCase,
 ) -> Result<Case, ExperimentError> {
     let case_key = format!("case[{index}]");
@@ -873,9 +789,6 @@ fn build_case(
         if backends.iter().any(|existing: &BackendConfig| existing.name == raw_backend.name) {
             return Err(fail(&bkey("name"), format!("{:?} is used twice", raw_backend.name)));
         }
-        if compare == Knob::Wbt && raw_backend.wbt.is_some() {
-            return Err(fail(&bkey("wbt"), compared_reason(compare)));
-        }
         let model = &raw_backend.device;
         let built = device::by_name_with_overrides(model, 0, &raw_backend.device_overrides)
             .map_err(|error| {
@@ -907,20 +820,13 @@ fn build_case(
             backend.max_write_pages = (p.wsize_bytes / ebb_core::PAGE_SIZE) as u32;
             backend.queue_depth = 65_536;
         }
-        backend.rotational = raw_backend.rotational.unwrap_or(rotational);
-        backend.write_cache = raw_backend.write_cache.unwrap_or(write_cache);
+        backend.rotational = rotational;
+        backend.write_cache = write_cache;
         backend.hw_queue_depth = hw_queue_depth.max(1);
-        set(&mut backend.min_ratio, raw_backend.min_ratio);
-        set(&mut backend.max_ratio, raw_backend.max_ratio);
-        set(&mut backend.strict_limit, raw_backend.strict_limit);
-        set(&mut backend.queue_depth, raw_backend.queue_depth);
-        set(&mut backend.max_write_pages, raw_backend.max_write_pages);
-        set(&mut backend.wbt_window_usec, raw_backend.wbt_window_usec);
-        if let Some(lat) = raw_backend.wbt_lat_usec {
-            backend.wbt_lat_usec = Some(lat);
-        }
-        if let Some(text) = &raw_backend.wbt {
-            backend.wbt = text.parse().map_err(|e: ConfigError| fail(&bkey("wbt"), e.reason))?;
+        for setting in knob_settings(&raw_backend.knobs, Scope::Backend, compare)
+            .map_err(|(key, reason)| fail(&bkey(&key), reason))?
+        {
+            setting.apply_backend(&mut backend).map_err(|e| fail(&bkey(&e.knob), e.reason))?;
         }
         backends.push(backend);
         devices.push(DeviceSpec {
@@ -939,7 +845,11 @@ fn build_case(
     let mut config = Config::new(memory_bytes, first);
     config.backends.extend(backends_iter);
     config.swap_backend = swaps.first().copied();
-    apply_knobs(path, &case_key, compare, &raw.knobs, &mut config)?;
+    for setting in knob_settings(&raw.knobs, Scope::Global, compare)
+        .map_err(|(key, reason)| fail(&format!("knobs.{key}"), reason))?
+    {
+        setting.apply(&mut config);
+    }
 
     let mut workloads = Vec::new();
     for (w, raw_workload) in raw.workloads.iter().enumerate() {
@@ -961,69 +871,50 @@ fn build_case(
     })
 }
 
-fn set<T>(target: &mut T, value: Option<T>) {
-    if let Some(value) = value {
-        *target = value;
-    }
-}
-
-fn compared_reason(knob: Knob) -> String {
-    format!("`{knob}` is the compared knob (`compare`); its values come from `variants`")
-}
-
-fn apply_knobs(
-    path: &Path,
-    case_key: &str,
-    compare: Knob,
-    knobs: &RawKnobs,
-    config: &mut Config,
-) -> Result<(), ExperimentError> {
-    let fail = |knob: &str, reason: String| {
-        ExperimentError::new(path, format!("{case_key}.knobs.{knob}"), reason)
-    };
-    set(&mut config.hz, knobs.hz);
-    set(&mut config.nr_cpus, knobs.nr_cpus);
-    set(&mut config.dirty_ratio, knobs.dirty_ratio);
-    set(&mut config.dirty_background_ratio, knobs.dirty_background_ratio);
-    set(&mut config.dirty_expire_centisecs, knobs.dirty_expire_centisecs);
-    set(&mut config.dirty_writeback_centisecs, knobs.dirty_writeback_centisecs);
-    set(&mut config.watermark_scale_factor, knobs.watermark_scale_factor);
-    set(&mut config.kswapd_scan_ns, knobs.kswapd_scan_ns);
-    if let Some(kbytes) = knobs.min_free_kbytes {
-        config.min_free_kbytes = Some(kbytes);
-    }
-    if let Some(bounds) = &knobs.zones {
-        config.zone_bounds_bytes = bounds
-            .iter()
-            .enumerate()
-            .map(|(i, v)| size_value(v).map_err(|r| fail(&format!("zones[{i}]"), r)))
-            .collect::<Result<_, _>>()?;
-    }
-    if let Some(value) = &knobs.dirty_bytes {
-        config.dirty_bytes = size_value(value).map_err(|r| fail("dirty_bytes", r))?;
-    }
-    if let Some(value) = &knobs.dirty_background_bytes {
-        config.dirty_background_bytes =
-            size_value(value).map_err(|r| fail("dirty_background_bytes", r))?;
-    }
-    let policy = |name: &str, text: &Option<String>| -> Result<Option<String>, ExperimentError> {
-        match text {
-            Some(_) if compare.name() == name => Err(fail(name, compared_reason(compare))),
-            other => Ok(other.clone()),
+/// The knobs of a table (a case's `knobs`, or a backend's keys besides its device), parsed by
+/// the registry; every key must be a knob of `scope` other than the compared one. Errors give
+/// the key and the reason.
+fn knob_settings(
+    table: &toml::Table,
+    scope: Scope,
+    compare: &Knob,
+) -> Result<Vec<Setting>, (String, String)> {
+    let mut settings = Vec::new();
+    for (name, value) in table {
+        let fail = |reason: String| (name.clone(), reason);
+        let knob = config::knob(name).map_err(|error| fail(error.reason))?;
+        if knob.scope != scope {
+            return Err(fail(match scope {
+                Scope::Global => "a per-backend knob: set it in [[case.backend]]".to_owned(),
+                Scope::Backend => "a cache knob: set it in the case's knobs".to_owned(),
+            }));
         }
-    };
-    if let Some(text) = policy("throttle", &knobs.throttle)? {
-        config.throttle =
-            ThrottlePolicy::from_str(&text).map_err(|e| fail("throttle", e.reason))?;
+        if knob == compare {
+            return Err(fail(format!(
+                "`{name}` is the compared knob (`compare`); its values come from `variants`"
+            )));
+        }
+        let text = knob_text(value).map_err(fail)?;
+        settings.push(knob.parse(&text).map_err(|error| fail(error.reason))?);
     }
-    if let Some(text) = policy("reclaim", &knobs.reclaim)? {
-        config.reclaim = ReclaimPolicy::from_str(&text).map_err(|e| fail("reclaim", e.reason))?;
+    Ok(settings)
+}
+
+/// A knob's value as written in TOML, as the text the registry parses.
+fn knob_text(value: &toml::Value) -> Result<String, String> {
+    match value {
+        toml::Value::String(text) => Ok(text.clone()),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        toml::Value::Array(items) => {
+            let texts = items.iter().map(knob_text).collect::<Result<Vec<_>, _>>()?;
+            Ok(texts.join(","))
+        }
+        other => Err(format!(
+            "expected an integer, a boolean, a string or an array, found {}",
+            other.type_str()
+        )),
     }
-    if let Some(text) = policy("unstable_accounting", &knobs.unstable_accounting)? {
-        config.unstable_accounting = UnstableAccounting::from_str(&text)
-            .map_err(|e| fail("unstable_accounting", e.reason))?;
-    }
-    Ok(())
 }
 
 /// Where a workload sits in the file, for its errors.
@@ -1248,7 +1139,7 @@ fn size_value(value: &toml::Value) -> Result<u64, String> {
         toml::Value::Integer(n) => {
             u64::try_from(*n).map_err(|_| format!("{n} is negative; a size must be at least 0"))
         }
-        toml::Value::String(text) => parse_size(text),
+        toml::Value::String(text) => config::parse_size(text),
         other => Err(format!(
             "expected a size (bytes, or a string like \"4GiB\"), found {}",
             other.type_str()
@@ -1274,36 +1165,6 @@ fn split_number(text: &str) -> Result<(f64, &str), String> {
     let value: f64 =
         number.parse().map_err(|_| format!("{text:?} does not start with a number"))?;
     Ok((value, unit.trim()))
-}
-
-/// Parses a size like `4GiB`, `512M`, `1MB`, `4096` into bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let (value, unit) = split_number(text)?;
-    let factor: u64 = match unit {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        "kB" | "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
-        _ => {
-            return Err(format!(
-                "unknown size unit {unit:?} in {text:?}; use B, K/KiB, M/MiB, G/GiB, T/TiB \
-                 (powers of 1024) or kB, MB, GB, TB (powers of 1000)"
-            ));
-        }
-    };
-    let bytes = value * factor as f64;
-    if !bytes.is_finite() || bytes > (1u64 << 60) as f64 {
-        return Err(format!("{text:?} is too large"));
-    }
-    if bytes.fract() != 0.0 {
-        return Err(format!("{text:?} is not a whole number of bytes"));
-    }
-    Ok(bytes as u64)
 }
 
 /// Parses a duration like `10s`, `500ms`, `2min` into a [`Duration`].
@@ -1958,16 +1819,8 @@ mod tests {
     }
 
     #[test]
-    fn sizes_and_durations() {
-        // Goal: the dd-style units and duration units parse to the right numbers.
-        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("1MB"), Ok(1_000_000));
-        assert_eq!(parse_size("1.5KiB"), Ok(1536));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("10 GiBs").is_err());
-        assert!(parse_size("GiB").is_err());
-        assert!(parse_size("0.3B").is_err());
+    fn durations() {
+        // Goal: the duration units parse to the right numbers (sizes: ebb_core::config::size).
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));

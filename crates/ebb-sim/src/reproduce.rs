@@ -698,7 +698,7 @@ fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
         })
         .collect();
     json!({
-        "compare": experiment.compare.name(),
+        "compare": experiment.compare.name,
         "memory_bytes": config.memory_bytes,
         "hz": config.hz,
         "nr_cpus": config.nr_cpus,

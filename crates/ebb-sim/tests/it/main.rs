@@ -201,7 +201,7 @@ fn unknown_key_is_refused() {
         "dirty_ratio = 20",
         "dirty_ration = 20",
         "case[0].knobs.dirty_ration",
-        "unknown field",
+        "unknown knob",
     );
     assert_refused("title = \"t\"", "title = \"t\"\ncolour = 1", "colour", "unknown field");
 }
@@ -210,12 +210,12 @@ fn unknown_key_is_refused() {
 fn impossible_knob_is_refused() {
     // Goal: Config::validate's refusal comes back at the file's key, with the run's name.
     assert_refused("dirty_ratio = 20", "dirty_ratio = 150", "case[0].knobs.dirty_ratio", "150");
-    assert_refused("memory = \"4GiB\"", "memory = \"1MiB\"", "case[0].memory", "minimum");
+    assert_refused("memory = \"4GiB\"", "memory = \"1MiB\"", "case[0].memory", "outside 4MiB");
     assert_refused(
         "device = \"sata-2010\"",
         "device = \"sata-2010\"\nmax_ratio = 101",
         "case[0].backend[0].max_ratio",
-        "above 100",
+        "outside 0..=100",
     );
     assert_refused(
         "dirty_ratio = 20",
@@ -230,6 +230,41 @@ fn impossible_knob_is_refused() {
         "unknown value",
     );
     assert_refused("compare = \"throttle\"", "compare = \"speed\"", "compare", "unknown knob");
+}
+
+#[test]
+fn any_knob_can_be_compared() {
+    // Goal: the compared knob is any knob of the registry; numbers are labelled with the knob's
+    // name, per-backend knobs apply to every backend, and sizes mean what the core's parser
+    // says (64MB is 64,000,000 bytes in a file as on the command line).
+    let text = VALID
+        .replacen("compare = \"throttle\"", "compare = \"dirty_bytes\"", 1)
+        .replacen("\"legacy\", \"ioless\"", "\"64MB\", \"64M\"", 1)
+        .replace("sata/legacy", "sata/dirty_bytes-64MB")
+        .replace("sata/ioless", "sata/dirty_bytes-64M");
+    let (_, result) = load_text("sizes", &text);
+    let experiment = result.unwrap_or_else(|error| panic!("{error}"));
+    let runs = experiment.runs(&ExpandOptions::default());
+    assert_eq!(experiment.run_names(), ["sata/dirty_bytes-64MB", "sata/dirty_bytes-64M"]);
+    assert_eq!(runs[0].config.dirty_bytes, 64_000_000);
+    assert_eq!(runs[1].config.dirty_bytes, 64 << 20);
+
+    let text = VALID
+        .replacen("compare = \"throttle\"", "compare = \"hw_queue_depth\"", 1)
+        .replacen("\"legacy\", \"ioless\"", "1, \"hw_queue_depth-4\"", 1)
+        .replace("sata/legacy", "sata/hw_queue_depth-1")
+        .replace("sata/ioless", "sata/hw_queue_depth-4");
+    let (_, result) = load_text("depth", &text);
+    let experiment = result.unwrap_or_else(|error| panic!("{error}"));
+    let runs = experiment.runs(&ExpandOptions::default());
+    assert_eq!(runs[0].config.backends[0].hw_queue_depth, 1);
+    assert_eq!(runs[1].config.backends[0].hw_queue_depth, 4);
+    assert_refused(
+        "device = \"sata-2010\"",
+        "device = \"sata-2010\"\nthrottle = \"legacy\"",
+        "case[0].backend[0].throttle",
+        "cache knob",
+    );
 }
 
 #[test]

@@ -1,0 +1,136 @@
+//! The knobs, each declared once: its field, doc, default, unit and kind (parser and range).
+//! The [`declare_knobs!`] macro turns this into `Config`, `BackendConfig` and the registry (see
+//! `registry.rs`); the `config` module doc's table is rendered from it (a test checks it).
+//!
+//! To add a knob, add one entry to the `knobs` block of its struct: a doc whose first paragraph
+//! is the table's one-line meaning, then `name: Type = default, "unit", Kind;`. The type must be
+//! one `KnobField` knows (`u32`, `u64`, `Option<u64>`, `bool`, `Vec<u64>`, a policy enum made
+//! with `named_enum!`). Its name is then accepted by `Config::set_knob`, experiment files,
+//! `--knob` and the command line's own flag, and `Builder::knob`, and its range is checked by
+//! `Config::validate`; checks that involve other knobs go in `Config::validate` by hand.
+
+use super::registry::{Access, Kind, Knob, KnobField, Scope, declare_knobs};
+use super::{MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy, UnstableAccounting, WbtMode};
+
+const U32_MAX: u64 = u32::MAX as u64;
+
+declare_knobs! {
+    /// The configuration of one cache: its memory budget, its dirty limits, the policy chosen
+    /// for each mechanism, and the backends it writes to.
+    pub struct Config {
+        knobs {
+            /// Scheduler ticks per second; several kernel formulas round through it.
+            hz: u64 = 1000, "ticks/s", Kind::Number { min: 1, max: 10_000 };
+            /// CPUs the kernel formulas assume (`ratelimit_pages`, counter error bounds).
+            nr_cpus: u32 = 4, "CPUs", Kind::Number { min: 1, max: 65_536 };
+            /// The memory the cache may use (the kernel's RAM); dirtyable memory derives from it.
+            memory_bytes: u64 = 256 << 20, "bytes",
+                Kind::Bytes { min: 4 << 20, max: MEMORY_BYTES_MAX };
+            /// Hard dirty threshold, % of dirtyable memory; `dirty_bytes`, when nonzero, takes
+            /// precedence as in the kernel.
+            dirty_ratio: u32 = 20, "%", Kind::Number { min: 0, max: 100 };
+            /// Hard dirty threshold in bytes (0: use `dirty_ratio`).
+            dirty_bytes: u64 = 0, "bytes", Kind::Bytes { min: 0, max: u64::MAX };
+            /// The flusher starts writing back above this, % of dirtyable memory.
+            dirty_background_ratio: u32 = 10, "%", Kind::Number { min: 0, max: 100 };
+            /// The background threshold in bytes (0: use `dirty_background_ratio`).
+            dirty_background_bytes: u64 = 0, "bytes", Kind::Bytes { min: 0, max: u64::MAX };
+            /// Data older than this is written by periodic writeback.
+            dirty_expire_centisecs: u32 = 3000, "1/100 s", Kind::Number { min: 0, max: U32_MAX };
+            /// Periodic flusher wakeup interval; 0 disables it.
+            dirty_writeback_centisecs: u32 = 500, "1/100 s",
+                Kind::Number { min: 0, max: U32_MAX };
+            /// Memory kept free for allocations that cannot wait; unset derives it from memory
+            /// as the kernel does.
+            min_free_kbytes: Option<u64> = None, "KiB", Kind::Number { min: 0, max: u64::MAX };
+            /// Distance between watermarks, in 1/10000 of memory.
+            watermark_scale_factor: u32 = 10, "1/10000", Kind::Number { min: 1, max: 3000 };
+            /// Memory zones: where each lower zone ends (empty: one zone).
+            ///
+            /// The physical addresses (bytes of memory from 0, increasing) where each lower
+            /// zone ends; the zone above the last bound runs to the end of memory, and bounds
+            /// at or beyond the end of memory are ignored (as `mem=` trims the zones above it).
+            /// x86-64 of the 2.6/3.x era: `16MiB,4GiB` (DMA, DMA32, Normal). See `memory` for
+            /// what zones change.
+            zone_bounds_bytes: Vec<u64> = Vec::new(), "bytes", Kind::Sizes { max_len: 7 };
+            /// Writer-throttling policy (mechanism 3).
+            throttle: ThrottlePolicy = ThrottlePolicy::Ioless, "",
+                Kind::Choice(ThrottlePolicy::NAMES);
+            /// Reclaim policy (mechanism 6).
+            reclaim: ReclaimPolicy = ReclaimPolicy::FlusherOnly, "",
+                Kind::Choice(ReclaimPolicy::NAMES);
+            /// kswapd's CPU time per page it scans (0: kswapd balances the zones instantly).
+            ///
+            /// A batch of reclaim takes this times the pages it scanned of virtual time, while
+            /// writers keep allocating (see `reclaim`). At 0, kswapd balances the zones in the
+            /// event that wakes it (the real-time runtime spends real CPU time instead, and the
+            /// landed experiments were measured so). `reclaim-writeback` sets 2000 (2 us), an
+            /// assumption, not from the postings: the order of a 2011 core isolating, checking
+            /// and freeing one clean page-cache page (about 2 GB/s of clean cache per core).
+            kswapd_scan_ns: u64 = 0, "ns/page", Kind::Number { min: 0, max: 1_000_000 };
+            /// Accounting of pages written to a two-phase backend but not yet committed
+            /// (mechanism 7).
+            unstable_accounting: UnstableAccounting = UnstableAccounting::Fixed, "",
+                Kind::Choice(UnstableAccounting::NAMES);
+        }
+        fields {
+            /// The backend anonymous pages are swapped out to (`None`: no swap, anonymous memory
+            /// is never reclaimed).
+            swap_backend: Option<usize> = None,
+            /// Whether the engine records trace events (costs time; off for benchmarks). Set by
+            /// the driver that writes the trace, not a knob.
+            trace: bool = false,
+            /// The backends; `BackendId(i)` is `backends[i]`.
+            backends: Vec<BackendConfig> = Vec::new(),
+        }
+    }
+
+    /// One backend: the kernel's `bdi` with its single writeback context.
+    pub struct BackendConfig {
+        knobs {
+            /// Guaranteed share of the dirty threshold.
+            min_ratio: u32 = 0, "% of the threshold", Kind::Number { min: 0, max: 100 };
+            /// Cap on the share of the dirty threshold.
+            max_ratio: u32 = 100, "% of the threshold", Kind::Number { min: 0, max: 100 };
+            /// Throttle writers against this backend's own share even below the global freerun
+            /// point (FUSE).
+            strict_limit: bool = false, "", Kind::Bool;
+            /// Requests the backend accepts at once (the block layer's `nr_requests`).
+            ///
+            /// Submitters wait for a free slot beyond this, which is what paces the flusher.
+            queue_depth: u32 = 128, "requests", Kind::Number { min: 1, max: 65_536 };
+            /// Largest single write (the block layer's `max_sectors_kb`).
+            ///
+            /// Contiguous dirty pages go out as one write up to this size.
+            max_write_pages: u32 = 128, "pages", Kind::Number { min: 1, max: 65_536 };
+            /// The device's own command queue depth (NCQ tags), which sizes wbt's limits.
+            ///
+            /// The kernel's `blk_queue_depth`; `queue_depth` is the software queue.
+            hw_queue_depth: u32 = 32, "requests", Kind::Number { min: 1, max: 65_536 };
+            /// Whether the device rotates (selects the wbt latency default).
+            rotational: bool = false, "", Kind::Bool;
+            /// Whether the device has a volatile write cache (wbt drains fully before waking
+            /// writers).
+            write_cache: bool = false, "", Kind::Bool;
+            /// Writeback throttling (mechanism 5) on or off.
+            wbt: WbtMode = WbtMode::On, "", Kind::Choice(WbtMode::NAMES);
+            /// wbt read-latency target (0 disables wbt); unset takes the kernel default for the
+            /// device kind: 2000 solid state, 75000 rotating.
+            wbt_lat_usec: Option<u64> = None, "us", Kind::Number { min: 0, max: 10_000_000 };
+            /// wbt window (the kernel's 100 ms default).
+            wbt_window_usec: u64 = 100_000, "us", Kind::Number { min: 1_000, max: 10_000_000 };
+            /// Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's
+            /// 100 MB/s).
+            ///
+            /// Not a kernel knob: a long-lived cache learns its device over tens of seconds
+            /// (the estimate moves ~5% per 200 ms and the ratelimit more slowly); a user who
+            /// knows the device can start there.
+            initial_write_bandwidth: Option<u64> = None, "bytes/s",
+                Kind::Bytes { min: super::PAGE_SIZE, max: 1 << 40 };
+        }
+        fields {
+            /// Name used in traces (`bdi=<name>`) and stats.
+            name: String = String::new(),
+        }
+    }
+}
