@@ -286,19 +286,6 @@ pub(crate) fn reclaim_metrics(
     }
 }
 
-impl crate::run::Workload {
-    /// When it starts.
-    pub fn start(&self) -> Duration {
-        use crate::run::Workload;
-        match self {
-            Workload::Dd { start, .. }
-            | Workload::Cp { start, .. }
-            | Workload::RandomReader { start, .. } => *start,
-            Workload::Memory(memory) => memory.start(),
-        }
-    }
-}
-
 impl MemoryWorkload {
     /// The workload as summary.json shows it.
     pub fn to_json(&self, config: &ebb_core::Config) -> serde_json::Value {

@@ -1,0 +1,202 @@
+//! The loaded experiment from the file as written: the compared knob and its variants, the
+//! cases (`case.rs`), `[quick]`, the checks and the published rows, each checked with the
+//! key of the file it came from.
+
+use std::path::Path;
+
+use super::case::build_case;
+use super::check::{Check, CompareOp, Template};
+use super::expr::Expr;
+use super::schema::{RawCheck, RawExperiment, RawQuick};
+use super::units::{duration_value, size_value};
+use super::{Case, DEFAULT_SEED, Experiment, ExperimentError, Published, Quick, Variant, run_name};
+use ebb_core::Duration;
+use ebb_core::config;
+
+/// Turns the raw file into an experiment, checking everything that does not need a run.
+pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, ExperimentError> {
+    let err = |key: &str, reason: String| Err(ExperimentError::new(path, key, reason));
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
+    let name = match raw.name {
+        Some(name) if name != stem => {
+            return err(
+                "name",
+                format!("{name:?} differs from the file name {stem:?}; the name is the file stem"),
+            );
+        }
+        Some(name) => name,
+        None => stem,
+    };
+    if !is_plain_name(&name) {
+        return err("name", format!("{name:?} is not made of letters, digits, '.', '_' and '-'"));
+    }
+    let compare = config::knob(&raw.compare).map_err(|error| {
+        ExperimentError::new(path, "compare", format!("{:?}: {}", raw.compare, error.reason))
+    })?;
+    if raw.variants.is_empty() {
+        return err("variants", "at least one variant is needed".to_owned());
+    }
+    let mut variants: Vec<Variant> = Vec::new();
+    for (i, value) in raw.variants.iter().enumerate() {
+        let variant = Variant::parse(compare, value)
+            .map_err(|reason| ExperimentError::new(path, format!("variants[{i}]"), reason))?;
+        if variants.iter().any(|v| v.label == variant.label) {
+            return err(&format!("variants[{i}]"), format!("{} is listed twice", variant.label));
+        }
+        variants.push(variant);
+    }
+    if raw.cases.is_empty() {
+        return err("case", "at least one [[case]] is needed".to_owned());
+    }
+    let mut cases: Vec<Case> = Vec::new();
+    for (i, raw_case) in raw.cases.into_iter().enumerate() {
+        let case = build_case(path, i, compare, raw_case)?;
+        if cases.iter().any(|c| c.name == case.name) {
+            return err(&format!("case[{i}].name"), format!("{:?} is used twice", case.name));
+        }
+        cases.push(case);
+    }
+    let quick = build_quick(path, raw.quick)?;
+
+    let run_names: Vec<String> = cases
+        .iter()
+        .flat_map(|case| variants.iter().map(move |v| run_name(&case.name, &v.label)))
+        .collect();
+    let mut checks: Vec<Check> = Vec::new();
+    for (i, raw_check) in raw.checks.into_iter().enumerate() {
+        let key = format!("check[{i}]");
+        let check = build_check(path, &key, raw_check, &run_names)?;
+        if let Some(id) = &check.id
+            && checks.iter().any(|c| c.id.as_ref() == Some(id))
+        {
+            return err(&format!("{key}.id"), format!("{id:?} is used twice"));
+        }
+        checks.push(check);
+    }
+    let mut published = Vec::new();
+    for (i, row) in raw.published.into_iter().enumerate() {
+        let key = format!("published[{i}]");
+        let ours = Template::parse(&row.ours)
+            .map_err(|reason| ExperimentError::new(path, format!("{key}.ours"), reason))?;
+        check_references(path, &format!("{key}.ours"), ours.references(), &run_names)?;
+        if row.checks.is_empty() {
+            return err(&format!("{key}.checks"), "name at least one check id".to_owned());
+        }
+        for (j, id) in row.checks.iter().enumerate() {
+            if !checks.iter().any(|c| c.id.as_ref() == Some(id)) {
+                return err(&format!("{key}.checks[{j}]"), format!("no check has id {id:?}"));
+            }
+        }
+        published.push(Published {
+            result: row.result,
+            published: row.published,
+            ours,
+            checks: row.checks,
+        });
+    }
+    Ok(Experiment {
+        path: path.to_owned(),
+        name,
+        title: raw.title,
+        description: raw.description,
+        reproduces: raw.reproduces,
+        compare,
+        variants,
+        seed: raw.seed.unwrap_or(DEFAULT_SEED),
+        cases,
+        quick,
+        published,
+        checks,
+    })
+}
+
+pub(super) fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && !name.starts_with('.')
+}
+
+pub(super) fn build_quick(path: &Path, raw: Option<RawQuick>) -> Result<Quick, ExperimentError> {
+    let Some(raw) = raw else { return Ok(Quick::default()) };
+    let fail =
+        |field: &str, reason: String| ExperimentError::new(path, format!("quick.{field}"), reason);
+    if let Some(scale) = raw.size_scale
+        && !(scale > 0.0 && scale <= 1.0)
+    {
+        return Err(fail("size_scale", format!("{scale} is outside (0, 1]")));
+    }
+    let memory_bytes = match &raw.memory {
+        Some(value) => Some(size_value(value).map_err(|r| fail("memory", r))?),
+        None => None,
+    };
+    let time_limit = match &raw.time_limit {
+        Some(value) => Some(duration_value(value).map_err(|r| fail("time_limit", r))?),
+        None => None,
+    };
+    let steady_from = match &raw.steady_from {
+        Some(value) => Some(duration_value(value).map_err(|r| fail("steady_from", r))?),
+        None => None,
+    };
+    if time_limit == Some(Duration::ZERO) {
+        return Err(fail("time_limit", "must be positive".to_owned()));
+    }
+    Ok(Quick { size_scale: raw.size_scale, memory_bytes, time_limit, steady_from })
+}
+
+pub(super) fn build_check(
+    path: &Path,
+    key: &str,
+    raw: RawCheck,
+    run_names: &[String],
+) -> Result<Check, ExperimentError> {
+    let fail =
+        |field: &str, reason: String| ExperimentError::new(path, format!("{key}.{field}"), reason);
+    if let Some(id) = &raw.id
+        && !is_plain_name(id)
+    {
+        return Err(fail("id", format!("{id:?} is not made of letters, digits, '.', '_' and '-'")));
+    }
+    let op = CompareOp::parse(&raw.op).ok_or_else(|| {
+        fail("op", format!("unknown operator {:?}; expected <, <=, >, >=, == or !=", raw.op))
+    })?;
+    let expr = |field: &str, value: &toml::Value| -> Result<Expr, ExperimentError> {
+        let source = match value {
+            toml::Value::String(text) => text.clone(),
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            other => {
+                return Err(fail(
+                    field,
+                    format!(
+                        "expected an expression (string) or a number, found {}",
+                        other.type_str()
+                    ),
+                ));
+            }
+        };
+        let expr = Expr::parse(&source).map_err(|reason| fail(field, reason))?;
+        check_references(path, &format!("{key}.{field}"), expr.references(), run_names)?;
+        Ok(expr)
+    };
+    let left = expr("left", &raw.left)?;
+    let right = expr("right", &raw.right)?;
+    Ok(Check { id: raw.id, what: raw.what, left, op, right })
+}
+
+pub(super) fn check_references<'a>(
+    path: &Path,
+    key: &str,
+    references: impl IntoIterator<Item = (&'a str, &'a str)>,
+    run_names: &[String],
+) -> Result<(), ExperimentError> {
+    for (run, _metric) in references {
+        if !run_names.iter().any(|name| name == run) {
+            return Err(ExperimentError::new(
+                path,
+                key,
+                format!("unknown run {run:?}; the runs are {}", run_names.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! One case of an experiment: its devices and backends, its knobs (through the registry),
+//! its workloads (`workload.rs`), and its times.
+
+use std::path::Path;
+
+use ebb_core::config::{self, Knob, Scope, Setting};
+use ebb_core::{BackendConfig, Config, Duration};
+
+use super::build::is_plain_name;
+use super::schema::{RawBackend, RawCase};
+use super::units::{duration_value, size_value};
+use super::workload::{build_workload, raw_workload_ctx};
+use super::{Case, DEFAULT_SAMPLE_INTERVAL, ExperimentError};
+use crate::device::{self, DeviceParams};
+use crate::run::DeviceSpec;
+
+pub(super) fn build_case(
+    path: &Path,
+    index: usize,
+    compare: &Knob,
+    raw: RawCase,
+) -> Result<Case, ExperimentError> {
+    let case_key = format!("case[{index}]");
+    let key = |field: &str| format!("{case_key}.{field}");
+    let fail = |field: &str, reason: String| ExperimentError::new(path, key(field), reason);
+    if !is_plain_name(&raw.name) {
+        return Err(fail(
+            "name",
+            format!("{:?} is not made of letters, digits, '.', '_' and '-'", raw.name),
+        ));
+    }
+    let memory_bytes = size_value(&raw.memory).map_err(|reason| fail("memory", reason))?;
+    let time_limit = duration_value(&raw.time_limit).map_err(|r| fail("time_limit", r))?;
+    let steady_from = match &raw.steady_from {
+        Some(value) => duration_value(value).map_err(|r| fail("steady_from", r))?,
+        None => Duration::ZERO,
+    };
+    let sample_interval = match &raw.sample_interval {
+        Some(value) => duration_value(value).map_err(|r| fail("sample_interval", r))?,
+        None => DEFAULT_SAMPLE_INTERVAL,
+    };
+    if time_limit == Duration::ZERO {
+        return Err(fail("time_limit", "must be positive".to_owned()));
+    }
+    if sample_interval == Duration::ZERO {
+        return Err(fail("sample_interval", "must be positive".to_owned()));
+    }
+    if raw.backends.is_empty() {
+        return Err(fail("backend", "at least one [[case.backend]] is needed".to_owned()));
+    }
+    if raw.workloads.is_empty() {
+        return Err(fail("workload", "at least one [[case.workload]] is needed".to_owned()));
+    }
+
+    let mut backends: Vec<BackendConfig> = Vec::new();
+    let mut devices = Vec::new();
+    for (b, raw_backend) in raw.backends.iter().enumerate() {
+        let bkey = |field: &str| format!("backend[{b}].{field}");
+        if backends.iter().any(|existing| existing.name == raw_backend.name) {
+            return Err(fail(&bkey("name"), format!("{:?} is used twice", raw_backend.name)));
+        }
+        let backend = build_backend(raw_backend, compare)
+            .map_err(|(field, reason)| fail(&bkey(&field), reason))?;
+        backends.push(backend);
+        devices.push(DeviceSpec {
+            model: raw_backend.device.clone(),
+            overrides: raw_backend.device_overrides.clone(),
+        });
+    }
+
+    let swaps: Vec<usize> =
+        (0..raw.backends.len()).filter(|&b| raw.backends[b].swap == Some(true)).collect();
+    if swaps.len() > 1 {
+        return Err(fail(&format!("backend[{}].swap", swaps[1]), "a second swap backend".into()));
+    }
+    let mut backends_iter = backends.into_iter();
+    let first = backends_iter.next().expect("at least one backend, checked above");
+    let mut config = Config::new(memory_bytes, first);
+    config.backends.extend(backends_iter);
+    config.swap_backend = swaps.first().copied();
+    for setting in knob_settings(&raw.knobs, Scope::Global, compare)
+        .map_err(|(key, reason)| fail(&format!("knobs.{key}"), reason))?
+    {
+        setting.apply(&mut config);
+    }
+
+    let mut workloads = Vec::new();
+    for (w, raw_workload) in raw.workloads.iter().enumerate() {
+        let wkey = format!("workload[{w}]");
+        workloads.push(build_workload(
+            &raw_workload_ctx(path, &case_key, &wkey),
+            raw_workload,
+            &config,
+        )?);
+    }
+    Ok(Case {
+        name: raw.name,
+        config,
+        devices,
+        workloads,
+        time_limit,
+        steady_from,
+        sample_interval,
+    })
+}
+
+/// One backend: the settings the kernel would give its device model, then its knobs. Errors
+/// give the backend's field and the reason.
+fn build_backend(raw: &RawBackend, compare: &Knob) -> Result<BackendConfig, (String, String)> {
+    let built = device::by_name_with_overrides(&raw.device, 0, &raw.device_overrides).map_err(
+        |error| {
+            let field = match error {
+                device::DeviceError::UnknownModel { .. } => "device",
+                _ => "device_overrides",
+            };
+            (field.to_owned(), error.to_string())
+        },
+    )?;
+    // The device's own command queue depth sizes writeback throttling (blk_queue_depth).
+    let (rotational, write_cache, hw_queue_depth) = match built.params() {
+        DeviceParams::Disk(p) => (true, p.write_cache_bytes > 0, p.queue_depth),
+        DeviceParams::Raid0(p) => {
+            (true, p.member.write_cache_bytes > 0, p.member.queue_depth * p.member_count)
+        }
+        DeviceParams::Flash(p) => (false, p.write_cache_bytes > 0, p.queue_depth),
+        // Server memory is no device write cache: the client never flushes it.
+        DeviceParams::Nfs(_) => (false, false, 32),
+    };
+    let mut backend = BackendConfig::new(raw.name.clone());
+    if let DeviceParams::Nfs(p) = built.params() {
+        // The NFS client assembles WRITE RPCs of up to wsize. It has no block request
+        // queue: a writepages call hands every request to the RPC layer at once, whose TCP
+        // slot table grows on demand up to 65536 entries (sunrpc's
+        // tcp_max_slot_table_entries default), and requests beyond what the link carries
+        // wait in the client's transmit queue. Its congestion flag (nfs_congestion_kb) did
+        // not end a writepages call in the 2020 kernels (only reclaim looked at it), so it
+        // is not modelled.
+        backend.max_write_pages = (p.wsize_bytes / ebb_core::PAGE_SIZE) as u32;
+        backend.queue_depth = 65_536;
+    }
+    backend.rotational = rotational;
+    backend.write_cache = write_cache;
+    backend.hw_queue_depth = hw_queue_depth.max(1);
+    for setting in knob_settings(&raw.knobs, Scope::Backend, compare)? {
+        setting.apply_backend(&mut backend).map_err(|e| (e.knob, e.reason))?;
+    }
+    Ok(backend)
+}
+
+/// The knobs of a table (a case's `knobs`, or a backend's keys besides its device), parsed by
+/// the registry; every key must be a knob of `scope` other than the compared one. Errors give
+/// the key and the reason.
+pub(super) fn knob_settings(
+    table: &toml::Table,
+    scope: Scope,
+    compare: &Knob,
+) -> Result<Vec<Setting>, (String, String)> {
+    let mut settings = Vec::new();
+    for (name, value) in table {
+        let fail = |reason: String| (name.clone(), reason);
+        let knob = config::knob(name).map_err(|error| fail(error.reason))?;
+        if knob.scope != scope {
+            return Err(fail(match scope {
+                Scope::Global => "a per-backend knob: set it in [[case.backend]]".to_owned(),
+                Scope::Backend => "a cache knob: set it in the case's knobs".to_owned(),
+            }));
+        }
+        if knob == compare {
+            return Err(fail(format!(
+                "`{name}` is the compared knob (`compare`); its values come from `variants`"
+            )));
+        }
+        let text = knob_text(value).map_err(fail)?;
+        settings.push(knob.parse(&text).map_err(|error| fail(error.reason))?);
+    }
+    Ok(settings)
+}
+
+/// A knob's value as written in TOML, as the text the registry parses.
+pub(super) fn knob_text(value: &toml::Value) -> Result<String, String> {
+    match value {
+        toml::Value::String(text) => Ok(text.clone()),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        toml::Value::Array(items) => {
+            let texts = items.iter().map(knob_text).collect::<Result<Vec<_>, _>>()?;
+            Ok(texts.join(","))
+        }
+        other => Err(format!(
+            "expected an integer, a boolean, a string or an array, found {}",
+            other.type_str()
+        )),
+    }
+}

@@ -1,0 +1,133 @@
+//! The experiment file as written: serde structs that refuse unknown keys (but a backend's,
+//! which are knob names checked by the registry), and the parse that names the key and line
+//! of an error.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::ExperimentError;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExperiment {
+    pub(super) name: Option<String>,
+    pub(super) title: String,
+    pub(super) description: String,
+    pub(super) reproduces: String,
+    pub(super) compare: String,
+    pub(super) variants: Vec<toml::Value>,
+    pub(super) seed: Option<u64>,
+    #[serde(rename = "case")]
+    pub(super) cases: Vec<RawCase>,
+    pub(super) quick: Option<RawQuick>,
+    #[serde(default, rename = "published")]
+    pub(super) published: Vec<RawPublished>,
+    #[serde(default, rename = "check")]
+    pub(super) checks: Vec<RawCheck>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCase {
+    pub(super) name: String,
+    pub(super) memory: toml::Value,
+    pub(super) time_limit: toml::Value,
+    pub(super) steady_from: Option<toml::Value>,
+    pub(super) sample_interval: Option<toml::Value>,
+    #[serde(default)]
+    pub(super) knobs: toml::Table,
+    #[serde(rename = "backend")]
+    pub(super) backends: Vec<RawBackend>,
+    #[serde(rename = "workload")]
+    pub(super) workloads: Vec<RawWorkload>,
+}
+
+/// A `[[case.backend]]`: its device, and per-backend knobs by name (checked against the
+/// registry when the case is built, so an unknown key is refused there).
+#[derive(Deserialize)]
+pub(super) struct RawBackend {
+    pub(super) name: String,
+    pub(super) device: String,
+    #[serde(default)]
+    pub(super) device_overrides: toml::Table,
+    /// Anonymous memory is swapped out to this backend (at most one per case).
+    pub(super) swap: Option<bool>,
+    #[serde(flatten)]
+    pub(super) knobs: toml::Table,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWorkload {
+    pub(super) kind: String,
+    pub(super) backend: Option<String>,
+    pub(super) size: toml::Value,
+    pub(super) bs: Option<toml::Value>,
+    pub(super) start: Option<toml::Value>,
+    pub(super) fsync: Option<bool>,
+    pub(super) think: Option<toml::Value>,
+    /// fsmark: writer threads.
+    pub(super) threads: Option<u32>,
+    /// fsmark: bytes per file.
+    pub(super) file_size: Option<toml::Value>,
+    /// mmap-strm: bytes of the mixed phase; `chunk`: bytes per switch.
+    pub(super) mix: Option<toml::Value>,
+    pub(super) chunk: Option<toml::Value>,
+    /// anon-churn: how long each program holds its memory, and the start-to-start period.
+    pub(super) hold: Option<toml::Value>,
+    pub(super) period: Option<toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawQuick {
+    pub(super) size_scale: Option<f64>,
+    pub(super) memory: Option<toml::Value>,
+    pub(super) time_limit: Option<toml::Value>,
+    pub(super) steady_from: Option<toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPublished {
+    pub(super) result: String,
+    pub(super) published: String,
+    pub(super) ours: String,
+    pub(super) checks: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheck {
+    pub(super) id: Option<String>,
+    pub(super) what: String,
+    pub(super) left: toml::Value,
+    pub(super) op: String,
+    pub(super) right: toml::Value,
+}
+
+pub(super) fn deserialize(path: &Path, text: &str) -> Result<RawExperiment, ExperimentError> {
+    let table: toml::Table = toml::from_str(text).map_err(|error| {
+        let mut e = ExperimentError::new(path, "", format!("not valid TOML: {}", error.message()));
+        e.line = error.span().map(|span| line_of(text, span.start));
+        e
+    })?;
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|error| {
+        let key = error.path().to_string();
+        let key = if key == "." { String::new() } else { key };
+        let message = error.inner().to_string();
+        // toml appends "in `a.b`" on its own line; the key says that already.
+        let reason = message.lines().next().unwrap_or_default().to_owned();
+        let mut e = ExperimentError::new(path, key, reason);
+        // Parsing the text directly once more gives the line, which the table has lost.
+        if let Err(direct) = toml::from_str::<RawExperiment>(text) {
+            e.line = direct.span().map(|span| line_of(text, span.start));
+        }
+        e
+    })
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}

@@ -1,0 +1,247 @@
+//! What a run reports: the time series sampled as it goes, and the metrics at its end (the
+//! names of product.md's summary.json).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use ebb_core::{BackendId, Instant};
+
+use super::writers::WriterState;
+use super::{PAGE, RunResult, Sim, TimeSeries};
+use crate::report::hist::SampleStats;
+
+impl Sim<'_> {
+    pub(super) fn sample(&mut self) {
+        let t = self.now.as_secs_f64();
+        let m = self.engine.meminfo();
+        let bdi = self.engine.bdi_stats(BackendId(0));
+        let freerun = (m.thresh + m.bg_thresh) / 2;
+        let setpoint = (freerun + m.limit) / 2;
+        let dirty = m.dirty + m.writeback + m.unstable;
+        self.max_dirty = self.max_dirty.max(dirty);
+        self.max_limit = self.max_limit.max(m.limit);
+        let values: [(&'static str, f64); 10] = [
+            ("dirty", dirty as f64),
+            ("writeback", m.writeback as f64),
+            ("setpoint", setpoint as f64),
+            ("limit", m.limit as f64),
+            ("thresh", m.thresh as f64),
+            ("bg_thresh", m.bg_thresh as f64),
+            ("freerun", freerun as f64),
+            ("dirty_ratelimit", (bdi.dirty_ratelimit * 4) as f64),
+            ("write_bw", (bdi.write_bandwidth * 4) as f64),
+            ("avg_write_bw", (bdi.avg_write_bandwidth * 4) as f64),
+        ];
+        for (name, v) in values {
+            self.series.entry(name).or_default().push((t, v));
+        }
+        if bdi.wbt_target_us > 0 {
+            // Writeback throttling on the first backend: its limits and the latency it saw.
+            let wbt: [(&'static str, f64); 3] = [
+                ("wbt_max_depth", f64::from(bdi.wbt_max_depth)),
+                ("wbt_background", f64::from(bdi.wbt_background)),
+                ("wbt_read_min_us", bdi.wbt_read_min_us as f64),
+            ];
+            for (name, v) in wbt {
+                self.series.entry(name).or_default().push((t, v));
+            }
+        }
+        for (i, sw) in self.writers.iter().enumerate() {
+            self.writer_series[i].push((t, sw.w.total_dirtied() as f64));
+        }
+        if let Some(tr) = &mut self.trace {
+            let ts = t * 1e6;
+            let _ = tr.json.counter(
+                1,
+                "pages",
+                ts,
+                &[
+                    ("dirty", dirty as f64),
+                    ("setpoint", setpoint as f64),
+                    ("limit", m.limit as f64),
+                ],
+            );
+            let _ = tr.json.counter(
+                1,
+                "KB/s",
+                ts,
+                &[
+                    ("dirty_ratelimit", (bdi.dirty_ratelimit * 4) as f64),
+                    ("write_bw", (bdi.write_bandwidth * 4) as f64),
+                ],
+            );
+        }
+    }
+
+    pub(super) fn finish(mut self) -> RunResult {
+        let mut m = BTreeMap::new();
+        let (elapsed, files) = self.writer_metrics(&mut m);
+        self.engine_metrics(&mut m, elapsed, files);
+        self.server_metrics(&mut m);
+        if !self.read_latency.is_empty() {
+            for (name, value) in self.read_latency.percentiles_us("read_lat_us") {
+                m.insert(name, value);
+            }
+            m.insert("read_count".into(), self.read_latency.count() as f64);
+        }
+        let series = self.take_series();
+        if let Some(mut tr) = self.trace.take() {
+            let _ = tr.txt.flush();
+            let _ = tr.json.finish();
+        }
+        RunResult {
+            name: self.spec.name.clone(),
+            metrics: m,
+            series,
+            pauses: std::mem::take(&mut self.pauses),
+            simulated_pages: self.device_pages + self.read_pages,
+        }
+    }
+
+    /// The foreground writers' rates and pauses; returns the elapsed seconds and the files
+    /// they finished.
+    fn writer_metrics(&self, m: &mut BTreeMap<String, f64>) -> (f64, u64) {
+        let fg = || self.writers.iter().filter(|w| w.cycle.is_empty());
+        let start = fg().filter_map(|w| w.started).min().unwrap_or(Instant::ZERO);
+        let end = fg().filter_map(|w| w.finished).max().unwrap_or(self.now);
+        let elapsed = end.saturating_since(start).as_secs_f64().max(1e-9);
+        let bytes: u64 = fg().map(|w| (w.done_before + w.pos - w.seg_start) * PAGE).sum();
+        let files: u64 = fg().map(|w| w.files_done).sum();
+        let unfinished = fg().filter(|w| w.state != WriterState::Done).count();
+        m.insert("elapsed_s".to_string(), elapsed);
+        m.insert("writers_unfinished".to_string(), unfinished as f64);
+        m.insert("write_mb_s".to_string(), bytes as f64 / 1e6 / elapsed);
+        m.insert("read_mb_s".to_string(), (self.read_pages * PAGE) as f64 / 1e6 / elapsed);
+        let steady = self.spec.steady_from.as_secs_f64();
+        let steady_pauses: Vec<f64> =
+            self.pauses.iter().filter(|p| p.0 >= steady).map(|p| p.1).collect();
+        let stats_p = SampleStats::new(steady_pauses);
+        if !stats_p.is_empty() {
+            m.insert("pause_ms_p50".into(), stats_p.percentile(50.0));
+            m.insert("pause_ms_p99".into(), stats_p.percentile(99.0));
+            m.insert("pause_ms_max".into(), stats_p.max());
+            m.insert("pause_ms_min".into(), stats_p.min());
+            m.insert("pause_ms_mean".into(), stats_p.mean());
+            m.insert("pause_ms_stddev".into(), stats_p.stddev());
+        }
+        m.insert("pause_count".into(), stats_p.count() as f64);
+        if self.writers.len() > 1 {
+            m.insert("writer_rate_ratio".into(), self.rate_ratio());
+        }
+        m.insert("fsync_errors".into(), self.fsync_errors as f64);
+        m.insert("fsync_errno".into(), f64::from(self.fsync_errno));
+        (elapsed, files)
+    }
+
+    /// The engine's counters: dirty peaks, throttle checks, writepages, commits, reclaim,
+    /// what is left unclean, write errors.
+    fn engine_metrics(&self, m: &mut BTreeMap<String, f64>, elapsed: f64, files: u64) {
+        let stats = self.engine.stats().clone();
+        m.insert("dirty_pages_max".into(), self.max_dirty as f64);
+        m.insert("dirty_limit_pages".into(), self.max_limit as f64);
+        m.insert("writer_writeback_pages".into(), stats.writer_writeback_pages as f64);
+        m.insert("throttle_checks".into(), stats.throttle_checks as f64);
+        m.insert(
+            "global_counter_reads_per_check".into(),
+            stats.global_counter_reads as f64 / stats.throttle_checks.max(1) as f64,
+        );
+        let (calls, pages) =
+            self.writepages_at_end.unwrap_or((stats.writepages_calls, stats.writepages_pages));
+        m.insert("writepages_calls".into(), calls as f64);
+        m.insert("pages_per_writepages_mean".into(), pages as f64 / calls.max(1) as f64);
+        m.insert("commits".into(), stats.commits as f64);
+        if stats.commits > 0 {
+            m.insert(
+                "pages_per_commit_mean".into(),
+                stats.commit_pages as f64 / stats.commits as f64,
+            );
+        }
+        m.insert("kswapd_pages_written".into(), stats.kswapd_written as f64);
+        m.insert("direct_reclaim_pages_written".into(), stats.direct_written as f64);
+        m.insert("direct_reclaim_scanned".into(), stats.direct_scanned as f64);
+        crate::memload::reclaim_metrics(m, &stats, elapsed, files, &self.device_waits);
+        m.insert(
+            "kswapd_efficiency".into(),
+            if stats.kswapd_scanned == 0 {
+                1.0
+            } else {
+                stats.kswapd_reclaimed as f64 / stats.kswapd_scanned as f64
+            },
+        );
+        let mi = self.engine.meminfo();
+        m.insert("end_unclean_pages".into(), (mi.dirty + mi.writeback + mi.unstable) as f64);
+        m.insert("write_errors".into(), stats.write_errors as f64);
+    }
+
+    /// Only runs against an NFS server: what the server holds durably at the end, and the
+    /// client's pages that are not clean (the crash-safety checker's inputs).
+    fn server_metrics(&self, m: &mut BTreeMap<String, f64>) {
+        let servers: Vec<_> = self.devices.iter().filter_map(|d| d.nfs_stats()).collect();
+        if servers.is_empty() {
+            return;
+        }
+        let sum = |f: fn(&crate::device::NfsStats) -> u64| -> f64 {
+            servers.iter().map(f).sum::<u64>() as f64
+        };
+        m.insert("server_durable_bytes".into(), sum(|s| s.durable_bytes));
+        m.insert("server_uncommitted_bytes".into(), sum(|s| s.uncommitted_bytes));
+        m.insert("server_lost_bytes".into(), sum(|s| s.lost_bytes));
+        m.insert("server_restarts".into(), sum(|s| s.restarts));
+        m.insert("verifier_redirtied".into(), self.engine.stats().verifier_redirtied as f64);
+    }
+
+    /// The sampled series with their units, then one dirtied-pages series per writer.
+    fn take_series(&mut self) -> Vec<TimeSeries> {
+        let mut series: Vec<TimeSeries> = std::mem::take(&mut self.series)
+            .into_iter()
+            .map(|(name, points)| TimeSeries {
+                unit: if name.contains("bw") || name.contains("ratelimit") {
+                    "KB/s"
+                } else if name.ends_with("_us") {
+                    "us"
+                } else if name.starts_with("wbt_") {
+                    "requests"
+                } else {
+                    "pages"
+                }
+                .into(),
+                name: name.into(),
+                points,
+            })
+            .collect();
+        for (i, points) in std::mem::take(&mut self.writer_series).into_iter().enumerate() {
+            series.push(TimeSeries {
+                name: format!("writer{i}_dirtied"),
+                unit: "pages".into(),
+                points,
+            });
+        }
+        series
+    }
+
+    /// Fastest over slowest dirtying rate among writers, over the window where all of them
+    /// run in steady state: from `steady_from` after the last one started to when the first
+    /// one finished.
+    pub(super) fn rate_ratio(&self) -> f64 {
+        let last_start =
+            self.writers.iter().filter_map(|w| w.started).max().unwrap_or(Instant::ZERO);
+        let first_end =
+            self.writers.iter().map(|w| w.finished.unwrap_or(self.now)).min().unwrap_or(self.now);
+        let from = (last_start + self.spec.steady_from).as_secs_f64();
+        let to = first_end.as_secs_f64();
+        if to <= from {
+            return f64::NAN;
+        }
+        let rates: Vec<f64> = self
+            .writer_series
+            .iter()
+            .map(|s| {
+                let at = |t: f64| s.iter().rev().find(|p| p.0 <= t).map_or(0.0, |p| p.1);
+                (at(to) - at(from)) / (to - from)
+            })
+            .collect();
+        let max = rates.iter().cloned().fold(f64::MIN, f64::max);
+        let min = rates.iter().cloned().fold(f64::MAX, f64::min);
+        if min <= 0.0 { f64::INFINITY } else { max / min }
+    }
+}

@@ -1,0 +1,102 @@
+//! What a run is asked to do: the engine configuration, one device per backend, the
+//! workloads and the faults ([`RunSpec`]).
+
+use std::path::PathBuf;
+
+use ebb_core::{Config, Duration};
+
+use super::Fault;
+
+/// A device model for one backend: a name known to [`crate::device::by_name`] and field
+/// overrides from the experiment file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSpec {
+    /// Model name, e.g. `sata-2010`.
+    pub model: String,
+    /// Parameter overrides (same keys as the model's parameter struct).
+    pub overrides: toml::Table,
+}
+
+/// A workload of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// `dd if=/dev/zero of=FILE bs=BS count=SIZE/BS [conv=fsync]`: sequential buffered writes.
+    Dd {
+        /// Backend index (into `Config::backends`).
+        backend: usize,
+        /// Bytes to write.
+        size_bytes: u64,
+        /// Bytes per write call.
+        bs_bytes: u64,
+        /// When it starts.
+        start: Duration,
+        /// fsync at the end.
+        fsync: bool,
+        /// Time between write calls (application think time).
+        think: Duration,
+    },
+    /// A random 4 KiB reader with O_DIRECT (fio `rw=randread direct=1 iodepth=1`): reads
+    /// `bs_bytes` at random aligned offsets of a `size_bytes` file, one at a time, bypassing
+    /// the cache, until every writer has finished.
+    RandomReader {
+        /// Backend index.
+        backend: usize,
+        /// Size of the file it reads.
+        size_bytes: u64,
+        /// Bytes per read.
+        bs_bytes: u64,
+        /// When it starts.
+        start: Duration,
+    },
+    /// `cp SRC DST`: reads a file already on the device (not cached) and writes a copy.
+    Cp {
+        /// Backend index.
+        backend: usize,
+        /// Bytes to copy.
+        size_bytes: u64,
+        /// Bytes per read and write call.
+        bs_bytes: u64,
+        /// When it starts.
+        start: Duration,
+    },
+    /// Workloads that make reclaim work: fs_mark, mmap-strm, anonymous churn
+    /// ([`crate::memload`]).
+    Memory(crate::memload::MemoryWorkload),
+}
+
+impl Workload {
+    /// When it starts.
+    pub fn start(&self) -> Duration {
+        match self {
+            Workload::Dd { start, .. }
+            | Workload::Cp { start, .. }
+            | Workload::RandomReader { start, .. } => *start,
+            Workload::Memory(memory) => memory.start(),
+        }
+    }
+}
+
+/// Everything one run needs.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// `<case>/<variant>`.
+    pub name: String,
+    /// The engine configuration (memory, knobs, policies, backends).
+    pub config: Config,
+    /// One device per entry of `config.backends`.
+    pub devices: Vec<DeviceSpec>,
+    /// What the applications do.
+    pub workloads: Vec<Workload>,
+    /// Seed of the run's only random number generator.
+    pub seed: u64,
+    /// Stop after this much virtual time even if work remains.
+    pub time_limit: Duration,
+    /// Interval of the time series.
+    pub sample_interval: Duration,
+    /// Steady-state metrics (rates, pause statistics) ignore the time before this.
+    pub steady_from: Duration,
+    /// Where to write `trace.txt` and `trace.json`, if anywhere.
+    pub trace_dir: Option<PathBuf>,
+    /// Faults injected by the environment (never by the engine).
+    pub faults: Vec<Fault>,
+}
