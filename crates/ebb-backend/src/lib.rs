@@ -18,6 +18,7 @@
 //! | [`MemBackend`] | files in memory, optionally two-phase (NFS-like unstable writes) |
 //! | [`S3Backend`] | one S3 object per file, written as multipart parts, committed at `sync` |
 //! | [`NfsBackend`], [`NfsOptions`], [`NfsFile`] | the files of an NFSv3 export, written UNSTABLE and committed (a userspace NFS client) |
+//! | [`NfsNamespace`] | an NFSv3 export as the tree a mount serves (file handles as nodes) |
 //! | [`NfsServer`] | nfs-ganesha on 127.0.0.1 for tests and benchmarks, through `scripts/nfs-server` |
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
 //! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
@@ -57,5 +58,5 @@ pub use namespace::{
     Attr, Credentials, DirEntries, DirEntry, Fallocate, FileKind, Namespace, RenameFlags, SetAttr,
     SetTime, StatFs, XattrSet, unsupported,
 };
-pub use nfs::{NfsBackend, NfsFile, NfsOptions, NfsServer};
+pub use nfs::{NfsBackend, NfsFile, NfsNamespace, NfsNode, NfsOptions, NfsServer};
 pub use s3::{S3Backend, S3Namespace, S3Node, S3Options};

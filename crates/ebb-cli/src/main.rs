@@ -88,8 +88,9 @@ struct SimArgs {
 
 #[derive(Args, Debug)]
 struct MountArgs {
-    /// Directory the data is written to, or an S3 bucket `s3://BUCKET[/PREFIX]` (with
-    /// --endpoint; credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
+    /// Directory the data is written to, an S3 bucket `s3://BUCKET[/PREFIX]` (with
+    /// --endpoint; credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION), or
+    /// an NFSv3 export `nfs://HOST[:PORT]/EXPORT[?mountport=N&timeo=100&retrans=2&nconnect=1]`.
     #[arg(long)]
     backend: PathBuf,
     /// The S3 server's URL, for an `s3://` backend (`http://127.0.0.1:7070`).
@@ -274,6 +275,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let config = mount_config(*args)?;
                 let namespace =
                     ebb_backend::S3Namespace::new(ebb_backend::S3Backend::open(options)?);
+                ebb_fuse::run(&config, namespace)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if let Some(url) = backend.to_str().filter(|text| text.starts_with("nfs://")) {
+                let config = mount_config(*args)?;
+                let namespace = ebb_backend::NfsNamespace::connect(url)?;
                 ebb_fuse::run(&config, namespace)?;
                 return Ok(ExitCode::SUCCESS);
             }

@@ -156,16 +156,12 @@ impl Builder {
     }
 
     /// Adds an NFS backend the caller connected (and may keep a clone of, for its counters),
-    /// with the writeback settings the kernel gives an NFS mount's bdi: WRITEs of up to the
-    /// mount's wsize (the server's `wtmax`, at most 1 MiB); no request queue of its own (a
-    /// writepages call hands every WRITE to the RPC layer, whose slot table grows to 65536
-    /// entries; here the IO threads bound what is in flight); wbt off, as the kernel has no
-    /// block queue to measure for a network filesystem.
+    /// with the writeback settings the kernel gives an NFS mount's bdi
+    /// (`NfsBackend::writeback_settings`: WRITEs of the mount's wsize, no request queue of its
+    /// own, wbt off).
     pub fn nfs_backend(self, name: &str, backend: ebb_backend::NfsBackend) -> Builder {
         let mut config = BackendConfig::new(name);
-        config.max_write_pages = (backend.capabilities().max_io_bytes / PAGE_SIZE) as u32;
-        config.queue_depth = 65_536;
-        config.wbt = ebb_core::WbtMode::Off;
+        backend.writeback_settings(&mut config);
         self.backend_with(name, Arc::new(backend), config)
     }
 

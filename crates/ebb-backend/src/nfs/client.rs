@@ -12,7 +12,8 @@ use std::io;
 use nfs3_types::nfs3::{
     COMMIT3args, COMMIT3resok, CREATE3args, CREATE3resok, FSINFO3args, FSINFO3resok, GETATTR3args,
     GETATTR3resok, LOOKUP3args, LOOKUP3resok, REMOVE3args, SETATTR3args, createhow3, diropargs3,
-    fattr3, filename3, nfs_fh3, post_op_attr, sattr3, set_mode3, set_size3, stable_how, writeverf3,
+    fattr3, filename3, nfs_fh3, post_op_attr, post_op_fh3, sattr3, set_size3, stable_how,
+    writeverf3,
 };
 use nfs3_types::xdr_codec::{Opaque, Pack, Unpack};
 
@@ -24,33 +25,47 @@ pub(crate) const PROGRAM: u32 = 100_003;
 pub(crate) const VERSION: u32 = 3;
 
 /// NFSv3 procedure numbers (RFC 1813 section 3) and the counter each is reported under.
-pub(crate) const PROCEDURES: [(u32, &str); 12] = [
+pub(crate) const PROCEDURES: [(u32, &str); 19] = [
     (GETATTR, "getattr_rpcs"),
     (SETATTR, "setattr_rpcs"),
     (LOOKUP, "lookup_rpcs"),
+    (READLINK, "readlink_rpcs"),
     (READ, "read_rpcs"),
     (WRITE, "write_rpcs"),
     (CREATE, "create_rpcs"),
-    (REMOVE, "remove_rpcs"),
-    (FSINFO, "fsinfo_rpcs"),
-    (COMMIT, "commit_rpcs"),
     (MKDIR, "mkdir_rpcs"),
+    (SYMLINK, "symlink_rpcs"),
+    (MKNOD, "mknod_rpcs"),
+    (REMOVE, "remove_rpcs"),
+    (RMDIR, "rmdir_rpcs"),
     (RENAME, "rename_rpcs"),
+    (LINK, "link_rpcs"),
     (READDIRPLUS, "readdirplus_rpcs"),
+    (FSSTAT, "fsstat_rpcs"),
+    (FSINFO, "fsinfo_rpcs"),
+    (PATHCONF, "pathconf_rpcs"),
+    (COMMIT, "commit_rpcs"),
 ];
 pub(crate) const PROCEDURE_COUNT: usize = 22;
 
 const GETATTR: u32 = 1;
 const SETATTR: u32 = 2;
 const LOOKUP: u32 = 3;
+pub(crate) const READLINK: u32 = 5;
 const READ: u32 = 6;
 const WRITE: u32 = 7;
 const CREATE: u32 = 8;
-const MKDIR: u32 = 9;
+pub(crate) const MKDIR: u32 = 9;
+pub(crate) const SYMLINK: u32 = 10;
+pub(crate) const MKNOD: u32 = 11;
 const REMOVE: u32 = 12;
-const RENAME: u32 = 14;
-const READDIRPLUS: u32 = 17;
+pub(crate) const RMDIR: u32 = 13;
+pub(crate) const RENAME: u32 = 14;
+pub(crate) const LINK: u32 = 15;
+pub(crate) const READDIRPLUS: u32 = 17;
+pub(crate) const FSSTAT: u32 = 18;
 const FSINFO: u32 = 19;
+pub(crate) const PATHCONF: u32 = 20;
 const COMMIT: u32 = 21;
 
 /// An NFS file handle.
@@ -82,62 +97,53 @@ impl NfsClient {
         Ok(result.obj_attributes)
     }
 
-    /// Sets the size (`Some`) and the mode (`Some`); other attributes stay.
-    pub(crate) fn setattr(
-        &self,
-        file: &Handle,
-        size: Option<u64>,
-        mode: Option<u32>,
-    ) -> io::Result<()> {
-        let new_attributes = sattr3 {
-            size: size.map_or(set_size3::None, set_size3::Some),
-            mode: mode.map_or(set_mode3::None, set_mode3::Some),
-            ..sattr3::default()
-        };
+    /// Sets the attributes `attributes` gives; returns the attributes after, if the server
+    /// sent them.
+    pub(crate) fn setattr(&self, file: &Handle, attributes: sattr3) -> io::Result<Option<fattr3>> {
         let args = SETATTR3args {
             object: file.clone(),
-            new_attributes,
+            new_attributes: attributes,
             guard: nfs3_types::nfs3::Nfs3Option::None,
         };
         let reply = self.call(SETATTR, "SETATTR", &args)?;
-        decode_status(&reply, "SETATTR").map(|_| ())
+        let result: nfs3_types::nfs3::SETATTR3resok = decode(&reply, "SETATTR")?;
+        Ok(attributes_of(result.obj_wcc.after))
+    }
+
+    /// Sets the size.
+    pub(crate) fn set_size(&self, file: &Handle, size: u64) -> io::Result<()> {
+        self.setattr(file, sattr3 { size: set_size3::Some(size), ..sattr3::default() }).map(drop)
     }
 
     /// The handle and (if the server sent them) attributes of `name` in `directory`.
     pub(crate) fn lookup(
         &self,
         directory: &Handle,
-        name: &str,
+        name: &[u8],
     ) -> io::Result<(Handle, Option<fattr3>)> {
         let args = LOOKUP3args { what: dirop(directory, name) };
         let reply = self.call(LOOKUP, "LOOKUP", &args)?;
         let result: LOOKUP3resok = decode(&reply, "LOOKUP")?;
-        Ok((result.object, attributes(result.obj_attributes)))
+        Ok((result.object, attributes_of(result.obj_attributes)))
     }
 
-    /// Creates `name` with `mode`, failing with `EEXIST` if it exists (`GUARDED`). The handle
-    /// is `None` when the server did not return one (RFC 1813 allows it; LOOKUP then).
+    /// Creates the regular file `name` with `attributes`, failing with `EEXIST` if the name
+    /// exists (`GUARDED`). The handle is `None` when the server did not return one (RFC 1813
+    /// allows it; LOOKUP then).
     pub(crate) fn create(
         &self,
         directory: &Handle,
-        name: &str,
-        mode: u32,
+        name: &[u8],
+        attributes: sattr3,
     ) -> io::Result<(Option<Handle>, Option<fattr3>)> {
-        let attributes_new = sattr3 { mode: set_mode3::Some(mode), ..sattr3::default() };
-        let args = CREATE3args {
-            where_: dirop(directory, name),
-            how: createhow3::GUARDED(attributes_new),
-        };
+        let args =
+            CREATE3args { where_: dirop(directory, name), how: createhow3::GUARDED(attributes) };
         let reply = self.call(CREATE, "CREATE", &args)?;
         let result: CREATE3resok = decode(&reply, "CREATE")?;
-        let handle = match result.obj {
-            nfs3_types::nfs3::Nfs3Option::Some(handle) => Some(handle),
-            nfs3_types::nfs3::Nfs3Option::None => None,
-        };
-        Ok((handle, attributes(result.obj_attributes)))
+        Ok(made(result.obj, result.obj_attributes))
     }
 
-    pub(crate) fn remove(&self, directory: &Handle, name: &str) -> io::Result<()> {
+    pub(crate) fn remove(&self, directory: &Handle, name: &[u8]) -> io::Result<()> {
         let reply = self.call(REMOVE, "REMOVE", &REMOVE3args { object: dirop(directory, name) })?;
         decode_status(&reply, "REMOVE").map(|_| ())
     }
@@ -214,22 +220,34 @@ impl NfsClient {
         Ok(verifier(result.verf))
     }
 
-    fn call(&self, procedure: u32, name: &str, args: &impl Pack) -> io::Result<Reply> {
+    pub(crate) fn call(&self, procedure: u32, name: &str, args: &impl Pack) -> io::Result<Reply> {
         let mut encoded = Vec::with_capacity(args.packed_size());
         args.pack(&mut encoded).map_err(|e| invalid(&format!("{name} arguments: {e}")))?;
         self.rpc.call(procedure, name, &[&encoded])
     }
 }
 
-fn dirop<'a>(directory: &Handle, name: &'a str) -> diropargs3<'a> {
-    diropargs3 { dir: directory.clone(), name: filename3(Opaque::borrowed(name.as_bytes())) }
+pub(crate) fn dirop<'a>(directory: &Handle, name: &'a [u8]) -> diropargs3<'a> {
+    diropargs3 { dir: directory.clone(), name: filename3(Opaque::borrowed(name)) }
 }
 
-fn attributes(attributes: post_op_attr) -> Option<fattr3> {
+pub(crate) fn attributes_of(attributes: post_op_attr) -> Option<fattr3> {
     match attributes {
         nfs3_types::nfs3::Nfs3Option::Some(attributes) => Some(attributes),
         nfs3_types::nfs3::Nfs3Option::None => None,
     }
+}
+
+/// The handle and attributes of a created object, each if the server sent it.
+pub(crate) fn made(
+    handle: post_op_fh3,
+    attributes: post_op_attr,
+) -> (Option<Handle>, Option<fattr3>) {
+    let handle = match handle {
+        nfs3_types::nfs3::Nfs3Option::Some(handle) => Some(handle),
+        nfs3_types::nfs3::Nfs3Option::None => None,
+    };
+    (handle, attributes_of(attributes))
 }
 
 /// The results after an `NFS3_OK` status, or the status's error.

@@ -49,8 +49,10 @@
 mod client;
 mod errno;
 mod mount;
+mod namespace;
 mod rpc;
 mod server;
+mod tree;
 
 use std::fmt;
 use std::io;
@@ -59,7 +61,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nfs3_types::nfs3::{ftype3, stable_how};
+use nfs3_types::nfs3::{ftype3, sattr3, set_mode3, stable_how};
 
 use crate::backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, Stability, WriteReply,
@@ -68,6 +70,7 @@ use crate::backend::{
 use client::{Handle, NfsClient};
 use rpc::{RetryPolicy, RpcClient, Target};
 
+pub use namespace::{NfsNamespace, NfsNode};
 pub use server::NfsServer;
 
 /// The largest READ and WRITE the backend sends, as the kernel client's (1 MiB).
@@ -287,19 +290,32 @@ impl NfsBackend {
         &self.shared.url
     }
 
+    /// The writeback settings the kernel gives an NFS mount's bdi: WRITEs of up to the mount's
+    /// wsize (the server's `wtmax`, at most 1 MiB); no request queue of its own (a writepages
+    /// call hands every WRITE to the RPC layer, whose slot table grows to 65536 entries; the
+    /// runtime's IO threads bound what is in flight); wbt off, as the kernel has no block
+    /// queue to measure for a network filesystem.
+    pub fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
+        let page = crate::PAGE_SIZE as u64;
+        settings.max_write_pages = (self.shared.capabilities.max_io_bytes / page) as u32;
+        settings.queue_depth = 65_536;
+        settings.wbt = ebb_core::WbtMode::Off;
+    }
+
     /// Opens `name` in the export's root, creating it if asked; the handle is the file's.
     fn open_file(&self, name: &str, options: OpenOptions) -> io::Result<NfsFile> {
         check_name(name)?;
         let shared = &self.shared;
-        let (handle, attributes) = match shared.nfs.lookup(&shared.root, name) {
+        let (handle, attributes) = match shared.nfs.lookup(&shared.root, name.as_bytes()) {
             Ok(found) => found,
             Err(error) if error.kind() == io::ErrorKind::NotFound && options.create => {
-                match shared.nfs.create(&shared.root, name, FILE_MODE) {
+                let attributes = sattr3 { mode: set_mode3::Some(FILE_MODE), ..sattr3::default() };
+                match shared.nfs.create(&shared.root, name.as_bytes(), attributes) {
                     Ok((Some(handle), attributes)) => (handle, attributes),
                     // No handle in the reply, or created by someone else meanwhile.
-                    Ok((None, _)) => shared.nfs.lookup(&shared.root, name)?,
+                    Ok((None, _)) => shared.nfs.lookup(&shared.root, name.as_bytes())?,
                     Err(error) if crate::errno_of(&error) == Some(errno::EEXIST) => {
-                        shared.nfs.lookup(&shared.root, name)?
+                        shared.nfs.lookup(&shared.root, name.as_bytes())?
                     }
                     Err(error) => return Err(error),
                 }
@@ -324,7 +340,7 @@ impl NfsBackend {
             }
         }
         if options.truncate && attributes.size != 0 {
-            shared.nfs.setattr(&handle, Some(0), None)?;
+            shared.nfs.set_size(&handle, 0)?;
         }
         Ok(NfsFile { shared: Arc::clone(shared), handle })
     }
@@ -367,12 +383,12 @@ impl Backend for NfsBackend {
 
     fn remove(&self, name: &str) -> io::Result<()> {
         check_name(name)?;
-        self.shared.nfs.remove(&self.shared.root, name)
+        self.shared.nfs.remove(&self.shared.root, name.as_bytes())
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {
         check_name(name)?;
-        match self.shared.nfs.lookup(&self.shared.root, name) {
+        match self.shared.nfs.lookup(&self.shared.root, name.as_bytes()) {
             Ok(_) => Ok(true),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(error) => Err(error),
@@ -487,7 +503,7 @@ impl BackendFile for NfsFile {
     }
 
     fn set_size(&self, size: u64) -> io::Result<()> {
-        self.shared.nfs.setattr(&self.handle, Some(size), None)
+        self.shared.nfs.set_size(&self.handle, size)
     }
 }
 

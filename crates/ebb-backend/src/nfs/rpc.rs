@@ -401,6 +401,10 @@ impl Connection {
 
 /// The reader thread of one connection: delivers records until the stream ends or breaks.
 fn read_loop(connection: &Connection, stream: TcpStream, counters: &RpcCounters) {
+    // A library thread must not take a program's signals: one that waits for SIGTERM with
+    // sigwait (ebb mount) blocks it in its own threads, but this one may predate that, and a
+    // SIGTERM delivered here would end the program.
+    let _ = nix::sys::signal::SigSet::all().thread_block();
     let mut stream = BufReader::with_capacity(64 << 10, stream);
     let (code, why) = loop {
         match read_record(&mut stream, RECORD_BYTES_MAX) {

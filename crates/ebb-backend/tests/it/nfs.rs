@@ -189,3 +189,73 @@ fn hung_server_times_out_then_recovers() {
     file.sync().unwrap();
     assert_eq!(std::fs::read(server.export_dir().join("hung")).unwrap(), bytes(4, 4096));
 }
+
+// The export as a mount's tree passes the namespace suite: every check, hard links and
+// symlinks included (NFSv3 has both); only RENAME_NOREPLACE is refused (NFSv3 has no flags).
+#[test]
+fn namespace_conformance_nfs_ganesha() {
+    let Some(server) = server("namespace_conformance_nfs_ganesha") else { return };
+    let namespace = ebb_backend::NfsNamespace::connect(server.url()).unwrap();
+    let report = ebb_backend::namespace_conformance::run_all(&namespace);
+    assert!(report.is_ok(), "{report}");
+    let checks = ebb_backend::namespace_conformance::CHECK_NAMES.len();
+    assert_eq!(report.passed.len(), checks - 1, "{report}");
+    assert_eq!(report.skipped[0].0, "rename", "{report}");
+}
+
+// What the suite does not check: new objects owned by the caller (and a setgid directory's
+// group and bit), special files, a listing longer than one READDIRPLUS reply, a node that
+// keeps naming its file across a rename, and statfs.
+#[test]
+fn namespace_owners_listings_and_handles() {
+    use std::ffi::OsStr;
+    use std::os::unix::fs::MetadataExt;
+
+    use ebb_backend::{Credentials, FileKind, Namespace, NfsNamespace, RenameFlags};
+
+    let Some(server) = server("namespace_owners_listings_and_handles") else { return };
+    let namespace = NfsNamespace::connect(server.url()).unwrap();
+    let (root, _) = namespace.root().unwrap();
+    let user = Credentials { uid: 1234, gid: 5678, groups: Vec::new() };
+    let (_, file) = namespace.create(&root, OsStr::new("owned"), 0o640, &user).unwrap();
+    assert_eq!((file.uid, file.gid, file.perm), (1234, 5678, 0o640));
+    let on_disk = std::fs::metadata(server.export_dir().join("owned")).unwrap();
+    assert_eq!((on_disk.uid(), on_disk.gid(), on_disk.mode() & 0o7777), (1234, 5678, 0o640));
+    let (shared, _) = namespace.mkdir(&root, OsStr::new("shared"), 0o2775, &user).unwrap();
+    let (inner, dir) =
+        namespace.mkdir(&shared, OsStr::new("inner"), 0o755, &Credentials::default()).unwrap();
+    assert_eq!((dir.gid, dir.perm), (5678, 0o2755), "a setgid directory's group and bit");
+    let (_, fifo) =
+        namespace.mknod(&inner, OsStr::new("fifo"), FileKind::Fifo, 0o600, 0, &user).unwrap();
+    assert_eq!(fifo.kind, FileKind::Fifo);
+    let many = 1500;
+    for index in 0..many {
+        namespace.create(&inner, OsStr::new(&format!("file-{index:04}")), 0o644, &user).unwrap();
+    }
+    let mut names: Vec<String> = namespace
+        .readdir(&inner)
+        .unwrap()
+        .map(|entry| entry.unwrap().name.into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), many + 1, "every entry listed once");
+    assert_eq!(names[0], "fifo");
+    assert_eq!(names[many], format!("file-{:04}", many - 1));
+    let readdirplus = counters_of(&namespace)["readdirplus_rpcs"];
+    assert!(2 <= readdirplus, "{many} entries in one READDIRPLUS reply");
+    let (node, before) = namespace.lookup(&inner, OsStr::new("file-0000")).unwrap();
+    let rename = RenameFlags::default();
+    namespace
+        .rename(&inner, OsStr::new("file-0000"), &root, OsStr::new("moved"), rename, &user)
+        .unwrap();
+    let after = namespace.getattr(&node).unwrap();
+    assert_eq!((after.ino, after.generation), (before.ino, before.generation));
+    let statfs = namespace.statfs(&root).unwrap();
+    assert!(0 < statfs.blocks && statfs.blocks_free <= statfs.blocks, "{statfs:?}");
+    assert_eq!(statfs.name_max, 255);
+}
+
+fn counters_of(namespace: &ebb_backend::NfsNamespace) -> BTreeMap<&'static str, u64> {
+    use ebb_backend::Namespace;
+    namespace.backend().counters().into_iter().collect()
+}

@@ -11,14 +11,14 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use ebb_backend::DirNamespace;
+use ebb_backend::{DirNamespace, NfsNamespace, NfsServer};
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
 mod errors;
 mod posix;
 mod random;
 
-use random::random_operations;
+use random::{random_operations, random_operations_over_nfs};
 
 /// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint. The mount is
 /// the first field so that it is dropped (detached) before the directories are removed.
@@ -27,6 +27,8 @@ struct Fixture {
     dir: PathBuf,
     mnt: PathBuf,
     _root: tempfile::TempDir,
+    /// The NFS server behind the mount, if any (stopped after the mount is gone).
+    _server: Option<NfsServer>,
 }
 
 impl Fixture {
@@ -61,7 +63,7 @@ impl Fixture {
             None => Mount::start(&config, namespace),
         }
         .expect("mount");
-        Some(Fixture { mount: Some(mount), dir, mnt, _root: root })
+        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: None })
     }
 
     /// A mount of ebb's data path on `dir` (an existing directory) at a fresh mountpoint.
@@ -75,7 +77,33 @@ impl Fixture {
         let config =
             MountConfig { mountpoint: mnt.clone(), memory, knobs: Vec::new(), data: DataMode::Ebb };
         let mount = Mount::start(&config, namespace(DataMode::Ebb, dir)).expect("mount");
-        Some(Fixture { mount: Some(mount), dir: dir.to_path_buf(), mnt, _root: root })
+        Some(Fixture {
+            mount: Some(mount),
+            dir: dir.to_path_buf(),
+            mnt,
+            _root: root,
+            _server: None,
+        })
+    }
+
+    /// A mount of a fresh NFS export (nfs-ganesha through `scripts/nfs-server`) at a fresh
+    /// mountpoint; `dir` is the exported directory as this machine sees it.
+    fn nfs(memory: Option<u64>) -> Option<Fixture> {
+        if !precondition(Path::new("/dev/fuse").exists(), "/dev/fuse is missing")
+            || !precondition(NfsServer::available(), "nfs-ganesha is not installed")
+        {
+            return None;
+        }
+        let server = NfsServer::start().expect("start nfs-ganesha");
+        let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let config =
+            MountConfig { mountpoint: mnt.clone(), memory, knobs: Vec::new(), data: DataMode::Ebb };
+        let namespace = NfsNamespace::connect(server.url()).expect("mount the export");
+        let mount = Mount::start(&config, namespace).expect("mount");
+        let dir = server.export_dir();
+        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: Some(server) })
     }
 
     fn unmount(&mut self) {
@@ -132,6 +160,13 @@ fn random_operations_match_the_model_through_ebb() {
     }
     // No closed file kept attached: stat and truncate of closed files attach for the call.
     random_operations(DataMode::Ebb, 4, 3000, Some(0));
+}
+
+// The same checker on a mount of an NFS export: names, bytes, modes, links, times and inode
+// numbers through the mount, and the export's directory equal to the model after the unmount.
+#[test]
+fn random_operations_match_the_model_over_nfs() {
+    random_operations_over_nfs(5, 2000);
 }
 
 #[test]

@@ -81,6 +81,8 @@ struct Checker<'a> {
     next_file: usize,
     open: BTreeMap<String, File>,
     context: String,
+    /// Whether the namespace can allocate (NFSv3 cannot: fallocate is `EOPNOTSUPP`).
+    fallocate_supported: bool,
 }
 
 impl Checker<'_> {
@@ -239,6 +241,11 @@ impl Checker<'_> {
         let len = self.rng.size(MAX_IO);
         let mode = if keep { FallocateFlags::KEEP_SIZE } else { FallocateFlags::empty() };
         let context = self.context.clone();
+        if !self.fallocate_supported {
+            let result = rustix::fs::fallocate(self.handle(name), mode, offset, len);
+            assert_eq!(result, Err(rustix::io::Errno::OPNOTSUPP), "{context}: fallocate");
+            return;
+        }
         rustix::fs::fallocate(self.handle(name), mode, offset, len)
             .unwrap_or_else(|e| panic!("{context}: {e}"));
         let file = self.file(name);
@@ -326,7 +333,18 @@ fn operation(roll: u64) -> &'static str {
 
 /// Runs the checker; `kept`: closed files kept attached (see `Mount::start_keeping`).
 pub(crate) fn random_operations(data: DataMode, seed: u64, operations: usize, kept: Option<usize>) {
-    let Some(mut fx) = Fixture::with_kept(data, Some(64 << 20), &[], kept) else { return };
+    let Some(fx) = Fixture::with_kept(data, Some(64 << 20), &[], kept) else { return };
+    run_checker(fx, &format!("{data:?}"), seed, operations, true);
+}
+
+/// Runs the checker on a mount of a fresh NFS export (nfs-ganesha), whose directory on this
+/// machine must equal the model after the unmount.
+pub(crate) fn random_operations_over_nfs(seed: u64, operations: usize) {
+    let Some(fx) = Fixture::nfs(Some(64 << 20)) else { return };
+    run_checker(fx, "NFS", seed, operations, false);
+}
+
+fn run_checker(mut fx: Fixture, label: &str, seed: u64, operations: usize, fallocate: bool) {
     let root = rustix::process::geteuid().is_root();
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     let mut checker = Checker {
@@ -337,6 +355,7 @@ pub(crate) fn random_operations(data: DataMode, seed: u64, operations: usize, ke
         next_file: 0,
         open: BTreeMap::new(),
         context: String::new(),
+        fallocate_supported: fallocate,
     };
     for step in 0..operations {
         if root && step % DROP_EVERY == DROP_EVERY - 1 {
@@ -348,7 +367,7 @@ pub(crate) fn random_operations(data: DataMode, seed: u64, operations: usize, ke
         if !matches!(op, "write" | "truncate") && !checker.names.contains_key(&name) {
             continue;
         }
-        checker.context = format!("{data:?} seed {seed} step {step}: {op} {name}");
+        checker.context = format!("{label} seed {seed} step {step}: {op} {name}");
         checker.step(op, &name);
     }
     checker.open.clear();
@@ -356,7 +375,7 @@ pub(crate) fn random_operations(data: DataMode, seed: u64, operations: usize, ke
     for (name, id) in &names {
         let mut got = Vec::new();
         File::open(fx.mnt.join(name)).unwrap().read_to_end(&mut got).unwrap();
-        assert!(got == files[id].content, "seed {seed}: {name} differs at the end");
+        assert!(got == files[id].content, "{label} seed {seed}: {name} differs at the end");
     }
     fx.unmount();
     check_dir(&fx.dir, &names, &files);
