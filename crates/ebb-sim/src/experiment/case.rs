@@ -107,15 +107,14 @@ pub(super) fn build_case(
 /// One backend: the settings the kernel would give its device model, then its knobs. Errors
 /// give the backend's field and the reason.
 fn build_backend(raw: &RawBackend, compare: &Knob) -> Result<BackendConfig, (String, String)> {
-    let built = device::by_name_with_overrides(&raw.device, 0, &raw.device_overrides).map_err(
-        |error| {
+    let built =
+        device::by_name_with_overrides(&raw.device, 0, &raw.device_overrides).map_err(|error| {
             let field = match error {
                 device::DeviceError::UnknownModel { .. } => "device",
                 _ => "device_overrides",
             };
             (field.to_owned(), error.to_string())
-        },
-    )?;
+        })?;
     // The device's own command queue depth sizes writeback throttling (blk_queue_depth).
     let (rotational, write_cache, hw_queue_depth) = match built.params() {
         DeviceParams::Disk(p) => (true, p.write_cache_bytes > 0, p.queue_depth),
