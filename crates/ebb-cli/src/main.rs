@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
+mod bench;
+
 use clap::{Args, Parser, Subcommand};
 use ebb_core::config::{self, Knob, Setting};
 use ebb_sim::reproduce::{self, Options, Outcome, Progress, ReproduceError};
@@ -40,7 +42,7 @@ enum Command {
     Mount(Box<MountArgs>),
     /// Benchmarks of the real runtime.
     #[command(subcommand)]
-    Bench(BenchCommand),
+    Bench(bench::BenchCommand),
     /// Show the live stats of a mount.
     Stat(StatArgs),
 }
@@ -112,83 +114,6 @@ struct MountArgs {
     /// Serve file data with plain buffered IO on DIR instead of through ebb (for comparisons).
     #[arg(long, hide = true)]
     passthrough: bool,
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchCommand {
-    /// A streaming writer through ebb beside raw O_DIRECT writes to the same filesystem.
-    Stream {
-        /// Directory on the filesystem to test.
-        #[arg(long)]
-        dir: PathBuf,
-        /// Bytes each run writes, e.g. 4GiB.
-        #[arg(long, default_value = "2GiB")]
-        size: String,
-        /// ebb's memory budget.
-        #[arg(long, default_value = "256MiB")]
-        memory: String,
-        /// Rounds of (raw, ebb); the means are reported.
-        #[arg(long, default_value_t = 2)]
-        rounds: u32,
-        /// At most this many bytes are streamed through the cache before each timed run, until
-        /// its bandwidth estimate settles (it converges over several seconds).
-        #[arg(long, default_value = "16GiB")]
-        warmup: String,
-        /// A knob by its kernel name, e.g. `--knob dirty_background_bytes=64M`, or ebb's
-        /// `initial_write_bandwidth=2G` (repeatable).
-        #[arg(long, value_name = "NAME=VALUE", value_parser = knob_setting)]
-        knob: Vec<Setting>,
-        /// Write the results as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// A random 4 KiB reader beside a streaming writer: idle, ebb with wbt on and off, and
-    /// the kernel's buffered path.
-    ReadUnderWrite {
-        /// Directory on the filesystem to test.
-        #[arg(long)]
-        dir: PathBuf,
-        /// Seconds per mode and round.
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        /// Rounds: the modes take turns and each mode's reads of every round are merged.
-        #[arg(long, default_value_t = 1)]
-        rounds: u32,
-        /// Size of the file read at random.
-        #[arg(long, default_value = "1GiB")]
-        read_size: String,
-        /// ebb's memory budget.
-        #[arg(long, default_value = "256MiB")]
-        memory: String,
-        /// A knob for the ebb modes by its kernel name, e.g. `--knob wbt_lat_usec=2000`
-        /// (repeatable; `wbt` itself is set by each mode).
-        #[arg(long, value_name = "NAME=VALUE", value_parser = knob_setting)]
-        knob: Vec<Setting>,
-        /// Write the results as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// The cost of the per-write path into the cache (no throttling), 1 to N threads.
-    WritePath {
-        /// Largest thread count; 1, 2, 4, ... up to it are measured.
-        #[arg(long, default_value_t = 4)]
-        threads: usize,
-        /// Size of each thread's file, rewritten by every pass. The default fits a core's own
-        /// cache, so that the figures are the path's cost; larger files (8MiB) measure how the
-        /// cores share the L3 and memory as well.
-        #[arg(long, default_value = "1MiB")]
-        size: String,
-        /// Passes per measurement.
-        #[arg(long, default_value_t = 2048)]
-        passes: u32,
-        /// Measurements per thread count, the counts taking turns; the fastest of each count is
-        /// reported, and the median of the repeats' 2-over-1 ratios as the scaling.
-        #[arg(long, default_value_t = 5)]
-        repeats: u32,
-        /// Write the results as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
 }
 
 #[derive(Args, Debug)]
@@ -295,7 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ebb_fuse::run(&config, namespace)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(command) => bench(command),
+        Command::Bench(command) => bench::run(command),
         Command::Stat(args) => {
             let stats = ebb_fuse::read_stats(&args.mountpoint)?;
             // A reader that stops early (`ebb stat | head`) is not an error.
@@ -323,12 +248,6 @@ impl std::fmt::Display for Usage {
 }
 
 impl std::error::Error for Usage {}
-
-fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    ebb_runtime::bench::write_json(path, value)?;
-    Ok(())
-}
 
 /// `--knob NAME=VALUE`, parsed and checked by the knob registry.
 fn knob_setting(text: &str) -> Result<Setting, String> {
@@ -407,54 +326,6 @@ impl Args for KnobFlags {
     fn augment_args_for_update(command: clap::Command) -> clap::Command {
         KnobFlags::augment_args(command)
     }
-}
-
-fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
-    use ebb_runtime::bench;
-    match command {
-        BenchCommand::Stream { dir, size, memory, rounds, warmup, knob, json } => {
-            let opts = bench::StreamOptions {
-                dir,
-                size: size_arg("--size", &size)?,
-                memory: size_arg("--memory", &memory)?,
-                block: 1 << 20,
-                rounds,
-                warmup: size_arg("--warmup", &warmup)?,
-                knobs: knob_texts(&knob),
-            };
-            let result = bench::stream(&opts)?;
-            print_json(&result, json.as_deref())?;
-        }
-        BenchCommand::ReadUnderWrite { dir, seconds, rounds, read_size, memory, knob, json } => {
-            let opts = bench::ReadUnderWriteOptions {
-                knobs: knob_texts(&knob),
-                dir,
-                seconds: seconds.max(1) as f64,
-                read_file_size: size_arg("--read-size", &read_size)?,
-                write_file_size: 4 << 30,
-                memory: size_arg("--memory", &memory)?,
-                rounds,
-            };
-            let result =
-                bench::read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
-            print_json(&result, json.as_deref())?;
-        }
-        BenchCommand::WritePath { threads, size, passes, repeats, json } => {
-            let mut counts = vec![1];
-            while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
-                counts.push(counts.last().copied().unwrap_or(1) * 2);
-            }
-            let opts = bench::WritePathOptions {
-                threads: counts,
-                bytes_per_thread: size_arg("--size", &size)?,
-                passes,
-                repeats,
-            };
-            let result = bench::write_path(&opts)?;
-            print_json(&result, json.as_deref())?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the comparison and the report's path; the exit code says whether all checks held.

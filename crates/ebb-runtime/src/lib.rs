@@ -20,7 +20,6 @@
 //! threads, real time and real IO. See `shared.rs` for the locks and threads.
 #![deny(unsafe_code)]
 
-pub mod bench;
 mod device;
 mod file;
 mod frames;
@@ -419,6 +418,12 @@ impl Ebb {
     #[doc(hidden)]
     pub fn inner_direct_read_queue_len(&self) -> usize {
         self.shared().direct_reads.len()
+    }
+
+    /// The engine's configuration as built: the knobs applied, and each backend's settings
+    /// from its device (rotational, queue depth) and capabilities.
+    pub fn config(&self) -> Config {
+        self.shared().core.lock().engine.config().clone()
     }
 
     /// The cache's state, shaped like `/proc/meminfo` and `/sys/class/bdi/*/stats`.

@@ -1,0 +1,204 @@
+//! `ebb bench`: what ebb costs and gives on this machine, measured beside the kernel's own paths
+//! in the same run.
+//!
+//! * [`stream`]: a streaming writer through ebb into a directory beside raw `O_DIRECT`
+//!   sequential writes to the same filesystem (the ceiling ebb's writeback can reach).
+//! * [`read_under_write`]: a random 4 KiB `O_DIRECT` reader of one file while a streaming
+//!   writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with wbt off,
+//!   and the kernel's path (the writer's buffered writes through the page cache).
+//! * [`write_path`]: nanoseconds per 4 KiB write into the cache with no throttling, from 1 to N
+//!   threads, and the shared-counter reads per throttle check.
+//!
+//! Results are plain numbers printed as JSON (the keys are the contract scripts/ and
+//! BENCHMARKS.md use); nothing here asserts a speed. The benches drive the runtime only
+//! through its public API, as an application would.
+
+mod read_under_write;
+mod stream;
+mod write_path;
+
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use ebb_backend::{DirBackend, OpenOptions};
+use ebb_core::config::Setting;
+use ebb_runtime::Builder;
+use serde::Serialize;
+
+use crate::{knob_texts, size_arg};
+use read_under_write::{ReadUnderWriteOptions, read_under_write};
+use stream::{StreamOptions, stream};
+use write_path::{WritePathOptions, write_path};
+
+const CREATE: OpenOptions = OpenOptions { create: true, truncate: true };
+const MIB: f64 = 1024.0 * 1024.0;
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum BenchCommand {
+    /// A streaming writer through ebb beside raw O_DIRECT writes to the same filesystem.
+    Stream {
+        /// Directory on the filesystem to test.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Bytes each run writes, e.g. 4GiB.
+        #[arg(long, default_value = "2GiB")]
+        size: String,
+        /// ebb's memory budget.
+        #[arg(long, default_value = "256MiB")]
+        memory: String,
+        /// Rounds of (raw, ebb); the means are reported.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// At most this many bytes are streamed through the cache before each timed run, until
+        /// its bandwidth estimate settles (it converges over several seconds).
+        #[arg(long, default_value = "16GiB")]
+        warmup: String,
+        /// A knob by its kernel name, e.g. `--knob dirty_background_bytes=64M`, or ebb's
+        /// `initial_write_bandwidth=2G` (repeatable).
+        #[arg(long, value_name = "NAME=VALUE", value_parser = crate::knob_setting)]
+        knob: Vec<Setting>,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// A random 4 KiB reader beside a streaming writer: idle, ebb with wbt on and off, and
+    /// the kernel's buffered path.
+    ReadUnderWrite {
+        /// Directory on the filesystem to test.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Seconds per mode and round.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Rounds: the modes take turns and each mode's reads of every round are merged.
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
+        /// Size of the file read at random.
+        #[arg(long, default_value = "1GiB")]
+        read_size: String,
+        /// ebb's memory budget.
+        #[arg(long, default_value = "256MiB")]
+        memory: String,
+        /// A knob for the ebb modes by its kernel name, e.g. `--knob wbt_lat_usec=2000`
+        /// (repeatable; `wbt` itself is set by each mode).
+        #[arg(long, value_name = "NAME=VALUE", value_parser = crate::knob_setting)]
+        knob: Vec<Setting>,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The cost of the per-write path into the cache (no throttling), 1 to N threads.
+    WritePath {
+        /// Largest thread count; 1, 2, 4, ... up to it are measured.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Size of each thread's file, rewritten by every pass. The default fits a core's own
+        /// cache, so that the figures are the path's cost; larger files (8MiB) measure how the
+        /// cores share the L3 and memory as well.
+        #[arg(long, default_value = "1MiB")]
+        size: String,
+        /// Passes per measurement.
+        #[arg(long, default_value_t = 2048)]
+        passes: u32,
+        /// Measurements per thread count, the counts taking turns; the fastest of each count is
+        /// reported, and the median of the repeats' 2-over-1 ratios as the scaling.
+        #[arg(long, default_value_t = 5)]
+        repeats: u32,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Runs one bench and prints its result as JSON (also written to `--json`).
+pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        BenchCommand::Stream { dir, size, memory, rounds, warmup, knob, json } => {
+            let opts = StreamOptions {
+                dir,
+                size: size_arg("--size", &size)?,
+                memory: size_arg("--memory", &memory)?,
+                block: 1 << 20,
+                rounds,
+                warmup: size_arg("--warmup", &warmup)?,
+                knobs: knob_texts(&knob),
+            };
+            let result = stream(&opts)?;
+            print_json(&result, json.as_deref())?;
+        }
+        BenchCommand::ReadUnderWrite { dir, seconds, rounds, read_size, memory, knob, json } => {
+            let opts = ReadUnderWriteOptions {
+                knobs: knob_texts(&knob),
+                dir,
+                seconds: seconds.max(1) as f64,
+                read_file_size: size_arg("--read-size", &read_size)?,
+                write_file_size: 4 << 30,
+                memory: size_arg("--memory", &memory)?,
+                rounds,
+            };
+            let result = read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
+            print_json(&result, json.as_deref())?;
+        }
+        BenchCommand::WritePath { threads, size, passes, repeats, json } => {
+            let mut counts = vec![1];
+            while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
+                counts.push(counts.last().copied().unwrap_or(1) * 2);
+            }
+            let opts = WritePathOptions {
+                threads: counts,
+                bytes_per_thread: size_arg("--size", &size)?,
+                passes,
+                repeats,
+            };
+            let result = write_path(&opts)?;
+            print_json(&result, json.as_deref())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dir_backend(dir: &Path) -> io::Result<DirBackend> {
+    DirBackend::open(dir)
+}
+
+/// Lets the filesystem finish what the last run left (freeing a deleted file's extents, the
+/// journal commit), so it does not land in the next run's timed window: runs order-dependent
+/// otherwise (measured: the device 100% busy at 10-15% of its write rate for about half a
+/// second after a 4 GiB file is removed).
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(Duration::from_secs(1));
+}
+
+/// A builder with ebb's memory budget and the given knobs.
+fn builder_with(memory: u64, knobs: &[(String, String)]) -> io::Result<Builder> {
+    let mut builder = Builder::new().memory(memory);
+    for (name, value) in knobs {
+        builder = builder.knob(name, value).map_err(config_error)?;
+    }
+    Ok(builder)
+}
+
+/// A configuration error of the runtime's builder, as the IO error the benches return.
+fn config_error(error: ebb_core::ConfigError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("ebb configuration: {error}"))
+}
+
+/// Writes `value` as pretty JSON to `path` (or nowhere).
+fn write_json(path: Option<&Path>, value: &impl Serialize) -> io::Result<()> {
+    if let Some(path) = path {
+        let mut f = std::fs::File::create(path)?;
+        serde_json::to_writer_pretty(&mut f, value).map_err(io::Error::other)?;
+        writeln!(f)?;
+    }
+    Ok(())
+}
+
+fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    write_json(path, value)?;
+    Ok(())
+}

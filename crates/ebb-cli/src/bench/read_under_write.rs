@@ -1,0 +1,270 @@
+//! `ebb bench read-under-write`: a random 4 KiB `O_DIRECT` reader of one file while a
+//! streaming writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with
+//! wbt off, and the kernel's path (the writer's buffered writes through the page cache).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ebb_backend::{AlignedBuf, Backend, BackendFile, OpenOptions};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::{CREATE, MIB, builder_with, config_error, dir_backend, settle};
+
+/// Options of [`read_under_write`].
+#[derive(Clone, Debug)]
+pub(crate) struct ReadUnderWriteOptions {
+    /// Directory on the filesystem under test.
+    pub(crate) dir: PathBuf,
+    /// Length of each mode.
+    pub(crate) seconds: f64,
+    /// Size of the file the reader reads at random.
+    pub(crate) read_file_size: u64,
+    /// The writer wraps around at this size.
+    pub(crate) write_file_size: u64,
+    /// ebb's memory budget.
+    pub(crate) memory: u64,
+    /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
+    pub(crate) knobs: Vec<(String, String)>,
+    /// Rounds: the modes take turns (idle, ebb wbt on, ebb wbt off, kernel, then again), and
+    /// each mode's reads of every round make one histogram, so that every mode samples the
+    /// machine's slow moments alike.
+    pub(crate) rounds: u32,
+}
+
+/// One mode of [`read_under_write`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct ModeResult {
+    /// Read latency percentiles, microseconds.
+    pub(crate) read_lat_us_p50: u64,
+    /// 90th.
+    pub(crate) read_lat_us_p90: u64,
+    /// 99th.
+    pub(crate) read_lat_us_p99: u64,
+    /// 99.9th.
+    pub(crate) read_lat_us_p99_9: u64,
+    /// 99.99th.
+    pub(crate) read_lat_us_p99_99: u64,
+    /// Slowest read.
+    pub(crate) read_lat_us_max: u64,
+    /// Reads done.
+    pub(crate) reads: u64,
+    /// The writer: bytes over the time from its first write to the end of its fsync (0 when
+    /// there is no writer).
+    pub(crate) write_mb_s: f64,
+}
+
+/// What [`read_under_write`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ReadUnderWriteResult {
+    /// `idle`, `ebb_wbt_on`, `ebb_wbt_off`, `kernel`.
+    pub(crate) modes: BTreeMap<String, ModeResult>,
+    /// Seconds per mode and round.
+    pub(crate) seconds: f64,
+    /// Rounds.
+    pub(crate) rounds: u32,
+    /// ebb's memory budget.
+    pub(crate) memory_bytes: u64,
+    /// The wbt latency target ebb used, microseconds.
+    pub(crate) wbt_lat_usec: u64,
+}
+
+fn mode_result(h: &Histogram<u64>, write_mb_s: f64) -> ModeResult {
+    let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
+    ModeResult {
+        read_lat_us_p50: q(0.5),
+        read_lat_us_p90: q(0.9),
+        read_lat_us_p99: q(0.99),
+        read_lat_us_p99_9: q(0.999),
+        read_lat_us_p99_99: q(0.9999),
+        read_lat_us_max: if h.is_empty() { 0 } else { h.max() },
+        reads: h.len(),
+        write_mb_s,
+    }
+}
+
+/// Random 4 KiB reads until `stop`; `read` performs one read at an offset.
+fn reader(
+    pages: u64,
+    stop: &AtomicBool,
+    mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+) -> io::Result<Histogram<u64>> {
+    let mut h = Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
+    let mut buf = AlignedBuf::zeroed(4096);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    while !stop.load(Ordering::Relaxed) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % pages) * 4096;
+        let t = Instant::now();
+        read(&mut buf, off)?;
+        let _ = h.record((t.elapsed().as_micros() as u64).max(1));
+    }
+    Ok(h)
+}
+
+/// A streaming writer of 1 MiB blocks for `seconds`, then `finish`; returns MB/s.
+fn writer(
+    seconds: f64,
+    wrap: u64,
+    mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
+    finish: impl FnOnce() -> io::Result<()>,
+) -> io::Result<f64> {
+    let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 31) as u8).collect();
+    let start = Instant::now();
+    let mut written = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        write(&block, written % wrap)?;
+        written += block.len() as u64;
+    }
+    finish()?;
+    Ok(written as f64 / MIB / start.elapsed().as_secs_f64())
+}
+
+/// Random reads (`read`) while a streaming writer (`write`, then `sync`) runs for `seconds`;
+/// the reader stops when the writer starts its sync.
+fn reader_beside_writer(
+    pages: u64,
+    seconds: f64,
+    wrap: u64,
+    read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
+    write: impl FnMut(&[u8], u64) -> io::Result<()>,
+    sync: impl FnOnce() -> io::Result<()>,
+) -> io::Result<(Histogram<u64>, f64)> {
+    let stop = AtomicBool::new(false);
+    let (h, mb_s) = std::thread::scope(|s| {
+        let r = s.spawn(|| reader(pages, &stop, read));
+        let w = writer(seconds, wrap, write, || {
+            stop.store(true, Ordering::Relaxed);
+            sync()
+        });
+        stop.store(true, Ordering::Relaxed);
+        (r.join().expect("reader thread"), w)
+    });
+    Ok((h?, mb_s?))
+}
+
+fn prepare_read_file(dir: &Path, size: u64) -> io::Result<Arc<dyn BackendFile>> {
+    let backend = dir_backend(dir)?;
+    let name = "ebb-bench-read";
+    if backend.exists(name)? {
+        let f = backend.open(name, OpenOptions { create: false, truncate: false })?;
+        if f.size()? == size {
+            return Ok(f);
+        }
+    }
+    let f = backend.open(name, CREATE)?;
+    let mut buf = AlignedBuf::zeroed(1 << 20);
+    buf.iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7) as u8);
+    let mut at = 0;
+    while at < size {
+        f.write_at(&buf, at)?;
+        at += buf.len() as u64;
+    }
+    f.sync()?;
+    Ok(f)
+}
+
+/// Runs the four modes one after the other.
+pub(crate) fn read_under_write(
+    opts: &ReadUnderWriteOptions,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<ReadUnderWriteResult> {
+    let size = opts.read_file_size.max(1 << 20) / (1 << 20) * (1 << 20);
+    let pages = size / 4096;
+    progress("preparing the read file");
+    let read_file = prepare_read_file(&opts.dir, size)?;
+    let secs = opts.seconds;
+    // Per mode: the merged read latencies and each round's writer MB/s.
+    let mut runs: BTreeMap<&str, (Histogram<u64>, Vec<f64>)> = BTreeMap::new();
+    let mut add = |mode: &'static str, h: Histogram<u64>, mb_s: f64| -> io::Result<()> {
+        match runs.entry(mode) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert((h, vec![mb_s]));
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let (merged, rates) = o.get_mut();
+                merged.add(&h).map_err(|e| io::Error::other(e.to_string()))?;
+                rates.push(mb_s);
+            }
+        }
+        Ok(())
+    };
+    let mut wbt_lat = 0;
+    settle();
+    for round in 1..=opts.rounds.max(1) {
+        progress(&format!("round {round}: idle, the reader alone"));
+        let stop = AtomicBool::new(false);
+        let h = std::thread::scope(|s| {
+            let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            stop.store(true, Ordering::Relaxed);
+            r.join().expect("reader thread")
+        })?;
+        add("idle", h, 0.0)?;
+
+        for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
+            progress(&format!("round {round}: {mode}"));
+            let ebb = builder_with(opts.memory, &opts.knobs)?
+                .knob("wbt", wbt)
+                .map_err(config_error)?
+                .directory(&opts.dir)?
+                .build()?;
+            wbt_lat = wbt_lat.max(ebb.config().backends[0].wbt_target_usec());
+            let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
+            let wf = ebb.open("ebb-bench-write", CREATE)?;
+            let (h, mb_s) = reader_beside_writer(
+                pages,
+                secs,
+                opts.write_file_size,
+                |b, o| rf.read_direct_at(b, o),
+                |b, o| wf.write_at(b, o).map(drop),
+                || wf.fsync(),
+            )?;
+            add(mode, h, mb_s)?;
+            drop(rf);
+            wf.close()?;
+            ebb.remove("ebb-bench-write")?;
+            drop(ebb);
+            settle();
+        }
+
+        progress(&format!("round {round}: kernel, a buffered writer through the page cache"));
+        let path = opts.dir.join("ebb-bench-kernel-write");
+        let kf = std::fs::File::create(&path)?;
+        let (h, mb_s) = reader_beside_writer(
+            pages,
+            secs,
+            opts.write_file_size,
+            |b, o| read_file.read_at(b, o),
+            |b, o| {
+                use std::os::unix::fs::FileExt;
+                kf.write_all_at(b, o)
+            },
+            || kf.sync_data(),
+        )?;
+        add("kernel", h, mb_s)?;
+        drop(kf);
+        std::fs::remove_file(&path)?;
+        settle();
+    }
+    let modes = runs
+        .into_iter()
+        .map(|(mode, (h, mb_s))| {
+            let mean = mb_s.iter().sum::<f64>() / mb_s.len().max(1) as f64;
+            (mode.to_owned(), mode_result(&h, mean))
+        })
+        .collect();
+    Ok(ReadUnderWriteResult {
+        modes,
+        seconds: secs,
+        rounds: opts.rounds.max(1),
+        memory_bytes: opts.memory,
+        wbt_lat_usec: wbt_lat,
+    })
+}
