@@ -55,18 +55,11 @@ pub struct Capabilities {
     pub serial_writes: bool,
 }
 
-/// How durable a completed write is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stability {
-    /// No commit is needed (the data is durable after the next successful `sync`).
-    Stable,
-    /// The data is held by a two-phase server and is lost if the server restarts before a
-    /// commit covering it returns the same `verifier`.
-    Unstable {
-        /// Identifies the server instance that accepted the write.
-        verifier: u64,
-    },
-}
+/// How durable a completed write is: `Stable` needs no commit (the data is durable after the
+/// next successful `sync`); `Unstable { verifier }` is held by a two-phase server and lost if
+/// the server restarts before a commit covering it returns the same `verifier`. The core's own
+/// type, so the engine takes a backend's answer as it is.
+pub use ebb_core::Stability;
 
 /// The result of a successful [`BackendFile::write_at`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,115 @@
 //! Counters the engine keeps about itself, and the `/proc/meminfo`- and `/sys/class/bdi`-shaped
 //! views drivers report.
+//!
+//! Each struct is declared once, through [`figures!`]: besides the struct, it lists every figure
+//! with the name drivers show it under and its unit ([`Stats::figures`], [`MemInfo::figures`],
+//! [`BdiStats::figures`]), so a driver reports a new counter without naming it again (the
+//! runtime's `ebb stat` JSON is built from these lists). Counters are shown under their field
+//! names; the views under the kernel's names (`Dirty`, `BdiReclaimable`, ...; ebb's own for what
+//! the kernel does not show, such as `Held`), and their pages are converted to kB by the driver
+//! as the kernel's files do.
 
+/// What unit a figure is in, so a driver converts it the way the kernel's files do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Pages (shown in kB).
+    Pages,
+    /// Pages per second (shown in kB/s).
+    PagesPerSecond,
+    /// A number shown as it is: a count, or a quantity whose unit the name says (`_ns`, `_us`,
+    /// `_pages`).
+    Number,
+}
+
+/// One figure of a stats struct: the name it is shown under and its unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Figure {
+    /// The name drivers show it under (`/proc/meminfo`'s for [`MemInfo`], the field's own for
+    /// [`Stats`]).
+    pub name: &'static str,
+    /// Its unit.
+    pub unit: Unit,
+}
+
+/// A figure's value (one of the struct's unsigned or signed fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// A count or quantity.
+    Unsigned(u64),
+    /// A signed quantity (wbt's scale step).
+    Signed(i64),
+}
+
+impl From<u64> for Value {
+    fn from(value: u64) -> Value {
+        Value::Unsigned(value)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(value: u32) -> Value {
+        Value::Unsigned(value.into())
+    }
+}
+
+impl From<i32> for Value {
+    fn from(value: i32) -> Value {
+        Value::Signed(value.into())
+    }
+}
+
+/// Declares a stats struct and its list of figures in one place. `counters` structs have only
+/// `u64` counts, shown under their field names; in `views`, a field with `#[figure(NAME, UNIT)]`
+/// is shown under NAME in UNIT, and a field without one (a backend's name) is not a figure.
+macro_rules! figures {
+    (counters
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[doc = $doc:literal])* pub $field:ident: u64, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: u64, )*
+        }
+
+        impl $name {
+            /// Every counter, in declaration order, under its field name.
+            pub fn figures(&self) -> Vec<(Figure, Value)> {
+                vec![$(
+                    (Figure { name: stringify!($field), unit: Unit::Number }, self.$field.into()),
+                )*]
+            }
+        }
+    };
+    (views
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                $(#[figure($shown:literal, $unit:ident)])?
+                pub $field:ident: $type:ty,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: $type, )*
+        }
+
+        impl $name {
+            /// Every figure, in declaration order, under the kernel's name (ebb's own where the
+            /// kernel has none: `Held`, `WbtTargetUsec`) and with its unit.
+            pub fn figures(&self) -> Vec<(Figure, Value)> {
+                vec![$($(
+                    (Figure { name: $shown, unit: Unit::$unit }, self.$field.into()),
+                )?)*]
+            }
+        }
+    };
+}
+
+figures! { counters
 /// Cumulative counts of the engine's decisions and IO.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -71,86 +180,125 @@ pub struct Stats {
     /// Flusher wakeups requested by reclaim.
     pub reclaim_flusher_wakeups: u64,
 }
+}
 
+figures! { views
 /// The cache as a whole, in pages (`/proc/meminfo` style).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemInfo {
     /// The memory budget.
+    #[figure("MemTotal", Pages)]
     pub total: u64,
     /// Unused pages.
+    #[figure("MemFree", Pages)]
     pub free: u64,
     /// Anonymous (non-cache) pages.
+    #[figure("AnonPages", Pages)]
     pub anon: u64,
     /// Resident file pages.
+    #[figure("Cached", Pages)]
     pub cached: u64,
     /// Dirty pages (`Dirty`).
+    #[figure("Dirty", Pages)]
     pub dirty: u64,
     /// Of those, pages held by a write error that will not pass (ENOSPC, EROFS): kept until
     /// the user rewrites, truncates or deletes them.
+    #[figure("Held", Pages)]
     pub held: u64,
     /// Pages under writeback (`Writeback`).
+    #[figure("Writeback", Pages)]
     pub writeback: u64,
     /// Written but uncommitted pages (`NFS_Unstable`).
+    #[figure("NFS_Unstable", Pages)]
     pub unstable: u64,
     /// Pages on the active list.
+    #[figure("Active(file)", Pages)]
     pub active: u64,
     /// Pages on the inactive list.
+    #[figure("Inactive(file)", Pages)]
     pub inactive: u64,
     /// Dirty threshold.
+    #[figure("DirtyThresh", Pages)]
     pub thresh: u64,
     /// Background threshold.
+    #[figure("BackgroundThresh", Pages)]
     pub bg_thresh: u64,
     /// Hard limit (smoothed).
+    #[figure("DirtyLimit", Pages)]
     pub limit: u64,
     /// Pages dirtied, ever.
+    #[figure("Dirtied", Pages)]
     pub dirtied: u64,
     /// Pages whose writeback completed, ever.
+    #[figure("Written", Pages)]
     pub written: u64,
 }
+}
 
+figures! { views
 /// One backend (`/sys/class/bdi/<name>/stats` style); bandwidths in pages/s.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BdiStats {
     /// Backend name.
     pub name: String,
     /// Dirty pages.
+    #[figure("BdiReclaimable", Pages)]
     pub dirty: u64,
     /// Of those, pages held by a write error that will not pass.
+    #[figure("BdiHeld", Pages)]
     pub held: u64,
     /// Pages under writeback.
+    #[figure("BdiWriteback", Pages)]
     pub writeback: u64,
     /// Unstable pages.
+    #[figure("BdiUnstable", Pages)]
     pub unstable: u64,
     /// The backend's share of the threshold.
+    #[figure("BdiDirtyThresh", Pages)]
     pub wb_thresh: u64,
     /// The backend's share of the background threshold.
+    #[figure("BdiBackgroundThresh", Pages)]
     pub wb_bg_thresh: u64,
     /// Estimated write bandwidth.
+    #[figure("BdiWriteBandwidth", PagesPerSecond)]
     pub write_bandwidth: u64,
     /// Smoothed write bandwidth.
+    #[figure("BdiAvgWriteBandwidth", PagesPerSecond)]
     pub avg_write_bandwidth: u64,
     /// Base ratelimit per writer.
+    #[figure("DirtyRatelimit", PagesPerSecond)]
     pub dirty_ratelimit: u64,
     /// Last balanced ratelimit.
+    #[figure("BalancedDirtyRatelimit", PagesPerSecond)]
     pub balanced_dirty_ratelimit: u64,
     /// Requests in flight.
+    #[figure("Inflight", Number)]
     pub inflight: u64,
     /// Writeback throttling: current maximum depth.
+    #[figure("WbtMaxDepth", Number)]
     pub wbt_max_depth: u32,
     /// Writeback throttling: current limit on background writes.
+    #[figure("WbtBackground", Number)]
     pub wbt_background: u32,
     /// Writeback throttling: current limit on other buffered writes.
+    #[figure("WbtNormal", Number)]
     pub wbt_normal: u32,
     /// Writeback throttling: current scale step (positive: scaled down).
+    #[figure("WbtStep", Number)]
     pub wbt_step: i32,
     /// Writeback throttling: the read-latency target, µs (0: off).
+    #[figure("WbtTargetUsec", Number)]
     pub wbt_target_us: u64,
     /// Writeback throttling: minimum read latency of the last window with reads, µs.
+    #[figure("WbtReadMinUsec", Number)]
     pub wbt_read_min_us: u64,
     /// Pages dirtied against it, ever.
+    #[figure("BdiDirtied", Pages)]
     pub dirtied: u64,
     /// Pages written, ever.
+    #[figure("BdiWritten", Pages)]
     pub written: u64,
+}
 }
 
 /// One file's write-error state (mechanism 9), from [`crate::Engine::file_errors`].

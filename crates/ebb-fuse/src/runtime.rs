@@ -74,9 +74,12 @@ impl DataPath for EbbData {
 
     fn unwritten(&self) -> String {
         let meminfo = self.ebb.stats().meminfo;
+        let kib = |pages: u64| pages * ebb_core::PAGE_SIZE / 1024;
         format!(
             "{} KiB dirty, {} KiB under writeback, {} KiB unstable",
-            meminfo.dirty_kb, meminfo.writeback_kb, meminfo.unstable_kb
+            kib(meminfo.dirty),
+            kib(meminfo.writeback),
+            kib(meminfo.unstable)
         )
     }
 

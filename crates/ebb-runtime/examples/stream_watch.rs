@@ -31,25 +31,27 @@ fn main() -> std::io::Result<()> {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 let s = ebb.stats();
                 let b = &s.bdi[0];
+                // Pages (or pages per second) in MiB.
+                let mib = |pages: u64| (pages * ebb_core::PAGE_SIZE) >> 20;
                 println!(
                     "{:6.1}s dirty {:6} MB wb {:5} MB thresh {} bg {} written {:6} MB (+{:5} MB/s) bw {:5} MB/s avg {:5} MB/s ratelimit {:5} MB/s balanced {:5} MB/s inflight {} wbt {}/{} step {}",
                     start.elapsed().as_secs_f64(),
-                    s.meminfo.dirty_kb / 1024,
-                    s.meminfo.writeback_kb / 1024,
-                    s.meminfo.dirty_thresh_kb / 1024,
-                    s.meminfo.background_thresh_kb / 1024,
-                    b.written_kb / 1024,
-                    (b.written_kb - last) / 1024 * 10,
-                    b.write_bandwidth_kbps / 1024,
-                    b.avg_write_bandwidth_kbps / 1024,
-                    b.dirty_ratelimit_kbps / 1024,
-                    b.balanced_dirty_ratelimit_kbps / 1024,
+                    mib(s.meminfo.dirty),
+                    mib(s.meminfo.writeback),
+                    mib(s.meminfo.thresh),
+                    mib(s.meminfo.bg_thresh),
+                    mib(b.written),
+                    mib(b.written - last) * 10,
+                    mib(b.write_bandwidth),
+                    mib(b.avg_write_bandwidth),
+                    mib(b.dirty_ratelimit),
+                    mib(b.balanced_dirty_ratelimit),
                     b.inflight,
                     b.wbt_background,
                     b.wbt_max_depth,
                     b.wbt_step,
                 );
-                last = b.written_kb;
+                last = b.written;
             }
         })
     };

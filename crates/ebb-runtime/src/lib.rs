@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 
 pub use device::DeviceInfo;
 pub use file::{File, Interrupt, ThrottleStats};
-pub use stats::{BdiStat, DrainProgress, EngineCounters, MemInfoStat, RuntimeStats};
+pub use stats::{DrainProgress, RuntimeStats};
 
 use shared::{BackendSlot, FileKey, FileState, Shared, from_io_error, handle_id};
 

@@ -603,8 +603,8 @@ impl Shared {
             let end = (at + max).min(len);
             match fs.file.write_at(&bytes[at..end], offset + at as u64) {
                 Ok(reply) => {
-                    if let ebb_backend::Stability::Unstable { verifier } = reply.stability {
-                        stability = Stability::Unstable { verifier };
+                    if let Stability::Unstable { .. } = reply.stability {
+                        stability = reply.stability;
                     }
                 }
                 Err(e) => return Err(to_io_error(&e)),

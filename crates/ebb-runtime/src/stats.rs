@@ -1,159 +1,93 @@
 //! Stats shaped like the kernel's: `/proc/meminfo` (kB) and `/sys/class/bdi/<dev>/stats`.
+//!
+//! The figures are the core's own structs ([`MemInfo`], [`BdiStats`], [`Stats`]), taken as
+//! they are; their JSON (`ebb stat`) is written from the lists the core declares with them
+//! (`figures()`: the name each figure is shown under and its unit), so a counter the core adds
+//! shows up here with no code of ours. Pages become kB, as in the kernel's files.
 
-use ebb_core::{BackendId, Engine, PAGE_SIZE};
+use std::collections::BTreeMap;
+
+use ebb_core::stats::{Figure, Unit, Value};
+use ebb_core::{BackendId, BdiStats, Engine, MemInfo, PAGE_SIZE, Stats};
 use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 
 const KB_PER_PAGE: u64 = PAGE_SIZE / 1024;
 
-/// The cache as a whole, `/proc/meminfo` names and units (kB).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct MemInfoStat {
-    /// The memory budget.
-    #[serde(rename = "MemTotal")]
-    pub mem_total_kb: u64,
-    /// Unused budget.
-    #[serde(rename = "MemFree")]
-    pub mem_free_kb: u64,
-    /// Cached file data.
-    #[serde(rename = "Cached")]
-    pub cached_kb: u64,
-    /// Dirty data.
-    #[serde(rename = "Dirty")]
-    pub dirty_kb: u64,
-    /// Data under writeback.
-    #[serde(rename = "Writeback")]
-    pub writeback_kb: u64,
-    /// Written to a two-phase backend, not yet committed.
-    #[serde(rename = "NFS_Unstable")]
-    pub unstable_kb: u64,
-    /// Active list.
-    #[serde(rename = "Active(file)")]
-    pub active_kb: u64,
-    /// Inactive list.
-    #[serde(rename = "Inactive(file)")]
-    pub inactive_kb: u64,
-    /// The dirty threshold (`vm.dirty_ratio` or `vm.dirty_bytes` of dirtyable memory).
-    #[serde(rename = "DirtyThresh")]
-    pub dirty_thresh_kb: u64,
-    /// The background threshold.
-    #[serde(rename = "BackgroundThresh")]
-    pub background_thresh_kb: u64,
-    /// The smoothed hard limit writers are throttled against.
-    #[serde(rename = "DirtyLimit")]
-    pub dirty_limit_kb: u64,
-    /// Data ever dirtied.
-    #[serde(rename = "Dirtied")]
-    pub dirtied_kb: u64,
-    /// Data ever written back.
-    #[serde(rename = "Written")]
-    pub written_kb: u64,
-}
-
-/// One backend, `/sys/class/bdi/<dev>/stats` names; bandwidths and ratelimits in kB/s.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct BdiStat {
-    /// Backend name.
-    pub name: String,
-    /// Dirty data of this backend.
-    #[serde(rename = "BdiReclaimable")]
-    pub dirty_kb: u64,
-    /// Its data under writeback.
-    #[serde(rename = "BdiWriteback")]
-    pub writeback_kb: u64,
-    /// Its unstable data.
-    #[serde(rename = "BdiUnstable")]
-    pub unstable_kb: u64,
-    /// Its share of the dirty threshold.
-    #[serde(rename = "BdiDirtyThresh")]
-    pub dirty_thresh_kb: u64,
-    /// Its share of the background threshold.
-    #[serde(rename = "BdiBackgroundThresh")]
-    pub background_thresh_kb: u64,
-    /// Estimated write bandwidth.
-    #[serde(rename = "BdiWriteBandwidth")]
-    pub write_bandwidth_kbps: u64,
-    /// Smoothed write bandwidth.
-    #[serde(rename = "BdiAvgWriteBandwidth")]
-    pub avg_write_bandwidth_kbps: u64,
-    /// Base dirty ratelimit per writer.
-    #[serde(rename = "DirtyRatelimit")]
-    pub dirty_ratelimit_kbps: u64,
-    /// Last balanced ratelimit.
-    #[serde(rename = "BalancedDirtyRatelimit")]
-    pub balanced_dirty_ratelimit_kbps: u64,
-    /// Requests in flight.
-    #[serde(rename = "Inflight")]
-    pub inflight: u64,
-    /// Writeback throttling: maximum depth.
-    #[serde(rename = "WbtMaxDepth")]
-    pub wbt_max_depth: u32,
-    /// Writeback throttling: background write limit now.
-    #[serde(rename = "WbtBackground")]
-    pub wbt_background: u32,
-    /// Writeback throttling: scale step (positive: scaled down).
-    #[serde(rename = "WbtStep")]
-    pub wbt_step: i32,
-    /// Data ever dirtied against it.
-    #[serde(rename = "BdiDirtied")]
-    pub dirtied_kb: u64,
-    /// Data ever written to it.
-    #[serde(rename = "BdiWritten")]
-    pub written_kb: u64,
-    /// The backend's own counters (`Backend::counters`): for NFS the RPC counts, retransmits
-    /// and verifier mismatches, for S3 the requests by kind and retries. Empty for local
-    /// backends.
-    pub backend: std::collections::BTreeMap<String, u64>,
-}
-
-/// Event counters of the engine.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct EngineCounters {
-    /// Throttle checks writers made.
-    pub throttle_checks: u64,
-    /// Checks that went past the freerun point.
-    pub throttled_calls: u64,
-    /// Reads of shared counters made by throttle checks (two per check is the goal).
-    pub global_counter_reads: u64,
-    /// Flusher writepages calls.
-    pub writepages_calls: u64,
-    /// Writes issued and their pages.
-    pub writes: u64,
-    /// Pages written.
-    pub write_pages: u64,
-    /// Failed writes.
-    pub write_errors: u64,
-    /// Reads issued.
-    pub reads: u64,
-    /// Pages read.
-    pub read_pages: u64,
-    /// COMMITs sent.
-    pub commits: u64,
-    /// Pages written again because a COMMIT returned another verifier than their WRITE (the
-    /// server restarted and may have lost them).
-    pub verifier_redirtied: u64,
-    /// Background reclaim: pages scanned, reclaimed, written.
-    pub kswapd_scanned: u64,
-    /// Pages background reclaim freed.
-    pub kswapd_reclaimed: u64,
-    /// Pages background reclaim wrote.
-    pub kswapd_written: u64,
-    /// Direct reclaim: pages scanned.
-    pub direct_scanned: u64,
-    /// Pages direct reclaim freed.
-    pub direct_reclaimed: u64,
-    /// Pages direct reclaim wrote (0 under `flusher-only`).
-    pub direct_written: u64,
-}
-
-/// Everything `Ebb::stats` reports.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// Everything `Ebb::stats` reports. Serialized as `{"meminfo": {..}, "bdi": [..], "counters":
+/// {..}}`: meminfo and each bdi entry under the kernel's names in kB, each bdi entry with its
+/// backend's `name` and `backend` counters, the counters under their field names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
-    /// The cache as a whole.
-    pub meminfo: MemInfoStat,
-    /// Each backend.
-    pub bdi: Vec<BdiStat>,
-    /// Event counters.
-    pub counters: EngineCounters,
+    /// The cache as a whole, in pages.
+    pub meminfo: MemInfo,
+    /// Each backend, in pages (bandwidths in pages/s).
+    pub bdi: Vec<BdiStats>,
+    /// Each backend's own counters (`Backend::counters`, `backend_counters[i]` for `bdi[i]`):
+    /// for NFS the RPC counts, retransmits and verifier mismatches, for S3 the requests by
+    /// kind and retries. Empty for local backends.
+    pub backend_counters: Vec<BTreeMap<String, u64>>,
+    /// The engine's event counters.
+    pub counters: Stats,
+}
+
+impl Serialize for RuntimeStats {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let bdi: Vec<BdiEntry<'_>> = self
+            .bdi
+            .iter()
+            .enumerate()
+            .map(|(i, stats)| BdiEntry { stats, backend: self.backend_counters.get(i) })
+            .collect();
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("meminfo", &Figures(&self.meminfo.figures()))?;
+        map.serialize_entry("bdi", &bdi)?;
+        map.serialize_entry("counters", &Figures(&self.counters.figures()))?;
+        map.end()
+    }
+}
+
+/// Figures as a JSON object, pages in kB.
+struct Figures<'a>(&'a [(Figure, Value)]);
+
+impl Figures<'_> {
+    fn write<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        for (figure, value) in self.0 {
+            match (figure.unit, *value) {
+                (Unit::Pages | Unit::PagesPerSecond, Value::Unsigned(pages)) => {
+                    map.serialize_entry(figure.name, &(pages * KB_PER_PAGE))?;
+                }
+                (_, Value::Unsigned(n)) => map.serialize_entry(figure.name, &n)?,
+                (_, Value::Signed(n)) => map.serialize_entry(figure.name, &n)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Figures<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        self.write(&mut map)?;
+        map.end()
+    }
+}
+
+/// One backend: its name, its figures, its own counters.
+struct BdiEntry<'a> {
+    stats: &'a BdiStats,
+    backend: Option<&'a BTreeMap<String, u64>>,
+}
+
+impl Serialize for BdiEntry<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let figures = self.stats.figures();
+        let mut map = serializer.serialize_map(Some(figures.len() + 2))?;
+        map.serialize_entry("name", &self.stats.name)?;
+        Figures(&figures).write(&mut map)?;
+        map.serialize_entry("backend", &self.backend.cloned().unwrap_or_default())?;
+        map.end()
+    }
 }
 
 /// What a drain has left, reported while it runs.
@@ -177,71 +111,116 @@ pub struct DrainProgress {
 /// `i`, from `Backend::counters`).
 pub(crate) fn collect(
     engine: &Engine,
-    mut backend_counters: Vec<Vec<(&'static str, u64)>>,
+    backend_counters: Vec<Vec<(&'static str, u64)>>,
 ) -> RuntimeStats {
-    let m = engine.meminfo();
-    let kb = |pages: u64| pages * KB_PER_PAGE;
-    let meminfo = MemInfoStat {
-        mem_total_kb: kb(m.total),
-        mem_free_kb: kb(m.free),
-        cached_kb: kb(m.cached),
-        dirty_kb: kb(m.dirty),
-        writeback_kb: kb(m.writeback),
-        unstable_kb: kb(m.unstable),
-        active_kb: kb(m.active),
-        inactive_kb: kb(m.inactive),
-        dirty_thresh_kb: kb(m.thresh),
-        background_thresh_kb: kb(m.bg_thresh),
-        dirty_limit_kb: kb(m.limit),
-        dirtied_kb: kb(m.dirtied),
-        written_kb: kb(m.written),
-    };
-    let bdi = (0..engine.config().backends.len())
-        .map(|i| {
-            let b = engine.bdi_stats(BackendId(i as u32));
-            BdiStat {
-                name: b.name,
-                dirty_kb: kb(b.dirty),
-                writeback_kb: kb(b.writeback),
-                unstable_kb: kb(b.unstable),
-                dirty_thresh_kb: kb(b.wb_thresh),
-                background_thresh_kb: kb(b.wb_bg_thresh),
-                write_bandwidth_kbps: kb(b.write_bandwidth),
-                avg_write_bandwidth_kbps: kb(b.avg_write_bandwidth),
-                dirty_ratelimit_kbps: kb(b.dirty_ratelimit),
-                balanced_dirty_ratelimit_kbps: kb(b.balanced_dirty_ratelimit),
-                inflight: b.inflight,
-                wbt_max_depth: b.wbt_max_depth,
-                wbt_background: b.wbt_background,
-                wbt_step: b.wbt_step,
-                dirtied_kb: kb(b.dirtied),
-                written_kb: kb(b.written),
-                backend: backend_counters
-                    .get_mut(i)
-                    .map(|c| c.drain(..).map(|(k, v)| (k.to_owned(), v)).collect())
-                    .unwrap_or_default(),
-            }
-        })
+    let backends = engine.config().backends.len();
+    let mut backend_counters: Vec<BTreeMap<String, u64>> = backend_counters
+        .into_iter()
+        .map(|counters| counters.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
         .collect();
-    let s = engine.stats();
-    let counters = EngineCounters {
-        throttle_checks: s.throttle_checks,
-        throttled_calls: s.throttled_calls,
-        global_counter_reads: s.global_counter_reads,
-        writepages_calls: s.writepages_calls,
-        writes: s.writes,
-        write_pages: s.write_pages,
-        write_errors: s.write_errors,
-        reads: s.reads,
-        read_pages: s.read_pages,
-        commits: s.commits,
-        verifier_redirtied: s.verifier_redirtied,
-        kswapd_scanned: s.kswapd_scanned,
-        kswapd_reclaimed: s.kswapd_reclaimed,
-        kswapd_written: s.kswapd_written,
-        direct_scanned: s.direct_scanned,
-        direct_reclaimed: s.direct_reclaimed,
-        direct_written: s.direct_written,
-    };
-    RuntimeStats { meminfo, bdi, counters }
+    backend_counters.resize(backends, BTreeMap::new());
+    RuntimeStats {
+        meminfo: engine.meminfo(),
+        bdi: (0..backends).map(|i| engine.bdi_stats(BackendId(i as u32))).collect(),
+        backend_counters,
+        counters: engine.stats().clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON keeps every name `ebb stat` has shown (scripts read them), in kB for pages,
+    /// with each backend's name and own counters, and shows the core's figures it gained.
+    #[test]
+    fn json_keeps_the_kernel_names_and_units() {
+        let mut stats = RuntimeStats::default();
+        stats.meminfo.dirty = 3;
+        stats.meminfo.held = 2;
+        let bdi = BdiStats {
+            name: "disk".to_owned(),
+            write_bandwidth: 5,
+            wbt_step: -1,
+            written: 7,
+            ..BdiStats::default()
+        };
+        stats.bdi.push(bdi);
+        stats.backend_counters.push(BTreeMap::from([("write_rpcs".to_owned(), 9)]));
+        stats.counters.write_pages = 11;
+        let json = serde_json::to_value(&stats).expect("serializes");
+        let meminfo = [
+            "MemTotal",
+            "MemFree",
+            "Cached",
+            "Dirty",
+            "Writeback",
+            "NFS_Unstable",
+            "Active(file)",
+            "Inactive(file)",
+            "DirtyThresh",
+            "BackgroundThresh",
+            "DirtyLimit",
+            "Dirtied",
+            "Written",
+        ];
+        for key in meminfo {
+            assert!(json["meminfo"][key].is_u64(), "meminfo lacks {key}: {json}");
+        }
+        let bdi = [
+            "name",
+            "BdiReclaimable",
+            "BdiWriteback",
+            "BdiUnstable",
+            "BdiDirtyThresh",
+            "BdiBackgroundThresh",
+            "BdiWriteBandwidth",
+            "BdiAvgWriteBandwidth",
+            "DirtyRatelimit",
+            "BalancedDirtyRatelimit",
+            "Inflight",
+            "WbtMaxDepth",
+            "WbtBackground",
+            "WbtStep",
+            "BdiDirtied",
+            "BdiWritten",
+            "backend",
+        ];
+        for key in bdi {
+            assert!(!json["bdi"][0][key].is_null(), "bdi lacks {key}: {json}");
+        }
+        let counters = [
+            "throttle_checks",
+            "throttled_calls",
+            "global_counter_reads",
+            "writepages_calls",
+            "writes",
+            "write_pages",
+            "write_errors",
+            "reads",
+            "read_pages",
+            "commits",
+            "verifier_redirtied",
+            "kswapd_scanned",
+            "kswapd_reclaimed",
+            "kswapd_written",
+            "direct_scanned",
+            "direct_reclaimed",
+            "direct_written",
+        ];
+        for key in counters {
+            assert!(json["counters"][key].is_u64(), "counters lack {key}: {json}");
+        }
+        let kb = PAGE_SIZE / 1024;
+        assert_eq!(json["meminfo"]["Dirty"], 3 * kb);
+        assert_eq!(json["meminfo"]["Held"], 2 * kb);
+        assert_eq!(json["bdi"][0]["name"], "disk");
+        assert_eq!(json["bdi"][0]["BdiWriteBandwidth"], 5 * kb);
+        assert_eq!(json["bdi"][0]["BdiWritten"], 7 * kb);
+        assert_eq!(json["bdi"][0]["WbtStep"], -1);
+        assert_eq!(json["bdi"][0]["backend"]["write_rpcs"], 9);
+        // Counters are counts, pages included: shown as they are.
+        assert_eq!(json["counters"]["write_pages"], 11);
+        assert_eq!(json["counters"]["reclaim_stall_ns"], 0);
+    }
 }

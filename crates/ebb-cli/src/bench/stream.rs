@@ -115,9 +115,11 @@ fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, ThrottleStats)> {
         // the last second (at most `warmup` bytes).
         let warm = ebb.open("ebb-bench-warmup", CREATE)?;
         let mut at = 0;
+        // In kB/s, as `ebb stat` shows them.
         let sample = || {
-            let s = ebb.stats();
-            (s.bdi[0].avg_write_bandwidth_kbps as f64, s.bdi[0].dirty_ratelimit_kbps as f64)
+            let bdi = &ebb.stats().bdi[0];
+            let kbps = |pages_per_s: u64| (pages_per_s * ebb_core::PAGE_SIZE / 1024) as f64;
+            (kbps(bdi.avg_write_bandwidth), kbps(bdi.dirty_ratelimit))
         };
         let mut last = (Instant::now(), sample());
         while at < opts.warmup {

@@ -60,7 +60,10 @@ fn on_export(server: &NfsServer, name: &str) -> Vec<u8> {
 }
 
 fn counter(ebb: &ebb_runtime::Ebb, name: &str) -> u64 {
-    ebb.stats().bdi[0].backend.get(name).copied().unwrap_or_else(|| panic!("no counter {name}"))
+    ebb.stats().backend_counters[0]
+        .get(name)
+        .copied()
+        .unwrap_or_else(|| panic!("no counter {name}"))
 }
 
 /// fsync, repeated while it reports an error a passing outage leaves (the engine records a
@@ -102,11 +105,11 @@ fn stream_through_a_small_cache_lands_on_the_export() {
         "the export's file differs from what was written"
     );
     let stats = ebb.stats();
-    let counters = &stats.bdi[0].backend;
+    let counters = &stats.backend_counters[0];
     assert!(64 <= counters["write_rpcs"], "{counters:?}");
     assert!(1 <= counters["commit_rpcs"], "{counters:?}");
     assert_eq!(counters["serverwritebytes"], 64 << 20, "{counters:?}");
-    assert_eq!(stats.bdi[0].unstable_kb, 0, "{:?}", stats.bdi[0]);
+    assert_eq!(stats.bdi[0].unstable, 0, "{:?}", stats.bdi[0]);
     assert_eq!(stats.counters.verifier_redirtied, 0, "{:?}", stats.counters);
 }
 
@@ -262,10 +265,10 @@ fn restart_with_a_new_verifier_mid_stream_loses_nothing() {
             // await their COMMIT (so none of them can be committed any more), then restart it.
             loop {
                 let stats = ebb.stats();
-                let far = (total / 3 / 1024) as u64 <= stats.bdi[0].dirtied_kb;
-                if far && 0 < stats.bdi[0].unstable_kb {
+                let far = (total / 3 / 4096) as u64 <= stats.bdi[0].dirtied;
+                if far && 0 < stats.bdi[0].unstable {
                     server.pause().unwrap();
-                    if 0 < ebb.stats().bdi[0].unstable_kb {
+                    if 0 < ebb.stats().bdi[0].unstable {
                         break;
                     }
                     server.resume().unwrap();
@@ -294,7 +297,7 @@ fn restart_with_a_new_verifier_mid_stream_loses_nothing() {
         assert!(chunk == expected, "MiB {index} of the stream differs on the export");
     }
     let stats = ebb.stats();
-    let counters = &stats.bdi[0].backend;
+    let counters = &stats.backend_counters[0];
     eprintln!("restart mid-stream: {:?} {counters:?}", stats.counters);
     assert!(
         0 < stats.counters.verifier_redirtied,
@@ -367,7 +370,7 @@ fn sigkill_and_restart_under_a_writer() {
         "the export differs from what was written ({} bytes)",
         stored.len()
     );
-    eprintln!("sigkill: {:?} {:?}", ebb.stats().counters, ebb.stats().bdi[0].backend);
+    eprintln!("sigkill: {:?} {:?}", ebb.stats().counters, ebb.stats().backend_counters[0]);
     assert!(1 <= counter(&ebb, "reconnects"));
 }
 
@@ -380,7 +383,7 @@ const DEADLINE_KNOB: &str = "write_error_deadline_centisecs";
 fn wait_written(ebb: &ebb_runtime::Ebb) -> bool {
     for _ in 0..600 {
         let meminfo = ebb.stats().meminfo;
-        if meminfo.dirty_kb == 0 && meminfo.writeback_kb == 0 && meminfo.unstable_kb == 0 {
+        if meminfo.dirty == 0 && meminfo.writeback == 0 && meminfo.unstable == 0 {
             return true;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -447,7 +450,7 @@ fn server_down_past_the_deadline_reports_eio_and_keeps_the_data() {
     assert_eq!(errno_of(&error), Some(libc::EIO), "{error}");
     let error = other.close().expect_err("close past the deadline");
     assert_eq!(errno_of(&error), Some(libc::EIO), "{error}");
-    let held = ebb.stats().bdi[0].dirty_kb + ebb.stats().bdi[0].unstable_kb;
+    let held = (ebb.stats().bdi[0].dirty + ebb.stats().bdi[0].unstable) * 4;
     assert!((8 * MIB / 1024) as u64 <= held, "the data was dropped: {held} KiB left");
     server.restart(NfsServer::fresh_verifier()).unwrap();
     assert!(wait_written(&ebb), "the held data was not written after the server returned");
