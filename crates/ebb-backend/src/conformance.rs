@@ -12,7 +12,8 @@
 //! assert!(report.is_ok(), "{report}");
 //! ```
 //!
-//! The checks, in order, are listed in [`CHECK_NAMES`].
+//! The checks, in order, are listed in [`CHECK_NAMES`]. A backend's tests get one `#[test]` per
+//! check from [`backend_conformance!`](crate::backend_conformance).
 
 use std::fmt;
 use std::io;
@@ -22,23 +23,9 @@ use std::sync::Arc;
 use crate::aligned::{AlignedBuf, PAGE_SIZE};
 use crate::backend::{Backend, BackendFile, OpenOptions, Stability};
 
-/// Names of all checks, in the order [`run_all`] runs them.
-pub const CHECK_NAMES: &[&str] = &[
-    "namespace",
-    "write_read_pages",
-    "read_past_eof_is_short",
-    "overwrite",
-    "sparse_hole_reads_zeros",
-    "set_size_smaller_and_larger",
-    "reopen_and_truncate",
-    "sync_after_write",
-    "zero_length_requests",
-    "alignment_rule",
-    "unaligned_user_buffer",
-    "large_run",
-    "two_phase_commit_and_restart",
-    "concurrent_writers",
-];
+/// Names of all checks, in the order [`run_all`] runs them (the list of
+/// [`backend_conformance!`](crate::backend_conformance), which makes one test of each).
+pub const CHECK_NAMES: &[&str] = crate::backend_conformance!(@names);
 
 /// One failed check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,39 +75,12 @@ impl fmt::Display for Report {
 
 /// Runs every check against fresh backends from `make` and reports each one's outcome.
 pub fn run_all<B: Backend + ?Sized>(make: &dyn Fn() -> Box<B>) -> Report {
-    let checks: [Check<B>; 14] = [
-        ("namespace", namespace::<B>),
-        ("write_read_pages", write_read_pages::<B>),
-        ("read_past_eof_is_short", read_past_eof_is_short::<B>),
-        ("overwrite", overwrite::<B>),
-        ("sparse_hole_reads_zeros", sparse_hole_reads_zeros::<B>),
-        ("set_size_smaller_and_larger", set_size_smaller_and_larger::<B>),
-        ("reopen_and_truncate", reopen_and_truncate::<B>),
-        ("sync_after_write", sync_after_write::<B>),
-        ("zero_length_requests", zero_length_requests::<B>),
-        ("alignment_rule", alignment_rule::<B>),
-        ("unaligned_user_buffer", unaligned_user_buffer::<B>),
-        ("large_run", large_run::<B>),
-        ("two_phase_commit_and_restart", two_phase_commit_and_restart::<B>),
-        ("concurrent_writers", concurrent_writers::<B>),
-    ];
     let mut report = Report::default();
-    for (index, (check, run)) in checks.into_iter().enumerate() {
-        assert_eq!(CHECK_NAMES[index], check, "CHECK_NAMES out of step with run_all");
-        let backend = make();
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| run(&backend)));
-        match outcome {
-            Ok(Ok(Outcome::Pass)) => report.passed.push(check),
-            Ok(Ok(Outcome::Skip(reason))) => report.skipped.push((check, reason)),
-            Ok(Err(message)) => report.failed.push(Failure { check, message }),
-            Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                report.failed.push(Failure { check, message: format!("panicked: {message}") });
-            }
+    for &check in CHECK_NAMES {
+        match run_check(check, make) {
+            CheckOutcome::Passed => report.passed.push(check),
+            CheckOutcome::Skipped(reason) => report.skipped.push((check, reason)),
+            CheckOutcome::Failed(message) => report.failed.push(Failure { check, message }),
         }
     }
     report
@@ -133,15 +93,97 @@ pub fn assert_conformance<B: Backend + ?Sized>(make: &dyn Fn() -> Box<B>) -> Rep
     report
 }
 
+/// What one check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckOutcome {
+    /// The backend did what the contract says.
+    Passed,
+    /// The check does not apply to this backend (its capabilities), for this reason.
+    Skipped(String),
+    /// The backend broke the contract (or the check panicked): what went wrong.
+    Failed(String),
+}
+
+/// Runs the check named `check` (one of [`CHECK_NAMES`]) against a fresh backend from `make`.
+/// A check that panics is reported as failed; an unknown name fails too.
+pub fn run_check<B: Backend + ?Sized>(check: &str, make: &dyn Fn() -> Box<B>) -> CheckOutcome {
+    let Some(run) = crate::backend_conformance!(@dispatch check, B, fn(&B) -> CheckResult) else {
+        return CheckOutcome::Failed(format!("no check named {check:?} (see CHECK_NAMES)"));
+    };
+    let backend = make();
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| run(&backend)));
+    match outcome {
+        Ok(Ok(Outcome::Pass)) => CheckOutcome::Passed,
+        Ok(Ok(Outcome::Skip(reason))) => CheckOutcome::Skipped(reason),
+        Ok(Err(message)) => CheckOutcome::Failed(message),
+        Err(payload) => CheckOutcome::Failed(format!("panicked: {}", panic_message(&*payload))),
+    }
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// What a backend's tests expect of the checks that do not simply pass.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Expected<'a> {
+    /// Checks that do not apply to the backend (they must say so).
+    pub skipped: &'a [&'a str],
+    /// Checks the backend is known to fail today (they must fail).
+    pub failing: &'a [&'a str],
+}
+
+/// The test [`backend_conformance!`](crate::backend_conformance) makes of one check: runs it
+/// against a fresh backend from `make` and panics unless it passed, or did what `expected`
+/// lists for it (the reason or the failure goes to stderr).
+pub fn assert_check<B: Backend>(check: &str, expected: Expected<'_>, make: &dyn Fn() -> B) {
+    let outcome = run_check(check, &|| Box::new(make()));
+    assert_outcome(CHECK_NAMES, check, expected, outcome);
+}
+
+/// Panics unless `outcome` is what a test of `check` expects: passed, skipped when `check` is
+/// listed as skipped, failed when it is listed as failing (every listed name must be one of
+/// `names`).
+pub(crate) fn assert_outcome(
+    names: &[&str],
+    check: &str,
+    expected: Expected<'_>,
+    outcome: CheckOutcome,
+) {
+    for name in expected.skipped.iter().chain(expected.failing) {
+        assert!(names.contains(name), "{name:?} is listed, but is no check: {names:?}");
+    }
+    let expect_skip = expected.skipped.contains(&check);
+    let expect_failure = expected.failing.contains(&check);
+    match outcome {
+        CheckOutcome::Passed if expect_skip || expect_failure => {
+            panic!("{check} passed, but is listed as skipped or failing: take it off the list")
+        }
+        CheckOutcome::Passed => {}
+        CheckOutcome::Skipped(reason) if expect_skip => {
+            eprintln!("{check}: does not apply, as listed: {reason}");
+        }
+        CheckOutcome::Skipped(reason) => panic!(
+            "{check} was skipped ({reason}); list it under `skipped` if this backend cannot do it"
+        ),
+        CheckOutcome::Failed(message) if expect_failure => {
+            eprintln!("{check}: fails, as listed: {message}");
+        }
+        CheckOutcome::Failed(message) => panic!("{check} failed: {message}"),
+    }
+}
+
 enum Outcome {
     Pass,
     Skip(String),
 }
 
 type CheckResult = Result<Outcome, String>;
-
-/// A named check, run against one fresh backend.
-type Check<B> = (&'static str, fn(&B) -> CheckResult);
 
 const PAGE: u64 = PAGE_SIZE as u64;
 

@@ -23,6 +23,7 @@
 //! | [`FaultyBackend`] | a wrapper that injects errors and latency on a schedule, for tests |
 //! | [`AlignedBuf`] | an owned, 4096-aligned, page-multiple byte buffer |
 //! | [`conformance`] | named checks any backend (real or simulated) must pass |
+//! | [`backend_conformance!`], [`namespace_conformance!`] | one `#[test]` per check of a suite, for a backend's or a namespace's tests |
 //! | [`check_name`], [`check_request`], [`check_extent`] | the name and request rules, for backends outside this crate |
 //! | [`errno_error`], [`errno_of`] | an IO error with an errno and a server's message, and its errno |
 //!
@@ -36,6 +37,7 @@
 mod aligned;
 mod backend;
 pub mod conformance;
+mod conformance_macro;
 mod dir;
 mod dir_namespace;
 mod faulty;

@@ -5,7 +5,9 @@
 //! Each check works in a fresh directory `conformance-<check>` under the root and passes,
 //! is skipped (the namespace refuses the operation with the errno the contract allows for a
 //! backend that cannot do it, such as `EPERM` for hard links) or fails with a message. A
-//! panicking check is reported as failed. The report type is the backend suite's.
+//! panicking check is reported as failed. The report type is the backend suite's. A
+//! namespace's tests get one `#[test]` per check from
+//! [`namespace_conformance!`](crate::namespace_conformance).
 //!
 //! ```no_run
 //! let namespace = ebb_backend::DirNamespace::open("/tmp/scratch")?;
@@ -19,23 +21,14 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::conformance::{Failure, Report};
+use crate::conformance::{CheckOutcome, Expected, Failure, Report, assert_outcome, panic_message};
 use crate::namespace::{
     Attr, Credentials, FileKind, Namespace, RenameFlags, SetAttr, SetTime, unsupported,
 };
 
-/// Names of all checks, in the order [`run_all`] runs them.
-pub const CHECK_NAMES: &[&str] = &[
-    "lookup_missing",
-    "create_lookup_getattr",
-    "mkdir_readdir",
-    "remove",
-    "rename",
-    "setattr",
-    "hard_link",
-    "symlink",
-    "file_data",
-];
+/// Names of all checks, in the order [`run_all`] runs them (the list of
+/// [`namespace_conformance!`](crate::namespace_conformance), which makes one test of each).
+pub const CHECK_NAMES: &[&str] = crate::namespace_conformance!(@names);
 
 /// The outcome of one check: `Ok(None)` passed, `Ok(Some(reason))` skipped.
 type Outcome = Result<Option<String>, String>;
@@ -43,33 +36,42 @@ type Outcome = Result<Option<String>, String>;
 /// Runs every check against `namespace`.
 pub fn run_all<N: Namespace>(namespace: &N) -> Report {
     let mut report = Report::default();
-    let checks: [fn(&N, &N::Node) -> Outcome; 9] = [
-        lookup_missing,
-        create_lookup_getattr,
-        mkdir_readdir,
-        remove,
-        rename,
-        setattr,
-        hard_link,
-        symlink,
-        file_data,
-    ];
-    for (&name, check) in CHECK_NAMES.iter().zip(checks) {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-            let dir = scratch(namespace, name)?;
-            check(namespace, &dir)
-        }));
-        match outcome {
-            Ok(Ok(None)) => report.passed.push(name),
-            Ok(Ok(Some(reason))) => report.skipped.push((name, reason)),
-            Ok(Err(message)) => report.failed.push(Failure { check: name, message }),
-            Err(_) => {
-                let message = "panicked".to_owned();
-                report.failed.push(Failure { check: name, message });
-            }
+    for &check in CHECK_NAMES {
+        match run_check(check, namespace) {
+            CheckOutcome::Passed => report.passed.push(check),
+            CheckOutcome::Skipped(reason) => report.skipped.push((check, reason)),
+            CheckOutcome::Failed(message) => report.failed.push(Failure { check, message }),
         }
     }
     report
+}
+
+/// Runs the check named `check` (one of [`CHECK_NAMES`]) in a fresh directory
+/// `conformance-<check>` under the namespace's root. A check that panics is reported as
+/// failed; an unknown name fails too.
+pub fn run_check<N: Namespace>(check: &str, namespace: &N) -> CheckOutcome {
+    let Some(run) = crate::namespace_conformance!(@dispatch check, N, fn(&N, &N::Node) -> Outcome)
+    else {
+        return CheckOutcome::Failed(format!("no check named {check:?} (see CHECK_NAMES)"));
+    };
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        let dir = scratch(namespace, check)?;
+        run(namespace, &dir)
+    }));
+    match outcome {
+        Ok(Ok(None)) => CheckOutcome::Passed,
+        Ok(Ok(Some(reason))) => CheckOutcome::Skipped(reason),
+        Ok(Err(message)) => CheckOutcome::Failed(message),
+        Err(payload) => CheckOutcome::Failed(format!("panicked: {}", panic_message(&*payload))),
+    }
+}
+
+/// The test [`namespace_conformance!`](crate::namespace_conformance) makes of one check: runs
+/// it against the namespace `make` gives and panics unless it passed, or did what `expected`
+/// lists for it (the reason or the failure goes to stderr).
+pub fn assert_check<N: Namespace>(check: &str, expected: Expected<'_>, make: &dyn Fn() -> N) {
+    let outcome = run_check(check, &make());
+    assert_outcome(CHECK_NAMES, check, expected, outcome);
 }
 
 /// The caller every check uses: root, as the mount runs.

@@ -23,35 +23,68 @@ fn fresh_dir(root: &Path) -> std::path::PathBuf {
     dir
 }
 
-// The plain memory backend passes every check; only the two-phase check is skipped.
-#[test]
-fn conformance_mem() {
-    let report = conformance::assert_conformance(&|| Box::new(MemBackend::new()));
-    assert_eq!(report.passed.len(), CHECK_NAMES.len() - 1, "{report}");
-    assert_eq!(report.skipped[0].0, "two_phase_commit_and_restart");
+/// A directory for backends under `/tmp` (ext4 on this machine: `O_DIRECT` works), removed at
+/// the end of the test.
+fn tmp_root() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap()
 }
 
-// The two-phase memory backend passes everything, including the restart part.
-#[test]
-fn conformance_mem_two_phase() {
-    let report = conformance::assert_conformance(&|| Box::new(MemBackend::two_phase()));
-    assert_eq!(report.passed.len(), CHECK_NAMES.len(), "{report}");
+ebb_backend::backend_conformance! {
+    /// The plain memory backend passes every check; only the two-phase check does not apply.
+    mod conformance_mem {
+        backend: MemBackend::new(),
+        skipped: [two_phase_commit_and_restart],
+    }
 }
 
-// The default backend, O_DIRECT on ext4 under /tmp.
-#[test]
-fn conformance_dir_tmp() {
-    let root = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap();
-    let make = || Box::new(DirBackend::open(fresh_dir(root.path())).expect("O_DIRECT on /tmp"));
-    let report = conformance::assert_conformance(&make);
-    assert!(make().capabilities().direct_io);
-    assert_eq!(report.passed.len(), CHECK_NAMES.len() - 1, "{report}");
+ebb_backend::backend_conformance! {
+    /// The two-phase memory backend passes everything, including the restart part.
+    mod conformance_mem_two_phase {
+        backend: MemBackend::two_phase(),
+    }
+}
+
+ebb_backend::backend_conformance! {
+    /// The default backend, `O_DIRECT` on ext4 under /tmp.
+    mod conformance_dir_tmp {
+        setup: {
+            let root = tmp_root();
+            assert!(DirBackend::open(fresh_dir(root.path())).unwrap().capabilities().direct_io);
+        },
+        backend: DirBackend::open(fresh_dir(root.path())).expect("O_DIRECT on /tmp"),
+        skipped: [two_phase_commit_and_restart],
+    }
+}
+
+ebb_backend::backend_conformance! {
+    /// The fault wrapper with nothing armed is transparent over a stable backend.
+    mod conformance_faulty_mem {
+        backend: FaultyBackend::new(MemBackend::new()),
+        skipped: [two_phase_commit_and_restart],
+    }
+}
+
+ebb_backend::backend_conformance! {
+    /// The fault wrapper forwards a two-phase backend's restart hook.
+    mod conformance_faulty_mem_two_phase {
+        backend: FaultyBackend::new(MemBackend::two_phase()),
+    }
+}
+
+ebb_backend::backend_conformance! {
+    /// The fault wrapper over the directory backend.
+    mod conformance_faulty_dir {
+        setup: { let root = tmp_root(); },
+        backend: FaultyBackend::new(DirBackend::open(fresh_dir(root.path())).unwrap()),
+        skipped: [two_phase_commit_and_restart],
+    }
 }
 
 // /dev/shm is tmpfs: kernels from 6.6 accept O_DIRECT there, older ones refuse it. Either way
-// the backend must work: direct if accepted, else `open` says so and the explicit fallback works.
+// the backend must work: direct if accepted, else `open` says so and the explicit fallback works
+// (the suite runs on it below).
 #[test]
-fn conformance_dir_dev_shm() {
+fn dir_dev_shm_direct_or_fallback() {
     let Ok(root) = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/dev/shm") else {
         return; // No /dev/shm on this machine: nothing to test.
     };
@@ -65,21 +98,19 @@ fn conformance_dir_dev_shm() {
     };
     let make = || Box::new(DirBackend::open_buffered_fallback(fresh_dir(root.path())).unwrap());
     assert_eq!(make().capabilities().direct_io, direct);
-    conformance::assert_conformance(&make);
 }
 
-// The fault wrapper with nothing armed is transparent, over both a stable and a two-phase
-// backend (the restart hook is forwarded).
-#[test]
-fn conformance_faulty_without_faults() {
-    conformance::assert_conformance(&|| Box::new(FaultyBackend::new(MemBackend::new())));
-    let report =
-        conformance::assert_conformance(&|| Box::new(FaultyBackend::new(MemBackend::two_phase())));
-    assert_eq!(report.passed.len(), CHECK_NAMES.len(), "{report}");
-    let root = tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/tmp").unwrap();
-    conformance::assert_conformance(&|| {
-        Box::new(FaultyBackend::new(DirBackend::open(fresh_dir(root.path())).unwrap()))
-    });
+ebb_backend::backend_conformance! {
+    /// The directory backend on /dev/shm, direct or through the explicit buffered fallback.
+    mod conformance_dir_dev_shm {
+        setup: {
+            // No /dev/shm on this machine: nothing to test.
+            let root =
+                tempfile::Builder::new().prefix("ebb-backend-it").tempdir_in("/dev/shm").ok()?;
+        },
+        backend: DirBackend::open_buffered_fallback(fresh_dir(root.path())).unwrap(),
+        skipped: [two_phase_commit_and_restart],
+    }
 }
 
 // Trait objects are backends too: the runtime holds `Arc<dyn Backend>`.
@@ -88,6 +119,32 @@ fn conformance_through_trait_objects() {
     let make = || -> Box<dyn Backend> { Box::new(MemBackend::two_phase()) };
     let report = conformance::assert_conformance(&make);
     assert_eq!(report.passed.len(), CHECK_NAMES.len(), "{report}");
+}
+
+// A test the macro makes fails when its check fails, when its check is skipped but not listed
+// as such, when a check listed as skipped or failing passes, and for a name that is no check;
+// it passes when a listed check does what the list says.
+#[test]
+fn conformance_tests_fail_when_they_should() {
+    use ebb_backend::conformance::{Expected, assert_check};
+    let broken = || {
+        let backend = FaultyBackend::new(MemBackend::new());
+        backend.plan().fail_always(FaultOp::Sync, libc::EIO);
+        backend
+    };
+    let fails =
+        |test: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(test)).is_err();
+    let none = Expected::default();
+    let skipped = Expected { skipped: &["overwrite"], failing: &[] };
+    let failing = Expected { skipped: &[], failing: &["sync_after_write"] };
+    assert!(fails(&|| assert_check("sync_after_write", none, &broken)));
+    assert!(fails(&|| assert_check("two_phase_commit_and_restart", none, &MemBackend::new)));
+    assert!(fails(&|| assert_check("overwrite", skipped, &MemBackend::new)));
+    assert!(fails(&|| assert_check("sync_after_write", failing, &MemBackend::new)));
+    assert!(fails(&|| assert_check("no_such_check", none, &MemBackend::new)));
+    assert_check("sync_after_write", failing, &broken);
+    let two_phase = Expected { skipped: &["two_phase_commit_and_restart"], failing: &[] };
+    assert_check("two_phase_commit_and_restart", two_phase, &MemBackend::new);
 }
 
 // A backend that breaks the contract is reported by check name, and other checks still run.
@@ -365,23 +422,18 @@ fn dir_refused_direct_io_ramfs() {
 mod nfs;
 mod s3;
 
-// A local directory passes every check of the namespace contract, with direct and with
-// buffered file data.
-#[test]
-fn namespace_conformance_dir() {
-    let root = tempfile::tempdir_in("/tmp").unwrap();
-    for (index, buffered) in [false, true].into_iter().enumerate() {
-        let dir = root.path().join(index.to_string());
-        std::fs::create_dir(&dir).unwrap();
-        let namespace = if buffered {
-            ebb_backend::DirNamespace::open_buffered(&dir)
-        } else {
-            ebb_backend::DirNamespace::open(&dir)
-        }
-        .unwrap();
-        let report = ebb_backend::namespace_conformance::run_all(&namespace);
-        assert!(report.is_ok(), "{report}");
-        let all = ebb_backend::namespace_conformance::CHECK_NAMES.len();
-        assert_eq!(report.passed.len(), all, "{report}");
+ebb_backend::namespace_conformance! {
+    /// A local directory passes every check of the namespace contract, with direct file data.
+    mod namespace_conformance_dir {
+        setup: { let root = tmp_root(); },
+        namespace: ebb_backend::DirNamespace::open(root.path()).unwrap(),
+    }
+}
+
+ebb_backend::namespace_conformance! {
+    /// ... and with buffered file data.
+    mod namespace_conformance_dir_buffered {
+        setup: { let root = tmp_root(); },
+        namespace: ebb_backend::DirNamespace::open_buffered(root.path()).unwrap(),
     }
 }

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use ebb_backend::conformance::{self, CHECK_NAMES};
 use ebb_backend::{Backend, NfsBackend, NfsServer, OpenOptions, Stability, errno_of};
 
 const CREATE: OpenOptions = OpenOptions { create: true, truncate: false };
@@ -33,16 +32,14 @@ fn bytes(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|index| seed.wrapping_add((index % 251) as u8)).collect()
 }
 
-#[test]
-fn conformance_nfs_ganesha() {
-    let Some(server) = server("conformance_nfs_ganesha") else { return };
-    let report = conformance::assert_conformance(&|| {
-        Box::new(NfsBackend::connect(server.url()).expect("connect to ganesha"))
-    });
-    // Everything passes but the restart part of the two-phase check (a real server has no
-    // restart hook; the tests below restart the real one).
-    assert_eq!(report.passed.len(), CHECK_NAMES.len() - 1, "{report}");
-    assert_eq!(report.skipped[0].0, "two_phase_commit_and_restart", "{report}");
+ebb_backend::backend_conformance! {
+    /// Everything passes but the restart part of the two-phase check (a real server has no
+    /// restart hook; the tests below restart the real one).
+    mod conformance_nfs_ganesha {
+        setup: { let server = server("conformance_nfs_ganesha")?; },
+        backend: NfsBackend::connect(server.url()).expect("connect to ganesha"),
+        skipped: [two_phase_commit_and_restart],
+    }
 }
 
 // What the backend writes and commits is the file on the server's disk, byte for byte, and
@@ -190,17 +187,15 @@ fn hung_server_times_out_then_recovers() {
     assert_eq!(std::fs::read(server.export_dir().join("hung")).unwrap(), bytes(4, 4096));
 }
 
-// The export as a mount's tree passes the namespace suite: every check, hard links and
-// symlinks included (NFSv3 has both); only RENAME_NOREPLACE is refused (NFSv3 has no flags).
-#[test]
-fn namespace_conformance_nfs_ganesha() {
-    let Some(server) = server("namespace_conformance_nfs_ganesha") else { return };
-    let namespace = ebb_backend::NfsNamespace::connect(server.url()).unwrap();
-    let report = ebb_backend::namespace_conformance::run_all(&namespace);
-    assert!(report.is_ok(), "{report}");
-    let checks = ebb_backend::namespace_conformance::CHECK_NAMES.len();
-    assert_eq!(report.passed.len(), checks - 1, "{report}");
-    assert_eq!(report.skipped[0].0, "rename", "{report}");
+ebb_backend::namespace_conformance! {
+    /// The export as a mount's tree passes the namespace suite: every check, hard links and
+    /// symlinks included (NFSv3 has both); only RENAME_NOREPLACE is refused (NFSv3 has no
+    /// flags).
+    mod namespace_conformance_nfs_ganesha {
+        setup: { let server = server("namespace_conformance_nfs_ganesha")?; },
+        namespace: ebb_backend::NfsNamespace::connect(server.url()).unwrap(),
+        skipped: [rename],
+    }
 }
 
 // What the suite does not check: new objects owned by the caller (and a setgid directory's
