@@ -1,6 +1,7 @@
 //! The `ebb` command.
 //!
-//! `ebb reproduce` runs every experiment in `experiments/` and `ebb sim` one experiment file,
+//! `ebb reproduce` runs every experiment built into the binary (the repository's
+//! `experiments/`, or `--experiments DIR`) and `ebb sim` one experiment file,
 //! both through `ebb_sim::reproduce`; they print each published figure beside ours and the
 //! path of `report.html`. `ebb mount` serves a directory through ebb with FUSE until SIGINT or
 //! SIGTERM (`ebb_fuse::run`), and `ebb stat` prints a running mount's stats (JSON, read from
@@ -55,9 +56,9 @@ struct ReproduceArgs {
     /// Shortened runs (each experiment's [quick] section).
     #[arg(long)]
     quick: bool,
-    /// Directory of experiment files.
-    #[arg(long, default_value = "experiments")]
-    experiments: PathBuf,
+    /// Directory of experiment files (default: the experiments built into ebb).
+    #[arg(long)]
+    experiments: Option<PathBuf>,
     /// Replace each experiment's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -173,8 +174,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 trace: false,
                 threads: args.jobs.max(1),
             };
-            let outcome = with_progress(|progress| {
-                reproduce::reproduce(&args.experiments, &options, progress)
+            let outcome = with_progress(|progress| match &args.experiments {
+                Some(dir) => reproduce::reproduce(dir, &options, progress),
+                None => reproduce::reproduce_embedded(&options, progress),
             })?;
             Ok(finish(&outcome))
         }

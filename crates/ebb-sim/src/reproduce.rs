@@ -1,7 +1,8 @@
 //! Running experiments and writing their reports: the library side of `ebb sim` and
 //! `ebb reproduce`.
 //!
-//! [`reproduce`] loads every experiment file of a directory, [`sim`] one file; both go through
+//! [`reproduce_embedded`] runs the experiments compiled into the binary, [`reproduce`] every
+//! experiment file of a directory, [`sim`] one file; all go through
 //! [`run_experiments`], which
 //!
 //! 1. expands every experiment into its runs (quick or full, with the seed and trace options);
@@ -28,13 +29,13 @@ use serde_json::{Value, json};
 
 use crate::experiment::{
     CheckOutcome, ExpandOptions, Experiment, ExperimentError, PublishedOutcome, RunMetrics,
-    format_number,
+    Verdict, format_number,
 };
 use crate::report::ReportError;
 use crate::report::html::{Comparison, ExperimentSection, PlotRef, ReportPage, Table, write_html};
 use crate::report::plot::{Chart, Series, SeriesKind, render_png};
-use crate::report::summary::{RunSummary, Summary};
-use crate::report::text::format_table;
+use crate::report::summary::{PublishedSummary, RunSummary, Summary, count_verdicts};
+use crate::report::text::{format_wrapped_table, wrap};
 use crate::run::{self, RunResult, RunSpec, SimError, Workload};
 
 /// Chart size in pixels.
@@ -221,23 +222,31 @@ impl Outcome {
             .collect()
     }
 
-    /// The published figures beside ours, then every check with its values, as aligned text.
+    /// How many published rows got each verdict, over every experiment.
+    pub fn verdict_counts(&self) -> BTreeMap<Verdict, u64> {
+        count_verdicts(self.experiments.iter().flat_map(|e| e.published.iter().map(|r| &r.verdict)))
+    }
+
+    /// Per experiment, the published figures beside ours with the ratio and verdict (and why,
+    /// under a row that is not reproduced); then every check with its values; then the count
+    /// of each verdict. Lines fit [`TEXT_WIDTH`] columns.
     pub fn text(&self) -> String {
-        let published: Vec<Vec<String>> = self
-            .experiments
-            .iter()
-            .flat_map(|e| {
-                e.published.iter().map(move |row| {
-                    vec![
-                        e.name.clone(),
-                        row.result.clone(),
-                        row.published.clone(),
-                        row.ours.clone(),
-                        holds_mark(row.holds).to_owned(),
-                    ]
-                })
-            })
-            .collect();
+        let mut text = String::new();
+        for experiment in &self.experiments {
+            text.push_str(&format!("{}: {}\n", experiment.name, experiment.title));
+            let rows: Vec<Vec<String>> =
+                experiment.published.iter().enumerate().map(published_text_row).collect();
+            text.push_str(&format_wrapped_table(
+                &["claim", "published", "ours", "ratio", "verdict"],
+                &rows,
+                &[30, 26, 32, 6, 14],
+            ));
+            for line in notes(&experiment.published) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text.push('\n');
+        }
         let checks: Vec<Vec<String>> = self
             .experiments
             .iter()
@@ -252,16 +261,90 @@ impl Outcome {
                 })
             })
             .collect();
-        let mut text =
-            format_table(&["experiment", "result", "published", "ours", "holds"], &published);
+        text.push_str(&format_wrapped_table(
+            &["experiment", "check", "values", "result"],
+            &checks,
+            &[20, 56, 34, 6],
+        ));
         text.push('\n');
-        text.push_str(&format_table(&["experiment", "check", "values", "result"], &checks));
+        text.push_str(&self.counts_line());
+        text.push('\n');
         text
+    }
+
+    /// `published numbers: N reproduced, N direction-only, ...; checks: K of L hold`.
+    pub fn counts_line(&self) -> String {
+        let counts = self.verdict_counts();
+        let total: u64 = counts.values().sum();
+        let checks: Vec<&CheckOutcome> = self.experiments.iter().flat_map(|e| &e.checks).collect();
+        let passed = checks.iter().filter(|check| check.pass).count();
+        format!(
+            "{total} published numbers: {}; checks: {passed} of {} hold",
+            counts_text(&counts),
+            checks.len()
+        )
     }
 }
 
-fn holds_mark(holds: bool) -> &'static str {
-    if holds { "yes" } else { "NO" }
+/// `N reproduced, N direction-only, N not-reproduced, N not-compared`.
+pub fn counts_text(counts: &BTreeMap<Verdict, u64>) -> String {
+    Verdict::ALL
+        .iter()
+        .map(|verdict| format!("{} {verdict}", counts.get(verdict).copied().unwrap_or(0)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Width of the terminal table, in columns.
+pub const TEXT_WIDTH: usize = 120;
+
+/// The notes under an experiment's table: each explanation once, with the numbers of the
+/// rows it explains (`[1, 4]`), wrapped to [`TEXT_WIDTH`]; a row without one that is not
+/// reproduced shows its computed reason.
+fn notes(rows: &[PublishedOutcome]) -> Vec<String> {
+    let mut grouped: Vec<(Vec<usize>, String)> = Vec::new();
+    for (index, row) in rows.iter().enumerate() {
+        let mut note = match &row.explanation {
+            Some(explanation) => explanation.clone(),
+            None if row.verdict != Verdict::Reproduced => row.why.clone(),
+            None => continue,
+        };
+        if let Some(analysis) = &row.analysis {
+            note.push_str(&format!(" (see {analysis})"));
+        }
+        match grouped.iter_mut().find(|(_, text)| *text == note) {
+            Some((numbers, _)) => numbers.push(index + 1),
+            None => grouped.push((vec![index + 1], note)),
+        }
+    }
+    grouped
+        .into_iter()
+        .flat_map(|(numbers, note)| {
+            let numbers: Vec<String> = numbers.iter().map(usize::to_string).collect();
+            wrap(&format!("[{}] {note}", numbers.join(", ")), TEXT_WIDTH - 2)
+                .into_iter()
+                .map(|line| format!("  {line}"))
+        })
+        .collect()
+}
+
+fn published_text_row((index, row): (usize, &PublishedOutcome)) -> Vec<String> {
+    vec![
+        format!("{}. {}", index + 1, row.claim),
+        row.published.clone(),
+        row.ours.clone(),
+        row.ratio.map_or(String::new(), format_number),
+        row.verdict.name().to_owned(),
+    ]
+}
+
+/// Runs every experiment compiled into the binary (the repository's `experiments/`).
+pub fn reproduce_embedded(
+    options: &Options,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<Outcome, ReproduceError> {
+    let experiments = Experiment::embedded()?;
+    run_experiments(&experiments, options, progress)
 }
 
 /// Runs every `*.toml` experiment of `dir`; see the module doc.
@@ -427,7 +510,12 @@ fn report_experiment(
 ) -> Result<(ExperimentOutcome, ExperimentSection), ReproduceError> {
     let experiment_dir = options.out_dir.join(&experiment.name);
     let mut metrics = RunMetrics::new();
-    let mut summary = Summary { experiment: experiment.name.clone(), runs: Vec::new() };
+    let mut summary = Summary {
+        experiment: experiment.name.clone(),
+        runs: Vec::new(),
+        published: Vec::new(),
+        verdicts: BTreeMap::new(),
+    };
     for (spec, result) in runs {
         // Undefined metrics (NaN) are left out, as summary.json requires.
         let finite: BTreeMap<String, f64> = result
@@ -443,6 +531,10 @@ fn report_experiment(
             metrics: finite,
         });
     }
+    let checks = experiment.evaluate_checks(&metrics);
+    let published = experiment.evaluate_published(&metrics, &checks);
+    summary.published = published.iter().map(published_summary).collect();
+    summary.verdicts = count_verdicts(published.iter().map(|row| &row.verdict));
     let summary_path = experiment_dir.join("summary.json");
     summary.write_json(&summary_path)?;
 
@@ -459,8 +551,6 @@ fn report_experiment(
         }
     }
 
-    let checks = experiment.evaluate_checks(&metrics);
-    let published = experiment.evaluate_published(&metrics, &checks);
     let section = ExperimentSection {
         name: experiment.name.clone(),
         description: format!(
@@ -472,10 +562,14 @@ fn report_experiment(
         comparisons: published
             .iter()
             .map(|row| Comparison {
-                result: row.result.clone(),
+                claim: row.claim.clone(),
                 published: row.published.clone(),
                 ours: row.ours.clone(),
-                holds: row.holds,
+                ratio: row.ratio.map_or(String::new(), format_number),
+                tolerance: row.tolerance.clone(),
+                verdict: row.verdict,
+                why: row.why.clone(),
+                analysis: row.analysis.clone(),
             })
             .collect(),
         tables: vec![metrics_table(experiment, &metrics), checks_table(&checks)],
@@ -490,6 +584,21 @@ fn report_experiment(
         published,
     };
     Ok((outcome, section))
+}
+
+fn published_summary(row: &PublishedOutcome) -> PublishedSummary {
+    PublishedSummary {
+        claim: row.claim.clone(),
+        published: row.published.clone(),
+        ours: row.ours.clone(),
+        published_value: row.value,
+        ours_value: row.ours_value,
+        ratio: row.ratio,
+        tolerance: row.tolerance.clone(),
+        verdict: row.verdict,
+        why: row.why.clone(),
+        analysis: row.analysis.clone(),
+    }
 }
 
 /// The metrics table: one row per run, key metrics and every metric the checks read.

@@ -7,8 +7,9 @@ use std::path::Path;
 use super::case::build_case;
 use super::check::{Check, CompareOp, Template};
 use super::expr::Expr;
-use super::schema::{RawCheck, RawExperiment, RawQuick};
+use super::schema::{RawCheck, RawExperiment, RawPublished, RawQuick};
 use super::units::{duration_value, size_value};
+use super::verdict::{PublishedValue, Tolerance};
 use super::{Case, DEFAULT_SEED, Experiment, ExperimentError, Published, Quick, Variant, run_name};
 use ebb_core::Duration;
 use ebb_core::config;
@@ -75,24 +76,13 @@ pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, Exper
     }
     let mut published = Vec::new();
     for (i, row) in raw.published.into_iter().enumerate() {
-        let key = format!("published[{i}]");
-        let ours = Template::parse(&row.ours)
-            .map_err(|reason| ExperimentError::new(path, format!("{key}.ours"), reason))?;
-        check_references(path, &format!("{key}.ours"), ours.references(), &run_names)?;
-        if row.checks.is_empty() {
-            return err(&format!("{key}.checks"), "name at least one check id".to_owned());
-        }
-        for (j, id) in row.checks.iter().enumerate() {
-            if !checks.iter().any(|c| c.id.as_ref() == Some(id)) {
-                return err(&format!("{key}.checks[{j}]"), format!("no check has id {id:?}"));
-            }
-        }
-        published.push(Published {
-            result: row.result,
-            published: row.published,
-            ours,
-            checks: row.checks,
-        });
+        published.push(build_published(
+            path,
+            &format!("published[{i}]"),
+            row,
+            &checks,
+            &run_names,
+        )?);
     }
     Ok(Experiment {
         path: path.to_owned(),
@@ -143,6 +133,110 @@ pub(super) fn build_quick(path: &Path, raw: Option<RawQuick>) -> Result<Quick, E
     Ok(Quick { size_scale: raw.size_scale, memory_bytes, time_limit, steady_from })
 }
 
+fn build_published(
+    path: &Path,
+    key: &str,
+    row: RawPublished,
+    checks: &[Check],
+    run_names: &[String],
+) -> Result<Published, ExperimentError> {
+    let fail =
+        |field: &str, reason: String| ExperimentError::new(path, format!("{key}.{field}"), reason);
+    let ours = Template::parse(&row.ours).map_err(|reason| fail("ours", reason))?;
+    check_references(path, &format!("{key}.ours"), ours.references(), run_names)?;
+    for (j, id) in row.checks.iter().enumerate() {
+        if !checks.iter().any(|c| c.id.as_ref() == Some(id)) {
+            return Err(fail(&format!("checks[{j}]"), format!("no check has id {id:?}")));
+        }
+    }
+    let value = match &row.value {
+        None => None,
+        Some(value) => Some(published_value(value).map_err(|reason| fail("value", reason))?),
+    };
+    let ours_value = match &row.ours_value {
+        None => None,
+        Some(value) => {
+            let expr = expression(value).map_err(|reason| fail("ours_value", reason))?;
+            check_references(path, &format!("{key}.ours_value"), expr.references(), run_names)?;
+            Some(expr)
+        }
+    };
+    let tolerance = match &row.tolerance {
+        None => None,
+        Some(text) => Some(Tolerance::parse(text).map_err(|reason| fail("tolerance", reason))?),
+    };
+    let (ours_value, tolerance) = match (value, ours_value, tolerance) {
+        (None, None, None) => (None, None),
+        (Some(_), Some(expr), Some(tolerance)) => (Some(expr), Some(tolerance)),
+        (None, _, _) => {
+            return Err(fail(
+                "value",
+                "ours_value and tolerance compare ours with a value; give the posting's value"
+                    .to_owned(),
+            ));
+        }
+        (Some(_), None, _) => {
+            return Err(fail("ours_value", "a row with a value needs ours_value".to_owned()));
+        }
+        (Some(_), Some(_), None) => {
+            return Err(fail("tolerance", "a row with a value needs a tolerance".to_owned()));
+        }
+    };
+    if let Some(neutral) = row.neutral
+        && (value.is_none() || !neutral.is_finite())
+    {
+        return Err(fail("neutral", "needs a value, and must be a finite number".to_owned()));
+    }
+    Ok(Published {
+        claim: row.claim,
+        published: row.published,
+        ours,
+        value,
+        ours_value,
+        tolerance,
+        neutral: row.neutral,
+        checks: row.checks,
+        why: row.why,
+        analysis: row.analysis,
+    })
+}
+
+/// A published value: a number or a `[low, high]` array of two numbers, low first.
+fn published_value(value: &toml::Value) -> Result<PublishedValue, String> {
+    let number = |value: &toml::Value| match value {
+        toml::Value::Integer(n) => Some(*n as f64),
+        toml::Value::Float(x) if x.is_finite() => Some(*x),
+        _ => None,
+    };
+    if let Some(single) = number(value) {
+        return Ok(PublishedValue::Single(single));
+    }
+    if let toml::Value::Array(items) = value
+        && let [low, high] = items.as_slice()
+        && let (Some(low), Some(high)) = (number(low), number(high))
+        && low <= high
+    {
+        return Ok(PublishedValue::Range([low, high]));
+    }
+    Err("expected a number or [low, high] with low <= high".to_owned())
+}
+
+/// An expression written as a string or a number.
+fn expression(value: &toml::Value) -> Result<Expr, String> {
+    let source = match value {
+        toml::Value::String(text) => text.clone(),
+        toml::Value::Integer(n) => n.to_string(),
+        toml::Value::Float(x) => x.to_string(),
+        other => {
+            return Err(format!(
+                "expected an expression (string) or a number, found {}",
+                other.type_str()
+            ));
+        }
+    };
+    Expr::parse(&source)
+}
+
 pub(super) fn build_check(
     path: &Path,
     key: &str,
@@ -160,21 +254,7 @@ pub(super) fn build_check(
         fail("op", format!("unknown operator {:?}; expected <, <=, >, >=, == or !=", raw.op))
     })?;
     let expr = |field: &str, value: &toml::Value| -> Result<Expr, ExperimentError> {
-        let source = match value {
-            toml::Value::String(text) => text.clone(),
-            toml::Value::Integer(n) => n.to_string(),
-            toml::Value::Float(x) => x.to_string(),
-            other => {
-                return Err(fail(
-                    field,
-                    format!(
-                        "expected an expression (string) or a number, found {}",
-                        other.type_str()
-                    ),
-                ));
-            }
-        };
-        let expr = Expr::parse(&source).map_err(|reason| fail(field, reason))?;
+        let expr = expression(value).map_err(|reason| fail(field, reason))?;
         check_references(path, &format!("{key}.{field}"), expr.references(), run_names)?;
         Ok(expr)
     };

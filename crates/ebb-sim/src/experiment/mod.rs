@@ -112,12 +112,14 @@
 mod build;
 mod case;
 mod check;
+mod embedded;
 mod error;
 mod expr;
 mod schema;
 #[cfg(test)]
 mod tests;
 mod units;
+pub mod verdict;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -127,9 +129,11 @@ use ebb_core::config::{Kind, Knob, Setting};
 use ebb_core::{Config, ConfigError, Duration};
 
 pub use check::{Check, CheckOutcome, CompareOp, Template, format_number};
+pub use embedded::FILES as EMBEDDED_FILES;
 pub use error::ExperimentError;
 pub use expr::{EvalError, Expr};
 pub use units::parse_duration;
+pub use verdict::{PublishedValue, Tolerance, Verdict, judge};
 
 use crate::run::{DeviceSpec, RunSpec, Workload};
 use build::is_plain_name;
@@ -229,30 +233,105 @@ pub struct Quick {
     pub steady_from: Option<Duration>,
 }
 
-/// A published result and how ours is shown beside it.
+/// A published result, how ours is shown beside it and how the two are compared.
 #[derive(Clone, Debug)]
 pub struct Published {
     /// What was published, e.g. "pause per throttle call, before".
-    pub result: String,
+    pub claim: String,
     /// The published figure as text.
     pub published: String,
     /// Our figure: text with `{expression}` holes.
     pub ours: Template,
-    /// Ids of the checks that decide whether the result holds in ours.
+    /// The posting's number; `None`: the row is not compared.
+    pub value: Option<PublishedValue>,
+    /// Ours, the number compared with `value`.
+    pub ours_value: Option<Expr>,
+    /// How close ours must be to reproduce `value`.
+    pub tolerance: Option<Tolerance>,
+    /// The point that gives `value` a direction, if it has one.
+    pub neutral: Option<f64>,
+    /// Ids of checks that must also hold for `reproduced`.
     pub checks: Vec<String>,
+    /// Why ours differs, shown when the row is not reproduced.
+    pub why: Option<String>,
+    /// Where the analysis is (under `docs/`).
+    pub analysis: Option<String>,
 }
 
 /// A published row evaluated on our results.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PublishedOutcome {
     /// What was published.
-    pub result: String,
+    pub claim: String,
     /// The published figure.
     pub published: String,
     /// Our figure, rendered.
     pub ours: String,
-    /// Whether every check the row names passed.
-    pub holds: bool,
+    /// The posting's number.
+    pub value: Option<PublishedValue>,
+    /// Ours, the number compared.
+    pub ours_value: Option<f64>,
+    /// Ours over the value's nearest point.
+    pub ratio: Option<f64>,
+    /// The tolerance as written (`x2`, `+-3`), empty when not compared.
+    pub tolerance: String,
+    /// The computed verdict.
+    pub verdict: Verdict,
+    /// Why: the computed reason, then the file's explanation (empty when reproduced).
+    pub why: String,
+    /// The file's explanation alone, when the row is not reproduced.
+    pub explanation: Option<String>,
+    /// Where the analysis is.
+    pub analysis: Option<String>,
+}
+
+impl Published {
+    /// Renders ours and judges it against the value.
+    pub fn evaluate(&self, metrics: &RunMetrics, checks: &[CheckOutcome]) -> PublishedOutcome {
+        let failed: Vec<String> = self
+            .checks
+            .iter()
+            .filter(|id| {
+                !checks.iter().any(|outcome| outcome.id.as_deref() == Some(id) && outcome.pass)
+            })
+            .cloned()
+            .collect();
+        let ours_value = self.ours_value.as_ref().map(|expr| expr.eval(metrics).map_err(|e| e.0));
+        let tolerance = self.tolerance.unwrap_or(Tolerance::Factor(1.0));
+        let judgement = judge(
+            self.value,
+            ours_value.clone().unwrap_or(Err("no ours_value".to_owned())),
+            tolerance,
+            self.neutral,
+            &failed,
+        );
+        let mut why = judgement.reason;
+        if judgement.verdict != Verdict::Reproduced
+            && let Some(explanation) = &self.why
+        {
+            if !why.is_empty() {
+                why.push_str(". ");
+            }
+            why.push_str(explanation.trim());
+        }
+        PublishedOutcome {
+            claim: self.claim.clone(),
+            published: self.published.clone(),
+            ours: self.ours.render(metrics),
+            value: self.value,
+            ours_value: ours_value.and_then(Result::ok),
+            ratio: judgement.ratio,
+            tolerance: self.tolerance.map_or(String::new(), |t| t.to_string()),
+            verdict: judgement.verdict,
+            why,
+            explanation: self
+                .why
+                .as_ref()
+                .filter(|_| judgement.verdict != Verdict::Reproduced)
+                .map(|text| text.trim().to_owned()),
+            analysis: self.analysis.clone(),
+        }
+    }
 }
 
 /// Metrics of each run: run name to metric name to value.
@@ -363,27 +442,14 @@ impl Experiment {
         self.checks.iter().map(|check| check.evaluate(metrics)).collect()
     }
 
-    /// Renders the published rows with our figures; `checks` are the outcomes of
-    /// [`Experiment::evaluate_checks`].
+    /// Renders the published rows with our figures and judges each; `checks` are the outcomes
+    /// of [`Experiment::evaluate_checks`].
     pub fn evaluate_published(
         &self,
         metrics: &RunMetrics,
         checks: &[CheckOutcome],
     ) -> Vec<PublishedOutcome> {
-        self.published
-            .iter()
-            .map(|row| {
-                let holds = row.checks.iter().all(|id| {
-                    checks.iter().any(|outcome| outcome.id.as_deref() == Some(id) && outcome.pass)
-                });
-                PublishedOutcome {
-                    result: row.result.clone(),
-                    published: row.published.clone(),
-                    ours: row.ours.render(metrics),
-                    holds,
-                }
-            })
-            .collect()
+        self.published.iter().map(|row| row.evaluate(metrics, checks)).collect()
     }
 
     /// Checks every run of both the full and the quick form: the configuration, the devices,

@@ -91,10 +91,23 @@ pub(super) struct RawQuick {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPublished {
-    pub(super) result: String,
+    pub(super) claim: String,
     pub(super) published: String,
     pub(super) ours: String,
+    /// The posting's number (or `[low, high]`); without it the row is not compared.
+    pub(super) value: Option<toml::Value>,
+    /// Ours, as an expression over the runs' metrics.
+    pub(super) ours_value: Option<toml::Value>,
+    /// `x2` or `+-3`.
+    pub(super) tolerance: Option<String>,
+    /// The point that gives the value its direction (1 for a before/after factor).
+    pub(super) neutral: Option<f64>,
+    #[serde(default)]
     pub(super) checks: Vec<String>,
+    /// Why ours differs, shown when the row is not reproduced.
+    pub(super) why: Option<String>,
+    /// Where the analysis is (a path under docs/, with its anchor).
+    pub(super) analysis: Option<String>,
 }
 
 #[derive(Deserialize)]

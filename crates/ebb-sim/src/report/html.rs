@@ -19,7 +19,9 @@ use std::path::Path;
 use minijinja::{Environment, Value, context};
 use serde::Serialize;
 
+use crate::experiment::Verdict;
 use crate::report::ReportError;
+use crate::report::summary::count_verdicts;
 
 /// The name the template is registered under; it must end in `.html` for auto-escaping.
 pub const TEMPLATE_NAME: &str = "report.html";
@@ -53,17 +55,25 @@ pub struct ExperimentSection {
     pub plots: Vec<PlotRef>,
 }
 
-/// A published result beside ours.
+/// A published result beside ours, with the computed verdict.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     /// What was published, e.g. "reader p99.99 latency, wbt off -> on".
-    pub result: String,
+    pub claim: String,
     /// The published figure, e.g. "91 ms -> 22 ms".
     pub published: String,
     /// Our figure, in the same form.
     pub ours: String,
-    /// Whether the direction and rough size match, per the experiment's criterion.
-    pub holds: bool,
+    /// Ours over the published number, formatted; empty when not compared.
+    pub ratio: String,
+    /// The tolerance (`x2`, `+-3`); empty when not compared.
+    pub tolerance: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, when not reproduced.
+    pub why: String,
+    /// Where the analysis is (a path in the repository), if anywhere.
+    pub analysis: Option<String>,
 }
 
 /// A table of text cells.
@@ -121,16 +131,35 @@ fn page_value(page: &ReportPage) -> Value {
             "has_comparisons",
             Value::from(page.experiments.iter().any(|e| !e.comparisons.is_empty())),
         ),
+        ("verdicts", verdicts_value(page.experiments.iter().flat_map(|e| &e.comparisons))),
     ])
+}
+
+/// `[{name, count}]` for every verdict, in report order.
+fn verdicts_value<'a>(comparisons: impl Iterator<Item = &'a Comparison>) -> Value {
+    let counts = count_verdicts(comparisons.map(|comparison| &comparison.verdict));
+    Verdict::ALL
+        .iter()
+        .map(|verdict| {
+            Value::from_pairs([
+                ("name", Value::from(verdict.name())),
+                ("count", Value::from(counts.get(verdict).copied().unwrap_or(0))),
+            ])
+        })
+        .collect()
 }
 
 fn experiment_value(experiment: &ExperimentSection) -> Value {
     let comparisons = experiment.comparisons.iter().map(|comparison| {
         Value::from_pairs([
-            ("result", Value::from(comparison.result.as_str())),
+            ("claim", Value::from(comparison.claim.as_str())),
             ("published", Value::from(comparison.published.as_str())),
             ("ours", Value::from(comparison.ours.as_str())),
-            ("holds", Value::from(comparison.holds)),
+            ("ratio", Value::from(comparison.ratio.as_str())),
+            ("tolerance", Value::from(comparison.tolerance.as_str())),
+            ("verdict", Value::from(comparison.verdict.name())),
+            ("why", Value::from(comparison.why.as_str())),
+            ("analysis", Value::from(comparison.analysis.clone().unwrap_or_default())),
         ])
     });
     let tables = experiment.tables.iter().map(|table| {
@@ -189,16 +218,24 @@ mod tests {
                     description: "A random reader beside a streaming writer.".to_owned(),
                     comparisons: vec![
                         Comparison {
-                            result: "reader p99.99, wbt off -> on".to_owned(),
+                            claim: "reader p99.99, wbt off -> on".to_owned(),
                             published: "91 ms -> 22 ms".to_owned(),
                             ours: "80 ms -> 9 ms".to_owned(),
-                            holds: true,
+                            ratio: "2.2".to_owned(),
+                            tolerance: "x2".to_owned(),
+                            verdict: Verdict::DirectionOnly,
+                            why: "size outside x2".to_owned(),
+                            analysis: Some("docs/wbt.md#tail".to_owned()),
                         },
                         Comparison {
-                            result: "write throughput".to_owned(),
+                            claim: "write throughput".to_owned(),
                             published: "+4%".to_owned(),
                             ours: "-7%".to_owned(),
-                            holds: false,
+                            ratio: String::new(),
+                            tolerance: "+-3".to_owned(),
+                            verdict: Verdict::NotReproduced,
+                            why: "opposite direction".to_owned(),
+                            analysis: None,
                         },
                     ],
                     tables: vec![Table {
@@ -265,8 +302,10 @@ mod tests {
         assert_eq!(html.matches("<img ").count(), 3);
         assert_eq!(html.matches("<figcaption>").count(), 3);
         assert!(html.contains("<figcaption>Read latency over time</figcaption>"));
-        assert_eq!(html.matches("class=\"mark holds\"").count(), 2);
-        assert_eq!(html.matches("class=\"mark fails\"").count(), 2);
+        assert_eq!(html.matches("class=\"verdict direction-only\"").count(), 2);
+        assert_eq!(html.matches("class=\"verdict not-reproduced\"").count(), 2);
+        assert!(html.contains("<li><b>1</b> direction-only</li>"), "counts at the top");
+        assert!(html.contains("<li><b>0</b> reproduced</li>"), "zero counts are shown");
         assert!(html.contains("<td class=\"num\">80000</td>"));
         assert!(html.contains("<td>laptop-ssd&#x2f;wbt-off</td>"));
         let mut no_comparisons = page.clone();
@@ -277,11 +316,12 @@ mod tests {
 
     #[test]
     fn page_is_self_contained() {
-        // Goal: the page loads nothing from elsewhere: no external stylesheet, script or font.
+        // Goal: the page loads nothing from elsewhere: no external stylesheet, script, font or
+        // image (links to the postings' archives are followed only when clicked).
         let html = render_html(&example()).expect("render");
         assert!(html.starts_with("<!DOCTYPE html>"));
         assert!(html.contains("<style>"));
-        for forbidden in ["<link", "<script", "@import", "url(", "http://", "https://"] {
+        for forbidden in ["<link", "<script", "@import", "url(", "src=\"http"] {
             assert!(!html.contains(forbidden), "page contains {forbidden}");
         }
     }

@@ -4,8 +4,16 @@
 //!
 //! ```text
 //! {"experiment": "<name>",
-//!  "runs": [{"name": "<run>", "config": {...}, "metrics": {"<metric>": <number>, ...}}]}
+//!  "runs": [{"name": "<run>", "config": {...}, "metrics": {"<metric>": <number>, ...}}],
+//!  "published": [{"claim": "...", "published": "...", "ours": "...", "ratio": <number|null>,
+//!                 "tolerance": "...", "verdict": "reproduced" | "direction-only" |
+//!                 "not-reproduced" | "not-compared", "why": "...", ...}],
+//!  "verdicts": {"reproduced": <integer>, "direction-only": <integer>, ...}}
 //! ```
+//!
+//! Each `published` entry also carries the numbers the verdict was computed from
+//! (`published_value`: a number or `[low, high]`; `ours_value`) and, when there is one, the
+//! `analysis` it links to, so a reader (or a test) can recompute every verdict from the file.
 //!
 //! Run names are `<case>/<variant>`; metric names carry their unit last (`write_mb_s`,
 //! `pause_ms_p99`). Metrics are kept in a `BTreeMap` so the file lists them sorted and two runs
@@ -26,6 +34,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::experiment::{PublishedValue, Verdict};
 use crate::report::ReportError;
 
 /// The contents of one experiment's `summary.json`.
@@ -35,6 +44,47 @@ pub struct Summary {
     pub experiment: String,
     /// One entry per run, in the order the experiment ran them.
     pub runs: Vec<RunSummary>,
+    /// The posting's numbers, ours, and the verdict on each.
+    #[serde(default)]
+    pub published: Vec<PublishedSummary>,
+    /// How many published rows got each verdict (every verdict listed, zeros included).
+    #[serde(default)]
+    pub verdicts: BTreeMap<Verdict, u64>,
+}
+
+/// One published number beside ours, with its verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PublishedSummary {
+    /// What the posting claims.
+    pub claim: String,
+    /// The posting's figure, as text.
+    pub published: String,
+    /// Ours, as text.
+    pub ours: String,
+    /// The posting's number compared (absent: not compared).
+    pub published_value: Option<PublishedValue>,
+    /// Our number compared.
+    pub ours_value: Option<f64>,
+    /// Ours over the posting's (nearest bound of a range).
+    pub ratio: Option<f64>,
+    /// `x2` (a factor) or `+-3` (a distance), empty when not compared.
+    pub tolerance: String,
+    /// The computed verdict.
+    pub verdict: Verdict,
+    /// Why, when not reproduced.
+    pub why: String,
+    /// Where the analysis is, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<String>,
+}
+
+/// Counts of each verdict over `rows`, every verdict present.
+pub fn count_verdicts<'a>(rows: impl IntoIterator<Item = &'a Verdict>) -> BTreeMap<Verdict, u64> {
+    let mut counts: BTreeMap<Verdict, u64> = Verdict::ALL.iter().map(|v| (*v, 0)).collect();
+    for verdict in rows {
+        *counts.entry(*verdict).or_default() += 1;
+    }
+    counts
 }
 
 /// One run of an experiment: its configuration and what it measured.
@@ -134,6 +184,19 @@ mod tests {
                     metrics: BTreeMap::new(),
                 },
             ],
+            published: vec![PublishedSummary {
+                claim: "pause, before".to_owned(),
+                published: "0 .. 324 ms".to_owned(),
+                ours: "0 .. 1219 ms".to_owned(),
+                published_value: Some(PublishedValue::Single(324.0)),
+                ours_value: Some(1219.0),
+                ratio: Some(1219.0 / 324.0),
+                tolerance: "x2".to_owned(),
+                verdict: Verdict::NotReproduced,
+                why: "outside x2".to_owned(),
+                analysis: Some("docs/throttling.md#pauses".to_owned()),
+            }],
+            verdicts: count_verdicts(&[Verdict::NotReproduced]),
         }
     }
 
@@ -161,7 +224,11 @@ mod tests {
         assert!(text.ends_with("}\n"));
         let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         let top = value.as_object().expect("object");
-        assert_eq!(top.keys().collect::<Vec<_>>(), ["experiment", "runs"]);
+        assert_eq!(top.keys().collect::<Vec<_>>(), ["experiment", "published", "runs", "verdicts"]);
+        assert_eq!(top["verdicts"]["not-reproduced"].as_u64(), Some(1));
+        assert_eq!(top["verdicts"]["reproduced"].as_u64(), Some(0));
+        assert_eq!(top["published"][0]["verdict"], "not-reproduced");
+        assert_eq!(top["published"][0]["published_value"].as_f64(), Some(324.0));
         assert_eq!(top["experiment"], "ioless-throttling");
         let run = &top["runs"][0];
         let keys: Vec<_> = run.as_object().expect("run object").keys().collect();

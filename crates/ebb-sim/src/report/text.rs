@@ -52,6 +52,72 @@ where
     out
 }
 
+/// Like [`format_table`], but no column is wider than its entry of `max_widths` (missing
+/// entries: unbounded): longer cells wrap at spaces (a word longer than the column is cut),
+/// and a row takes as many lines as its tallest cell. Columns are left-aligned but for
+/// all-numeric ones, as in [`format_table`].
+pub fn format_wrapped_table<C, R, S>(columns: &[C], rows: &[R], max_widths: &[usize]) -> String
+where
+    C: AsRef<str>,
+    R: AsRef<[S]>,
+    S: AsRef<str>,
+{
+    let column_count = rows.iter().map(|row| row.as_ref().len()).fold(columns.len(), usize::max);
+    let limit = |index: usize| max_widths.get(index).copied().unwrap_or(usize::MAX).max(1);
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    let mut header = Vec::new();
+    for index in 0..column_count {
+        header.push(columns.get(index).map_or(String::new(), |c| c.as_ref().to_owned()));
+    }
+    let mut wrapped_rows: Vec<Vec<Vec<String>>> = Vec::new();
+    for row in rows {
+        let cells: Vec<Vec<String>> =
+            (0..column_count).map(|index| wrap(cell(row, index), limit(index))).collect();
+        wrapped_rows.push(cells);
+    }
+    for cells in &wrapped_rows {
+        let height = cells.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        for line in 0..height {
+            lines.push(cells.iter().map(|c| c.get(line).cloned().unwrap_or_default()).collect());
+        }
+    }
+    format_table(&header, &lines)
+}
+
+/// Splits `text` into lines of at most `width` characters, at spaces where possible.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let mut word = word.to_owned();
+        loop {
+            let needed = char_count(&line) + usize::from(!line.is_empty()) + char_count(&word);
+            if needed <= width {
+                if !line.is_empty() {
+                    line.push(' ');
+                }
+                line.push_str(&word);
+                break;
+            }
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+                continue;
+            }
+            // A word longer than the column: cut it.
+            let head: String = word.chars().take(width).collect();
+            word = word.chars().skip(width).collect();
+            lines.push(head);
+            if word.is_empty() {
+                break;
+            }
+        }
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 fn push_line(out: &mut String, cells: &[&str], widths: &[usize], right_aligned: &[bool]) {
     let mut line = String::new();
     for (index, text) in cells.iter().enumerate() {
@@ -116,6 +182,25 @@ max read latency              38000      12  no
         let table = format_table(&columns, &rows);
         assert_eq!(table, "a  b\n-  -  --\nx\n1  2  3%\n");
         assert!(table.lines().all(|line| !line.ends_with(' ')));
+    }
+
+    #[test]
+    fn wrapped_cells_stay_inside_their_column() {
+        // Goal: long cells wrap at spaces within the width, long words are cut, and the row
+        // takes the lines of its tallest cell.
+        let rows = vec![vec!["reader p99.99 latency, laptop", "12", "reproduced"]];
+        let table = format_wrapped_table(&["claim", "ratio", "verdict"], &rows, &[10, 6, 20]);
+        let expected = "\
+claim     ratio  verdict
+--------  -----  ----------
+reader       12  reproduced
+p99.99
+latency,
+laptop
+";
+        assert_eq!(table, expected);
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), [""]);
     }
 
     #[test]

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ebb_core::{ThrottlePolicy, WbtMode};
-use ebb_sim::experiment::{ExpandOptions, Experiment, ExperimentError, RunMetrics, run_seed};
+use ebb_sim::experiment::verdict::{PublishedValue, Tolerance, within};
+use ebb_sim::experiment::{
+    EMBEDDED_FILES, ExpandOptions, Experiment, ExperimentError, RunMetrics, Verdict, run_seed,
+};
 use ebb_sim::reproduce::{self, Options, Progress};
 use ebb_sim::run::{RunResult, TimeSeries, Workload};
 
@@ -137,9 +140,12 @@ op = ">"
 right = "0.5 * sata/legacy:write_mb_s"
 
 [[published]]
-result = "x"
+claim = "x"
 published = "y"
 ours = "{sata/ioless:write_mb_s} MB/s"
+value = 60
+ours_value = "sata/ioless:write_mb_s"
+tolerance = "x2"
 checks = ["c"]
 "#;
 
@@ -353,6 +359,27 @@ fn checks_on_unknown_runs_are_refused() {
 }
 
 #[test]
+fn published_rows_are_checked() {
+    // Goal: a compared row needs its value, ours and a tolerance that parses; each refusal
+    // names the key.
+    assert_refused("tolerance = \"x2\"", "tolerance = \"2\"", "published[0].tolerance", "x2");
+    assert_refused("value = 60", "value = [3, 1]", "published[0].value", "low <= high");
+    assert_refused(
+        "ours_value = \"sata/ioless:write_mb_s\"",
+        "",
+        "published[0].ours_value",
+        "needs ours_value",
+    );
+    assert_refused(
+        "ours_value = \"sata/ioless:write_mb_s\"",
+        "ours_value = \"sata/nope:write_mb_s\"",
+        "published[0].ours_value",
+        "unknown run",
+    );
+    assert_refused("value = 60", "", "published[0].value", "give the posting's value");
+}
+
+#[test]
 fn name_must_be_the_file_stem() {
     // Goal: summary.json's experiment name is the file stem; a different `name` is refused.
     assert_refused("title = \"t\"", "name = \"other\"\ntitle = \"t\"", "name", "file name");
@@ -403,8 +430,21 @@ fn checks_evaluate_on_hand_made_results() {
     assert_eq!((steady.left, steady.right), (Some(4.0), Some(8.0)));
     assert_eq!(steady.values(), "4 <= 8");
     let published = experiment.evaluate_published(&good, &outcomes);
-    assert!(published.iter().all(|row| row.holds));
     assert_eq!(published[0].ours, "0 .. 324 ms");
+    assert_eq!(published[0].verdict, Verdict::Reproduced, "{published:?}");
+    assert_eq!(published[0].ratio, Some(1.0));
+    // 32 ms mean: the posting's "around 32 ms".
+    assert_eq!(published[1].verdict, Verdict::Reproduced);
+    assert_eq!(published[3].verdict, Verdict::NotCompared);
+    assert_eq!(published[3].ratio, None);
+    // Ours at 4x the posting's longest pause: outside x2, and legacy pauses have no direction.
+    let long = experiment.evaluate_published(
+        &ioless_metrics(1296.0, 4.0, 60.5),
+        &experiment.evaluate_checks(&ioless_metrics(1296.0, 4.0, 60.5)),
+    );
+    assert_eq!(long[0].verdict, Verdict::NotReproduced);
+    assert_eq!(long[0].ratio, Some(4.0));
+    assert!(long[0].why.contains("4x") && long[0].why.contains("waits"), "{}", long[0].why);
 
     let failing = |m: &RunMetrics| -> Vec<String> {
         experiment.evaluate_checks(m).into_iter().filter(|o| !o.pass).filter_map(|o| o.id).collect()
@@ -424,7 +464,7 @@ fn checks_evaluate_on_hand_made_results() {
     assert_eq!(steady.right, None);
     assert!(steady.error.as_deref().is_some_and(|e| e.contains("pause_ms_mean")), "{steady:?}");
     let published = experiment.evaluate_published(&missing, &outcomes);
-    assert!(!published[1].holds);
+    assert_eq!(published[1].verdict, Verdict::NotReproduced);
     assert!(published[1].ours.contains("n/a"), "{}", published[1].ours);
 }
 
@@ -522,7 +562,27 @@ fn failed_checks_are_reported() {
     assert_eq!(failed[0].0, "ioless-throttling");
     assert_eq!(failed[0].1.values(), "100 > 200");
     let text = outcome.text();
-    assert!(text.contains("FAIL") && text.contains("NO"), "{text}");
+    assert!(text.contains("FAIL") && text.contains("not-reproduced"), "{text}");
+}
+
+#[test]
+fn embedded_experiments_are_the_folder() {
+    // Goal: the experiments compiled into ebb are exactly the files of experiments/, so
+    // `ebb reproduce` without --experiments runs what the repository holds.
+    let mut files: Vec<String> = std::fs::read_dir(experiments_dir())
+        .expect("experiments dir")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".toml"))
+        .collect();
+    files.sort();
+    let embedded: Vec<&str> = EMBEDDED_FILES.iter().map(|(file, _)| *file).collect();
+    assert_eq!(files, embedded, "add the new file to experiment/embedded.rs");
+    for (file, text) in EMBEDDED_FILES {
+        let on_disk = std::fs::read_to_string(experiments_dir().join(file)).expect("read");
+        assert_eq!(on_disk, text, "{file}");
+    }
+    let loaded = Experiment::embedded().unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(loaded.len(), files.len());
 }
 
 #[test]
@@ -537,6 +597,69 @@ fn quick_experiments_hold() {
         assert!(experiment.summary_path.is_file());
     }
     assert!(outcome.report_html.is_file());
+    let totals = assert_verdicts_consistent(out.path());
+    // The terminal, report.html and summary.json give the same counts.
+    let html = std::fs::read_to_string(&outcome.report_html).expect("report.html");
+    for (verdict, count) in &totals {
+        assert!(html.contains(&format!("<li><b>{count}</b> {verdict}</li>")), "{verdict}");
+        assert!(outcome.text().contains(&format!("{count} {verdict}")), "{verdict}");
+    }
+    let text = outcome.text();
+    assert!(text.lines().all(|line| line.chars().count() <= 120), "wider than 120:\n{text}");
+    let names: Vec<&str> = outcome.experiments.iter().map(|e| e.name.as_str()).collect();
+    for posting in ["ioless-throttling", "reclaim-writeback", "wbt-read-latency", "nfs-commit"] {
+        assert!(names.iter().any(|name| name.starts_with(posting)), "{posting} missing");
+    }
+}
+
+/// Re-checks every `summary.json` under `dir`: a row says `reproduced` only within its
+/// tolerance, `not-compared` only without a published value, and the counts are integers
+/// that match the rows. Returns the counts summed over every experiment.
+fn assert_verdicts_consistent(dir: &Path) -> BTreeMap<String, u64> {
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).expect("out dir") {
+        let path = entry.expect("entry").path().join("summary.json");
+        if !path.is_file() {
+            continue;
+        }
+        files += 1;
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        let mut counted: BTreeMap<String, u64> = BTreeMap::new();
+        for row in summary["published"].as_array().expect("published rows") {
+            let verdict = row["verdict"].as_str().expect("verdict").to_owned();
+            *counted.entry(verdict.clone()).or_default() += 1;
+            let value: Option<PublishedValue> =
+                serde_json::from_value(row["published_value"].clone()).expect("value");
+            if verdict == "not-compared" {
+                assert!(value.is_none(), "{}: not-compared with a value", row["claim"]);
+                continue;
+            }
+            let value =
+                value.unwrap_or_else(|| panic!("{}: compared without a value", row["claim"]));
+            let tolerance = Tolerance::parse(row["tolerance"].as_str().expect("tolerance"))
+                .expect("tolerance parses");
+            if verdict == "reproduced" {
+                let ours = row["ours_value"].as_f64().expect("ours_value");
+                assert!(
+                    within(value, ours, tolerance),
+                    "{}: {}: reproduced outside {tolerance}: ours {ours}",
+                    path.display(),
+                    row["claim"]
+                );
+            } else {
+                assert!(!row["why"].as_str().unwrap_or_default().is_empty(), "{}", row["claim"]);
+            }
+        }
+        for verdict in Verdict::ALL {
+            let count = summary["verdicts"][verdict.name()].as_u64().expect("integer count");
+            assert_eq!(count, counted.get(verdict.name()).copied().unwrap_or(0), "{verdict}");
+            *totals.entry(verdict.name().to_owned()).or_default() += count;
+        }
+    }
+    assert!(files >= 5, "only {files} summary.json files");
+    totals
 }
 
 #[test]
@@ -767,24 +890,6 @@ mod runs {
         assert!(r.metrics["end_unclean_pages"] > 0.0, "held pages are kept, not dropped");
         assert_eq!(r.metrics["fsync_errors"], 1.0);
         assert_eq!(r.metrics["fsync_errno"], 28.0);
-    }
-
-    /// The experiments in progress still load (reproduce does not run them yet).
-    #[test]
-    fn in_progress_experiments_load() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/in-progress");
-        let mut loaded = 0;
-        for entry in std::fs::read_dir(&dir).expect("in-progress dir") {
-            let path = entry.expect("entry").path();
-            if path.extension().is_some_and(|e| e == "toml") {
-                let e = ebb_sim::experiment::Experiment::load(&path)
-                    .unwrap_or_else(|error| panic!("{error}"));
-                assert!(!e.run_names().is_empty(), "{}", path.display());
-                loaded += 1;
-            }
-        }
-        assert!(loaded > 0);
     }
 
     /// cp reads its source through the cache (device reads) and writes a full copy.

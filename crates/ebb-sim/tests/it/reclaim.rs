@@ -230,7 +230,7 @@ fn finishes(
 #[test]
 fn reclaim_experiment_loads() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../experiments/in-progress/reclaim-writeback.toml");
+        .join("../../experiments/reclaim-writeback.toml");
     let e = ebb_sim::experiment::Experiment::load(&path).expect("loads");
     assert_eq!(e.run_names().len(), 42);
     for quick in [false, true] {
