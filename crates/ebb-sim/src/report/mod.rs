@@ -24,6 +24,7 @@ mod error;
 pub mod hist;
 pub mod html;
 pub mod plot;
+pub mod run_charts;
 pub mod summary;
 pub mod text;
 

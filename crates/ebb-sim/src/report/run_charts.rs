@@ -1,0 +1,133 @@
+//! The charts drawn for each run of an experiment: dirty pages against setpoint and limit;
+//! dirty ratelimit and write bandwidth; wbt's limits and read latency; pauses as points;
+//! pages dirtied per writer. Only charts with data are returned.
+
+use crate::report::plot::{Chart, Series, SeriesKind};
+use crate::run::RunResult;
+
+/// The charts of one run that have data: (file name, chart).
+pub fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
+    let line_chart = |title: &str, y_label: Option<&str>, names: &[&str]| {
+        let present: Vec<_> = names
+            .iter()
+            .filter_map(|name| result.series(name))
+            .filter(|series| !series.points.is_empty())
+            .collect();
+        let unit = present.first().map(|series| series.unit.clone()).unwrap_or_default();
+        let series = present
+            .iter()
+            .map(|series| Series {
+                name: series.name.clone(),
+                points: series.points.clone(),
+                kind: SeriesKind::Line,
+                color: None,
+            })
+            .collect::<Vec<_>>();
+        Chart {
+            title: format!("{}: {title}", result.name),
+            x_label: "time (s)".to_owned(),
+            y_label: y_label.map_or(unit, str::to_owned),
+            series,
+            y_min: None,
+            y_max: None,
+        }
+    };
+    let mut charts = vec![
+        (
+            "dirty.png",
+            line_chart(
+                "dirty pages, setpoint and limit",
+                Some("pages"),
+                &["dirty", "writeback", "setpoint", "limit", "bg_thresh"],
+            ),
+        ),
+        (
+            "bandwidth.png",
+            line_chart(
+                "dirty ratelimit and write bandwidth",
+                None,
+                &["dirty_ratelimit", "write_bw", "avg_write_bw"],
+            ),
+        ),
+    ];
+    charts.push((
+        "wbt.png",
+        line_chart(
+            "writeback throttling: in-flight limits",
+            Some("requests"),
+            &["wbt_max_depth", "wbt_background"],
+        ),
+    ));
+    charts.push((
+        "wbt-latency.png",
+        line_chart(
+            "writeback throttling: minimum read latency per window",
+            Some("us"),
+            &["wbt_read_min_us"],
+        ),
+    ));
+    let mut writers: Vec<u32> = result.pauses.iter().map(|&(_, _, writer)| writer).collect();
+    writers.sort_unstable();
+    writers.dedup();
+    let pause_series = writers
+        .iter()
+        .map(|&writer| Series {
+            name: format!("writer {writer}"),
+            points: result
+                .pauses
+                .iter()
+                .filter(|&&(_, _, w)| w == writer)
+                .map(|&(t, ms, _)| (t, ms))
+                .collect(),
+            kind: SeriesKind::Points,
+            color: Some(writer as usize),
+        })
+        .collect();
+    charts.push((
+        "pauses.png",
+        Chart {
+            title: format!("{}: pause per throttle call", result.name),
+            x_label: "time (s)".to_owned(),
+            y_label: "pause (ms)".to_owned(),
+            series: pause_series,
+            y_min: None,
+            y_max: None,
+        },
+    ));
+    let writer_names: Vec<&str> = result
+        .series
+        .iter()
+        .map(|series| series.name.as_str())
+        .filter(|name| name.starts_with("writer") && name.ends_with("_dirtied"))
+        .collect();
+    charts.push(("writers.png", line_chart("dirtied by each writer", None, &writer_names)));
+    charts.retain(|(_, chart)| chart.series.iter().any(|series| !series.points.is_empty()));
+    charts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::TimeSeries;
+
+    #[test]
+    fn charts_skip_missing_series_and_group_pauses_by_writer() {
+        // Goal: only charts with data are drawn; each writer's pauses are one point series.
+        let result = RunResult {
+            name: "sata/ioless".to_owned(),
+            series: vec![
+                TimeSeries { name: "dirty".into(), unit: "pages".into(), points: vec![(0.0, 1.0)] },
+                TimeSeries { name: "limit".into(), unit: "pages".into(), points: vec![(0.0, 2.0)] },
+            ],
+            pauses: vec![(0.1, 8.0, 0), (0.2, 9.0, 1), (0.3, 8.0, 0)],
+            ..RunResult::default()
+        };
+        let charts = charts(&result);
+        let files: Vec<&str> = charts.iter().map(|(file, _)| *file).collect();
+        assert_eq!(files, ["dirty.png", "pauses.png"]);
+        assert_eq!(charts[0].1.series.len(), 2);
+        let pauses = &charts[1].1.series;
+        assert_eq!(pauses.len(), 2);
+        assert_eq!(pauses[0].points, [(0.1, 8.0), (0.3, 8.0)]);
+    }
+}
