@@ -490,4 +490,32 @@ mod tests {
         let error = Cli::try_parse_from(argv).expect_err("unknown knob");
         assert!(error.to_string().contains("unknown knob"), "{error}");
     }
+
+    /// The benches take a directory or an NFS export, one of them, and name what is wrong
+    /// with anything else.
+    #[test]
+    fn bench_targets_are_a_directory_or_an_nfs_export() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["ebb", "bench"].iter().chain(args).copied())
+                .map(|cli| matches!(cli.command, Command::Bench(_)))
+        };
+        assert!(parse(&["stream", "--dir", "/srv"]).unwrap());
+        assert!(parse(&["read-under-write", "--backend", "nfs://h/x"]).unwrap());
+        let error = parse(&["stream"]).expect_err("no target");
+        assert!(error.to_string().contains("--dir"), "{error}");
+        let error =
+            parse(&["stream", "--dir", "/srv", "--backend", "nfs://h/x"]).expect_err("two targets");
+        assert!(error.to_string().contains("cannot be used with"), "{error}");
+        let Command::Bench(command) =
+            Cli::try_parse_from(["ebb", "bench", "stream", "--backend", "s3://bucket"])
+                .unwrap()
+                .command
+        else {
+            panic!("not a bench")
+        };
+        let error = bench::run(command).expect_err("an S3 URL is refused");
+        assert!(error.downcast_ref::<Usage>().is_some(), "{error}");
+        assert!(error.to_string().contains("s3://bucket"), "{error}");
+        assert!(error.to_string().contains("nfs://"), "{error}");
+    }
 }

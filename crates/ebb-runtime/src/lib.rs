@@ -46,8 +46,18 @@ use shared::{BackendSlot, FileKey, FileState, Shared, from_io_error, handle_id};
 pub struct Builder {
     memory: u64,
     knobs: Vec<Setting>,
-    backends: Vec<(String, Arc<dyn Backend>, BackendConfig)>,
+    backends: Vec<AddedBackend>,
     io_threads: usize,
+}
+
+/// A backend given to the [`Builder`].
+struct AddedBackend {
+    name: String,
+    backend: Arc<dyn Backend>,
+    config: BackendConfig,
+    /// Its requests wait in its own client's queue, without limit, as an NFS client's wait in
+    /// its RPC layer: its `queue_depth` is not lowered to the IO threads (see `build`).
+    client_queue: bool,
 }
 
 impl Default for Builder {
@@ -103,7 +113,8 @@ impl Builder {
         let max_pages = (caps.max_io_bytes / PAGE_SIZE).clamp(1, 65_536) as u32;
         config.max_write_pages = config.max_write_pages.min(max_pages);
         config.name = name.to_owned();
-        self.backends.push((name.to_owned(), backend, config));
+        let name = name.to_owned();
+        self.backends.push(AddedBackend { name, backend, config, client_queue: false });
         self
     }
 
@@ -157,11 +168,17 @@ impl Builder {
     /// Adds an NFS backend the caller connected (and may keep a clone of, for its counters),
     /// with the writeback settings the kernel gives an NFS mount's bdi
     /// (`NfsBackend::writeback_settings`: WRITEs of the mount's wsize, no request queue of its
-    /// own, wbt off).
+    /// own, wbt off). Its queue depth is kept, not lowered to the IO threads: a writepages
+    /// call hands over all its WRITEs, which wait for a thread as the kernel's wait in its RPC
+    /// layer.
     pub fn nfs_backend(self, name: &str, backend: ebb_backend::NfsBackend) -> Builder {
         let mut config = BackendConfig::new(name);
         backend.writeback_settings(&mut config);
-        self.backend_with(name, Arc::new(backend), config)
+        let mut builder = self.backend_with(name, Arc::new(backend), config);
+        if let Some(added) = builder.backends.last_mut() {
+            added.client_queue = true;
+        }
+        builder
     }
 
     /// IO worker threads (default 8): the most writes and reads in flight to the backends.
@@ -173,25 +190,32 @@ impl Builder {
     /// Starts the cache. Errors: `InvalidInput` naming the knob for impossible settings, or
     /// when no backend was added.
     pub fn build(self) -> io::Result<Ebb> {
-        let mut backends = self.backends.into_iter();
-        let Some((name, backend, config0)) = backends.next() else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no backend was added"));
-        };
-        let mut config = Config::new(self.memory, config0);
-        config.nr_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let mut slots = vec![BackendSlot { name, caps: backend.capabilities(), backend }];
-        for (name, backend, bc) in backends {
-            config.backends.push(bc);
-            slots.push(BackendSlot { name, caps: backend.capabilities(), backend });
-        }
         // The IO threads are the backends' request slots as the engine sees them: a write the
         // engine issues beyond them waits in the job queue, counted as writeback (so against
         // the dirty limit) while no device works on it. A device's own queue depth (sysfs
-        // nr_requests) only lowers this. A `queue_depth` knob below still overrides it.
+        // nr_requests) only lowers this. A `queue_depth` knob below still overrides it. Not
+        // for a backend whose client queues requests itself (NFS): there a writepages call
+        // hands over all its WRITEs at once and returns, as the kernel's NFS client does, and
+        // the job queue is its RPC layer's queue.
         let slots_max = u32::try_from(self.io_threads).unwrap_or(u32::MAX);
-        for bc in &mut config.backends {
-            bc.queue_depth = bc.queue_depth.min(slots_max);
+        let mut configs = Vec::with_capacity(self.backends.len());
+        let mut slots = Vec::with_capacity(self.backends.len());
+        for added in self.backends {
+            let mut backend_config = added.config;
+            if !added.client_queue {
+                backend_config.queue_depth = backend_config.queue_depth.min(slots_max);
+            }
+            configs.push(backend_config);
+            let caps = added.backend.capabilities();
+            slots.push(BackendSlot { name: added.name, caps, backend: added.backend });
         }
+        let mut configs = configs.into_iter();
+        let Some(first) = configs.next() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no backend was added"));
+        };
+        let mut config = Config::new(self.memory, first);
+        config.nr_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        config.backends.extend(configs);
         for setting in &self.knobs {
             setting.apply(&mut config);
         }

@@ -165,8 +165,10 @@ impl NfsServer {
     }
 
     fn run_stop(&mut self, kill: bool) -> io::Result<()> {
-        if self.paused {
-            // A stopped process does not act on SIGTERM until it runs again.
+        if self.paused && !kill {
+            // A stopped process does not act on SIGTERM until it runs again. SIGKILL ends it
+            // as it is: resuming it first would let it answer what it holds, which a test of
+            // a server that dies while hung must not see.
             self.resume()?;
         }
         let mut command = Command::new(SCRIPT);
@@ -176,6 +178,7 @@ impl NfsServer {
         }
         let output = command.output()?;
         self.running = false;
+        self.paused = false;
         if !output.status.success() {
             return Err(io::Error::other(format!(
                 "scripts/nfs-server stop {} failed: {}",

@@ -2,10 +2,15 @@
 //! in the same run.
 //!
 //! * [`stream`]: a streaming writer through ebb into a directory beside raw `O_DIRECT`
-//!   sequential writes to the same filesystem (the ceiling ebb's writeback can reach).
+//!   sequential writes to the same filesystem (the ceiling ebb's writeback can reach); or,
+//!   with `--backend nfs://...`, through ebb to an NFSv3 export beside a raw NFS client.
 //! * [`read_under_write`]: a random 4 KiB `O_DIRECT` reader of one file while a streaming
 //!   writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with wbt off,
-//!   and the kernel's path (the writer's buffered writes through the page cache).
+//!   and the kernel's path (the writer's buffered writes through the page cache); on an NFS
+//!   export the reader sends READs and there is no kernel mode (this machine has no kernel
+//!   NFS client).
+//! * [`nfs::commit_batching`]: the 2020 NFS posting's dd on a real server, once per
+//!   unstable-page accounting: writepages calls and pages per call.
 //! * [`write_path`]: nanoseconds per 4 KiB write into the cache with no throttling, from 1 to N
 //!   threads, and the shared-counter reads per throttle check.
 //!
@@ -13,6 +18,7 @@
 //! BENCHMARKS.md use); nothing here asserts a speed. The benches drive the runtime only
 //! through its public API, as an application would.
 
+mod nfs;
 mod read_under_write;
 mod stream;
 mod write_path;
@@ -20,15 +26,17 @@ mod write_path;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Subcommand;
-use ebb_backend::{DirBackend, OpenOptions};
+use ebb_backend::{Backend, DirBackend, NfsBackend, OpenOptions};
 use ebb_core::config::Setting;
 use ebb_runtime::Builder;
 use serde::Serialize;
 
-use crate::{knob_texts, size_arg};
+use crate::{Usage, knob_texts, size_arg};
+use nfs::{CommitBatchingOptions, commit_batching};
 use read_under_write::{ReadUnderWriteOptions, read_under_write};
 use stream::{StreamOptions, stream};
 use write_path::{WritePathOptions, write_path};
@@ -38,11 +46,16 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum BenchCommand {
-    /// A streaming writer through ebb beside raw O_DIRECT writes to the same filesystem.
+    /// A streaming writer through ebb beside raw O_DIRECT writes to the same filesystem, or
+    /// beside a raw NFS client on an NFS export.
     Stream {
         /// Directory on the filesystem to test.
+        #[arg(long, required_unless_present = "backend", conflicts_with = "backend")]
+        dir: Option<PathBuf>,
+        /// An NFSv3 export to test instead of a directory,
+        /// `nfs://HOST[:PORT]/EXPORT[?mountport=N&...]` (`scripts/nfs-server` starts one).
         #[arg(long)]
-        dir: PathBuf,
+        backend: Option<String>,
         /// Bytes each run writes, e.g. 4GiB.
         #[arg(long, default_value = "2GiB")]
         size: String,
@@ -68,8 +81,12 @@ pub(crate) enum BenchCommand {
     /// the kernel's buffered path.
     ReadUnderWrite {
         /// Directory on the filesystem to test.
+        #[arg(long, required_unless_present = "backend", conflicts_with = "backend")]
+        dir: Option<PathBuf>,
+        /// An NFSv3 export to test instead of a directory, `nfs://HOST[:PORT]/EXPORT[?...]`:
+        /// the reader sends READs, and there is no kernel mode.
         #[arg(long)]
-        dir: PathBuf,
+        backend: Option<String>,
         /// Seconds per mode and round.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
@@ -84,6 +101,31 @@ pub(crate) enum BenchCommand {
         memory: String,
         /// A knob for the ebb modes by its kernel name, e.g. `--knob wbt_lat_usec=2000`
         /// (repeatable; `wbt` itself is set by each mode).
+        #[arg(long, value_name = "NAME=VALUE", value_parser = crate::knob_setting)]
+        knob: Vec<Setting>,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The 2020 NFS posting's experiment on a real NFS server: a dd (1 MiB writes, fsync at
+    /// the end) through ebb once per unstable-page accounting, legacy-2020 and fixed;
+    /// writepages calls and pages per call, with the simulator's checks.
+    NfsCommitBatching {
+        /// The NFSv3 export, `nfs://HOST[:PORT]/EXPORT[?mountport=N&...]`.
+        #[arg(long)]
+        backend: String,
+        /// Bytes the dd writes (the posting's 1000 MB).
+        #[arg(long, default_value = "1000MB")]
+        size: String,
+        /// ebb's memory budget (the simulated client's 2 GiB: its dirty threshold is well
+        /// below the dd's size).
+        #[arg(long, default_value = "2GiB")]
+        memory: String,
+        /// Rounds; the variants take turns and each variant's figures are averaged.
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
+        /// A knob for both variants by its kernel name (repeatable; `unstable_accounting` is
+        /// set by each variant).
         #[arg(long, value_name = "NAME=VALUE", value_parser = crate::knob_setting)]
         knob: Vec<Setting>,
         /// Write the results as JSON here.
@@ -116,9 +158,9 @@ pub(crate) enum BenchCommand {
 /// Runs one bench and prints its result as JSON (also written to `--json`).
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
-        BenchCommand::Stream { dir, size, memory, rounds, warmup, knob, json } => {
+        BenchCommand::Stream { dir, backend, size, memory, rounds, warmup, knob, json } => {
             let opts = StreamOptions {
-                dir,
+                target: Target::new(dir, backend)?,
                 size: size_arg("--size", &size)?,
                 memory: size_arg("--memory", &memory)?,
                 block: 1 << 20,
@@ -129,10 +171,19 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let result = stream(&opts)?;
             print_json(&result, json.as_deref())?;
         }
-        BenchCommand::ReadUnderWrite { dir, seconds, rounds, read_size, memory, knob, json } => {
+        BenchCommand::ReadUnderWrite {
+            dir,
+            backend,
+            seconds,
+            rounds,
+            read_size,
+            memory,
+            knob,
+            json,
+        } => {
             let opts = ReadUnderWriteOptions {
                 knobs: knob_texts(&knob),
-                dir,
+                target: Target::new(dir, backend)?,
                 seconds: seconds.max(1) as f64,
                 read_file_size: size_arg("--read-size", &read_size)?,
                 write_file_size: 4 << 30,
@@ -140,6 +191,17 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 rounds,
             };
             let result = read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
+            print_json(&result, json.as_deref())?;
+        }
+        BenchCommand::NfsCommitBatching { backend, size, memory, rounds, knob, json } => {
+            let opts = CommitBatchingOptions {
+                backend: nfs_export(&backend)?,
+                size: size_arg("--size", &size)?,
+                memory: size_arg("--memory", &memory)?,
+                rounds,
+                knobs: knob_texts(&knob),
+            };
+            let result = commit_batching(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
             print_json(&result, json.as_deref())?;
         }
         BenchCommand::WritePath { threads, size, passes, repeats, json } => {
@@ -158,6 +220,63 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes and reads in flight to an NFS server, ebb's and the raw client's alike: the runtime's
+/// default IO threads, set explicitly so that the two compare at the same depth.
+const NFS_IN_FLIGHT: usize = 8;
+
+/// What a bench writes to: a directory on the filesystem under test (files with `O_DIRECT`),
+/// or an NFSv3 export, connected once and shared by the raw client and every ebb of the run.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// A directory.
+    Dir(PathBuf),
+    /// An NFS export.
+    Nfs(NfsBackend),
+}
+
+impl Target {
+    /// `--dir DIR` or `--backend nfs://...` (clap makes sure of one of them).
+    fn new(dir: Option<PathBuf>, backend: Option<String>) -> anyhow::Result<Target> {
+        match (dir, backend) {
+            (Some(dir), None) => Ok(Target::Dir(dir)),
+            (None, Some(url)) => Ok(Target::Nfs(nfs_export(&url)?)),
+            _ => Err(Usage("give --dir DIR or --backend nfs://HOST[:PORT]/EXPORT".into()).into()),
+        }
+    }
+
+    /// The target's files, without ebb.
+    fn raw(&self) -> io::Result<Arc<dyn Backend>> {
+        Ok(match self {
+            Target::Dir(dir) => Arc::new(dir_backend(dir)?),
+            Target::Nfs(backend) => Arc::new(backend.clone()),
+        })
+    }
+
+    /// `builder` with the target as its backend, with the settings the kernel would give it.
+    fn add_to(&self, builder: Builder) -> io::Result<Builder> {
+        match self {
+            Target::Dir(dir) => builder.directory(dir),
+            Target::Nfs(backend) => {
+                Ok(builder.io_threads(NFS_IN_FLIGHT).nfs_backend(backend.url(), backend.clone()))
+            }
+        }
+    }
+}
+
+/// Connects to the NFS export of `--backend URL`; anything but an `nfs://` URL is a usage
+/// error.
+fn nfs_export(url: &str) -> anyhow::Result<NfsBackend> {
+    if !url.starts_with("nfs://") {
+        return Err(Usage(format!(
+            "--backend {url:?}: the benches take an NFS export, nfs://HOST[:PORT]/EXPORT \
+             (use --dir DIR for a directory)"
+        ))
+        .into());
+    }
+    NfsBackend::connect(url)
+        .map_err(|error| io::Error::new(error.kind(), format!("--backend {url}: {error}")).into())
 }
 
 fn dir_backend(dir: &Path) -> io::Result<DirBackend> {

@@ -1,10 +1,11 @@
 //! `ebb bench read-under-write`: a random 4 KiB `O_DIRECT` reader of one file while a
 //! streaming writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with
-//! wbt off, and the kernel's path (the writer's buffered writes through the page cache).
+//! wbt off, and the kernel's path (the writer's buffered writes through the page cache). On an
+//! NFS export the reader sends READs (through ebb's direct reads in the ebb modes, sharing
+//! ebb's IO threads and connection with the writeback) and there is no kernel mode.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -13,13 +14,13 @@ use ebb_backend::{AlignedBuf, Backend, BackendFile, OpenOptions};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{CREATE, MIB, builder_with, config_error, dir_backend, settle};
+use super::{CREATE, MIB, Target, builder_with, config_error, settle};
 
 /// Options of [`read_under_write`].
 #[derive(Clone, Debug)]
 pub(crate) struct ReadUnderWriteOptions {
-    /// Directory on the filesystem under test.
-    pub(crate) dir: PathBuf,
+    /// The directory or NFS export under test.
+    pub(crate) target: Target,
     /// Length of each mode.
     pub(crate) seconds: f64,
     /// Size of the file the reader reads at random.
@@ -61,7 +62,7 @@ pub(crate) struct ModeResult {
 /// What [`read_under_write`] measured.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct ReadUnderWriteResult {
-    /// `idle`, `ebb_wbt_on`, `ebb_wbt_off`, `kernel`.
+    /// `idle`, `ebb_wbt_on`, `ebb_wbt_off`, `kernel` (not on NFS).
     pub(crate) modes: BTreeMap<String, ModeResult>,
     /// Seconds per mode and round.
     pub(crate) seconds: f64,
@@ -149,8 +150,8 @@ fn reader_beside_writer(
     Ok((h?, mb_s?))
 }
 
-fn prepare_read_file(dir: &Path, size: u64) -> io::Result<Arc<dyn BackendFile>> {
-    let backend = dir_backend(dir)?;
+fn prepare_read_file(target: &Target, size: u64) -> io::Result<Arc<dyn BackendFile>> {
+    let backend = target.raw()?;
     let name = "ebb-bench-read";
     if backend.exists(name)? {
         let f = backend.open(name, OpenOptions { create: false, truncate: false })?;
@@ -178,7 +179,7 @@ pub(crate) fn read_under_write(
     let size = opts.read_file_size.max(1 << 20) / (1 << 20) * (1 << 20);
     let pages = size / 4096;
     progress("preparing the read file");
-    let read_file = prepare_read_file(&opts.dir, size)?;
+    let read_file = prepare_read_file(&opts.target, size)?;
     let secs = opts.seconds;
     // Per mode: the merged read latencies and each round's writer MB/s.
     let mut runs: BTreeMap<&str, (Histogram<u64>, Vec<f64>)> = BTreeMap::new();
@@ -210,11 +211,9 @@ pub(crate) fn read_under_write(
 
         for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
             progress(&format!("round {round}: {mode}"));
-            let ebb = builder_with(opts.memory, &opts.knobs)?
-                .knob("wbt", wbt)
-                .map_err(config_error)?
-                .directory(&opts.dir)?
-                .build()?;
+            let builder =
+                builder_with(opts.memory, &opts.knobs)?.knob("wbt", wbt).map_err(config_error)?;
+            let ebb = opts.target.add_to(builder)?.build()?;
             wbt_lat = wbt_lat.max(ebb.config().backends[0].wbt_target_usec());
             let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
             let wf = ebb.open("ebb-bench-write", CREATE)?;
@@ -234,8 +233,9 @@ pub(crate) fn read_under_write(
             settle();
         }
 
+        let Target::Dir(dir) = &opts.target else { continue };
         progress(&format!("round {round}: kernel, a buffered writer through the page cache"));
-        let path = opts.dir.join("ebb-bench-kernel-write");
+        let path = dir.join("ebb-bench-kernel-write");
         let kf = std::fs::File::create(&path)?;
         let (h, mb_s) = reader_beside_writer(
             pages,

@@ -1,21 +1,24 @@
 //! `ebb bench stream`: a streaming writer through ebb into a directory beside raw `O_DIRECT`
-//! sequential writes to the same filesystem (the ceiling ebb's writeback can reach).
+//! sequential writes to the same filesystem (the ceiling ebb's writeback can reach), or into
+//! an NFS export beside a raw NFS client: one stream of UNSTABLE WRITEs with as many in flight
+//! as ebb has, and one COMMIT at the end.
 
+use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ebb_backend::{AlignedBuf, Backend};
-use ebb_runtime::ThrottleStats;
+use ebb_runtime::{RuntimeStats, ThrottleStats};
 use serde::Serialize;
 
-use super::{CREATE, MIB, builder_with, dir_backend, settle};
+use super::{CREATE, MIB, NFS_IN_FLIGHT, Target, builder_with, dir_backend, nfs, settle};
 
 /// Options of [`stream`].
 #[derive(Clone, Debug)]
 pub(crate) struct StreamOptions {
-    /// Directory on the filesystem under test.
-    pub(crate) dir: PathBuf,
+    /// The directory or NFS export under test.
+    pub(crate) target: Target,
     /// Bytes each run writes.
     pub(crate) size: u64,
     /// ebb's memory budget.
@@ -39,15 +42,25 @@ pub(crate) struct StreamResult {
     pub(crate) write_mb_s: f64,
     /// Raw `O_DIRECT` sequential writes, same block size, ended by fdatasync, of data copied
     /// before each write from the same ordinary (unaligned) memory ebb's writer passes to
-    /// `write_at`: what an application writing its own data with `O_DIRECT` does.
+    /// `write_at`: what an application writing its own data with `O_DIRECT` does. On NFS: the
+    /// raw client's UNSTABLE WRITEs of the same blocks, then its COMMIT.
     pub(crate) raw_mb_s: f64,
     /// `write_mb_s / raw_mb_s`.
     pub(crate) ratio: f64,
     /// Raw `O_DIRECT` writes of one aligned buffer that never changes: the device's best case.
-    /// The gap to [`StreamResult::raw_mb_s`] is the copy (BENCHMARKS.md, "Runtime").
-    pub(crate) raw_static_mb_s: f64,
+    /// The gap to [`StreamResult::raw_mb_s`] is the copy (BENCHMARKS.md, "Runtime"). Not on
+    /// NFS, whose client copies every block into its request anyway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) raw_static_mb_s: Option<f64>,
     /// `write_mb_s / raw_static_mb_s`.
-    pub(crate) ratio_static: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ratio_static: Option<f64>,
+    /// Writes in flight to an NFS server, ebb's IO threads and the raw client's alike.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) in_flight: Option<usize>,
+    /// What the last timed ebb run did: `writepages_calls`, `writepages_pages`, `commits`,
+    /// and the backend's own counters (NFS: `write_rpcs`, `commit_rpcs`, `retransmits`, ...).
+    pub(crate) ebb_counters: BTreeMap<String, u64>,
     /// The ebb writer's pauses (dirty throttling), milliseconds.
     pub(crate) pause_ms_p50: f64,
     /// 99th percentile pause.
@@ -71,8 +84,9 @@ pub(crate) struct StreamResult {
 pub(crate) struct StreamRound {
     /// Raw, copying each block into its aligned buffer first.
     pub(crate) raw: f64,
-    /// Raw, one unchanged buffer.
-    pub(crate) raw_static: f64,
+    /// Raw, one unchanged buffer (not on NFS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) raw_static: Option<f64>,
     /// Through ebb.
     pub(crate) ebb: f64,
 }
@@ -107,8 +121,33 @@ fn source_block(block: usize) -> Vec<u8> {
     (0..block).map(|i| i as u8).collect()
 }
 
-fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, ThrottleStats)> {
-    let ebb = builder_with(opts.memory, &opts.knobs)?.directory(&opts.dir)?.build()?;
+/// The counters of one ebb run: the engine's writepages calls and pages and COMMITs, and the
+/// backend's own counters, each as `after - before`.
+fn counters_between(before: &RuntimeStats, after: &RuntimeStats) -> BTreeMap<String, u64> {
+    let engine = |stats: &RuntimeStats| {
+        let counters = &stats.counters;
+        let mut engine = BTreeMap::from([
+            ("writepages_calls".to_owned(), counters.writepages_calls),
+            ("writepages_pages".to_owned(), counters.writepages_pages),
+            ("commits".to_owned(), counters.commits),
+        ]);
+        if let Some(backend) = stats.backend_counters.first() {
+            engine.extend(backend.iter().map(|(name, value)| (name.clone(), *value)));
+        }
+        engine
+    };
+    let before = engine(before);
+    engine(after)
+        .into_iter()
+        .map(|(name, value)| {
+            let was = before.get(&name).copied().unwrap_or(0);
+            (name, value.saturating_sub(was))
+        })
+        .collect()
+}
+
+fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, ThrottleStats, BTreeMap<String, u64>)> {
+    let ebb = opts.target.add_to(builder_with(opts.memory, &opts.knobs)?)?.build()?;
     let buf = source_block(opts.block);
     if opts.warmup > 0 {
         // Stream until the bandwidth estimate and the ratelimit have each moved less than 5% in
@@ -139,6 +178,7 @@ fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, ThrottleStats)> {
         ebb.remove("ebb-bench-warmup")?;
     }
     let file = ebb.open("ebb-bench-stream", CREATE)?;
+    let before = ebb.stats();
     let start = Instant::now();
     let mut at = 0;
     while at < opts.size {
@@ -148,29 +188,49 @@ fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, ThrottleStats)> {
     }
     file.fsync()?;
     let secs = start.elapsed().as_secs_f64();
+    let counters = counters_between(&before, &ebb.stats());
     let stats = file.throttle_stats();
     file.close()?;
     ebb.remove("ebb-bench-stream")?;
     settle();
-    Ok((opts.size as f64 / MIB / secs, stats))
+    Ok((opts.size as f64 / MIB / secs, stats, counters))
 }
 
-/// Streams `size` bytes through ebb and with raw `O_DIRECT` writes, alternating.
+/// The raw writers of one round: (copying, static) for a directory, the raw client for NFS.
+fn raw_round(opts: &StreamOptions, source: &[u8]) -> io::Result<(f64, Option<f64>)> {
+    match &opts.target {
+        Target::Dir(dir) => {
+            let raw = raw_stream(dir, opts.size, opts.block, Some(source))?;
+            Ok((raw, Some(raw_stream(dir, opts.size, opts.block, None)?)))
+        }
+        Target::Nfs(backend) => {
+            let raw = nfs::raw_stream(backend, opts.size, source, NFS_IN_FLIGHT)?;
+            settle();
+            Ok((raw, None))
+        }
+    }
+}
+
+/// Streams `size` bytes through ebb and with the raw writers, alternating.
 pub(crate) fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
     let mut rounds = Vec::new();
     let mut pauses: Option<ThrottleStats> = None;
+    let mut ebb_counters = BTreeMap::new();
     settle();
     let source = source_block(opts.block);
     for _ in 0..opts.rounds.max(1) {
-        let raw = raw_stream(&opts.dir, opts.size, opts.block, Some(&source))?;
-        let raw_static = raw_stream(&opts.dir, opts.size, opts.block, None)?;
-        let (ebb, stats) = ebb_stream(opts)?;
+        let (raw, raw_static) = raw_round(opts, &source)?;
+        let (ebb, stats, counters) = ebb_stream(opts)?;
         rounds.push(StreamRound { raw, raw_static, ebb });
         pauses = Some(stats);
+        ebb_counters = counters;
     }
     let n = rounds.len() as f64;
     let raw_mb_s = rounds.iter().map(|r| r.raw).sum::<f64>() / n;
-    let raw_static_mb_s = rounds.iter().map(|r| r.raw_static).sum::<f64>() / n;
+    let raw_static_mb_s = match &opts.target {
+        Target::Dir(_) => Some(rounds.iter().filter_map(|r| r.raw_static).sum::<f64>() / n),
+        Target::Nfs(_) => None,
+    };
     let write_mb_s = rounds.iter().map(|r| r.ebb).sum::<f64>() / n;
     let p = pauses.unwrap_or_default();
     Ok(StreamResult {
@@ -178,7 +238,9 @@ pub(crate) fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
         raw_mb_s,
         ratio: write_mb_s / raw_mb_s,
         raw_static_mb_s,
-        ratio_static: write_mb_s / raw_static_mb_s,
+        ratio_static: raw_static_mb_s.map(|raw_static| write_mb_s / raw_static),
+        in_flight: matches!(opts.target, Target::Nfs(_)).then_some(NFS_IN_FLIGHT),
+        ebb_counters,
         pause_ms_p50: p.pause_us_p50 as f64 / 1000.0,
         pause_ms_p99: p.pause_us_p99 as f64 / 1000.0,
         pause_ms_max: p.pause_us_max as f64 / 1000.0,
