@@ -32,6 +32,7 @@ use crate::experiment::{
     Verdict, format_number,
 };
 use crate::report::ReportError;
+use crate::report::compare_charts;
 use crate::report::html::{Comparison, ExperimentSection, PlotRef, ReportPage, Table, write_html};
 use crate::report::plot::render_png;
 use crate::report::run_charts::charts;
@@ -445,9 +446,13 @@ fn create_dir(path: &Path) -> Result<(), ReproduceError> {
 
 fn intro(options: &Options) -> String {
     let mut intro = "Each experiment runs the same engine in virtual time against our device \
-                     models, once per value of the policy it compares. Device models are ours, \
-                     so absolute figures differ from the postings; the comparison (before \
-                     against after) must hold."
+                     models, once per value of the policy it compares. Every number a posting \
+                     published is compared with ours and given a computed verdict: reproduced \
+                     (within the stated tolerance), direction-only, not-reproduced (with the \
+                     reason, and where the analysis is in docs/) or not-compared (the posting \
+                     gave no number). Device models are ours, so absolute figures often differ; \
+                     rows that compare an effect use its factor or change. The checks below \
+                     each table are what must hold in ours."
         .to_owned();
     if options.quick {
         intro.push_str("\nQuick mode: workloads are shortened as each experiment's [quick] says.");
@@ -539,11 +544,21 @@ fn report_experiment(
     let summary_path = experiment_dir.join("summary.json");
     summary.write_json(&summary_path)?;
 
-    let mut plots = Vec::new();
+    let mut plots = case_plots(experiment, runs, &experiment_dir)?;
+    let verdict_plot = match compare_charts::verdict_chart(&experiment.name, &published) {
+        Some(chart) => {
+            render_png(&chart, &experiment_dir.join("verdicts.png"), 640, 340)?;
+            Some(PlotRef {
+                caption: chart.title.clone(),
+                path: format!("{}/verdicts.png", experiment.name),
+            })
+        }
+        None => None,
+    };
     for (spec, result) in runs {
         let run_dir = experiment_dir.join(&spec.name);
         create_dir(&run_dir)?;
-        for (file, chart) in charts(result) {
+        for (file, chart) in charts(result, spec.config.throttle) {
             render_png(&chart, &run_dir.join(file), CHART_WIDTH, CHART_HEIGHT)?;
             plots.push(PlotRef {
                 caption: chart.title.clone(),
@@ -575,6 +590,8 @@ fn report_experiment(
             .collect(),
         tables: vec![metrics_table(experiment, &metrics), checks_table(&checks)],
         plots,
+        verdict_plot,
+        reproduces: experiment.reproduces.clone(),
     };
     let outcome = ExperimentOutcome {
         name: experiment.name.clone(),
@@ -600,6 +617,43 @@ fn published_summary(row: &PublishedOutcome) -> PublishedSummary {
         why: row.why.clone(),
         analysis: row.analysis.clone(),
     }
+}
+
+/// The charts comparing the variants of each case (read-latency distributions with the
+/// posting's points, pause distributions), written under `<experiment>/<case>/`.
+fn case_plots(
+    experiment: &Experiment,
+    runs: &[(&RunSpec, RunResult)],
+    experiment_dir: &Path,
+) -> Result<Vec<PlotRef>, ReproduceError> {
+    let mut plots = Vec::new();
+    for case in &experiment.cases {
+        let prefix = format!("{}/", case.name);
+        let case_runs: Vec<(&str, &RunResult)> = runs
+            .iter()
+            .filter_map(|(spec, result)| spec.name.strip_prefix(&prefix).map(|v| (v, result)))
+            .collect();
+        let references: Vec<&crate::experiment::Reference> =
+            experiment.references.iter().filter(|r| r.run.starts_with(&prefix)).collect();
+        let charts = [
+            (
+                "read-latency.png",
+                compare_charts::latency_cdf_chart(&case.name, &case_runs, &references),
+            ),
+            ("pauses-hist.png", compare_charts::pause_histogram_chart(&case.name, &case_runs)),
+        ];
+        for (file, chart) in charts {
+            let Some(chart) = chart else { continue };
+            let dir = experiment_dir.join(&case.name);
+            create_dir(&dir)?;
+            render_png(&chart, &dir.join(file), CHART_WIDTH, CHART_HEIGHT)?;
+            plots.push(PlotRef {
+                caption: chart.title.clone(),
+                path: format!("{}/{}/{file}", experiment.name, case.name),
+            });
+        }
+    }
+    Ok(plots)
 }
 
 /// The metrics table: one row per run, key metrics and every metric the checks read.

@@ -74,6 +74,30 @@ pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, Exper
         }
         checks.push(check);
     }
+    let mut references = Vec::new();
+    for (i, raw_reference) in raw.references.into_iter().enumerate() {
+        let key = format!("reference[{i}]");
+        let run = run_name(&raw_reference.case, &raw_reference.variant);
+        if !run_names.contains(&run) {
+            return err(
+                &key,
+                format!("unknown run {run:?}; the runs are {}", run_names.join(", ")),
+            );
+        }
+        let points: Vec<(f64, f64)> =
+            raw_reference.read_latency_us.iter().map(|[p, us]| (*p, *us)).collect();
+        if points.iter().any(|(p, us)| !(*p > 0.0 && *p < 100.0 && *us >= 0.0)) {
+            return err(
+                &format!("{key}.read_latency_us"),
+                "each point is [percentile in (0, 100), microseconds >= 0]".to_owned(),
+            );
+        }
+        references.push(super::Reference {
+            run,
+            label: raw_reference.label,
+            read_latency_us: points,
+        });
+    }
     let mut published = Vec::new();
     for (i, row) in raw.published.into_iter().enumerate() {
         published.push(build_published(
@@ -97,6 +121,7 @@ pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, Exper
         quick,
         published,
         checks,
+        references,
     })
 }
 

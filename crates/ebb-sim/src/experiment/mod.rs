@@ -171,6 +171,19 @@ pub struct Experiment {
     pub published: Vec<Published>,
     /// What must hold.
     pub checks: Vec<Check>,
+    /// The posting's percentile points, drawn beside ours.
+    pub references: Vec<Reference>,
+}
+
+/// The posting's read-latency percentiles for one run of ours (`<case>/<variant>`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reference {
+    /// The run they are drawn beside.
+    pub run: String,
+    /// Legend text, e.g. "posting, wbt off".
+    pub label: String,
+    /// (percentile, microseconds), as published.
+    pub read_latency_us: Vec<(f64, f64)>,
 }
 
 /// One value of the compared knob.

@@ -25,6 +25,20 @@ pub(super) struct RawExperiment {
     pub(super) published: Vec<RawPublished>,
     #[serde(default, rename = "check")]
     pub(super) checks: Vec<RawCheck>,
+    #[serde(default, rename = "reference")]
+    pub(super) references: Vec<RawReference>,
+}
+
+/// A `[[reference]]`: the posting's percentile points of one run's read latency, drawn on
+/// that case's distribution chart.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReference {
+    pub(super) case: String,
+    pub(super) variant: String,
+    pub(super) label: String,
+    /// `[percentile, microseconds]` pairs.
+    pub(super) read_latency_us: Vec<[f64; 2]>,
 }
 
 #[derive(Deserialize)]

@@ -57,6 +57,33 @@ impl LatencyHistogram {
         self.histogram.saturating_record(latency_ns);
     }
 
+    /// The distribution as (latency in microseconds, fraction of samples at most that), one
+    /// point per distinct recorded value, thinned evenly to at most `points_max` (the last
+    /// point, fraction 1, always kept); empty when nothing was recorded.
+    pub fn cdf_us(&self, points_max: usize) -> Vec<(f64, f64)> {
+        let total = self.histogram.len();
+        if total == 0 {
+            return Vec::new();
+        }
+        let mut seen = 0u64;
+        let all: Vec<(f64, f64)> = self
+            .histogram
+            .iter_recorded()
+            .map(|step| {
+                seen += step.count_at_value();
+                let value_us =
+                    self.histogram.highest_equivalent(step.value_iterated_to()) as f64 / 1e3;
+                (value_us, seen as f64 / total as f64)
+            })
+            .collect();
+        let stride = all.len().div_ceil(points_max.max(1));
+        let mut thinned: Vec<(f64, f64)> = all.iter().copied().step_by(stride.max(1)).collect();
+        if thinned.last() != all.last() {
+            thinned.extend(all.last());
+        }
+        thinned
+    }
+
     /// Adds every sample of `other` to this histogram (e.g. per-reader histograms into one).
     pub fn merge(&mut self, other: &LatencyHistogram) {
         self.histogram
@@ -231,6 +258,23 @@ mod tests {
     /// Whether `actual` is within the histogram's 0.1% resolution of `expected`.
     fn close(actual: f64, expected: f64) -> bool {
         (actual - expected).abs() <= expected * 0.001 + 1e-9
+    }
+
+    #[test]
+    fn cdf_rises_to_one_through_the_recorded_values() {
+        // Goal: the distribution's points are increasing, end at fraction 1 at the maximum,
+        // and match the percentiles (half the samples at most 500 us).
+        let mut histogram = LatencyHistogram::new();
+        for us in 1..=1000u64 {
+            histogram.record(us * 1000);
+        }
+        let cdf = histogram.cdf_us(100);
+        assert!(cdf.len() <= 101, "{}", cdf.len());
+        assert!(cdf.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+        assert_eq!(cdf.last().map(|p| p.1), Some(1.0));
+        let half = cdf.iter().find(|(_, fraction)| *fraction >= 0.5).expect("median");
+        assert!((half.0 - 500.0).abs() < 15.0, "{half:?}");
+        assert!(LatencyHistogram::new().cdf_us(10).is_empty());
     }
 
     #[test]

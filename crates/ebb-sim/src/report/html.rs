@@ -53,6 +53,10 @@ pub struct ExperimentSection {
     pub tables: Vec<Table>,
     /// Charts, shown in this order.
     pub plots: Vec<PlotRef>,
+    /// The experiment's verdict chart, shown with the others' at the top of the page.
+    pub verdict_plot: Option<PlotRef>,
+    /// The posting it reproduces (title, author, date), for the overview.
+    pub reproduces: String,
 }
 
 /// A published result beside ours, with the computed verdict.
@@ -182,6 +186,20 @@ fn experiment_value(experiment: &ExperimentSection) -> Value {
         ("comparisons", comparisons.collect()),
         ("tables", tables.collect()),
         ("plots", plots.collect()),
+        ("reproduces", Value::from(experiment.reproduces.as_str())),
+        ("verdict_counts", {
+            let counts = count_verdicts(experiment.comparisons.iter().map(|c| &c.verdict));
+            Verdict::ALL.iter().map(|v| counts.get(v).copied().unwrap_or(0)).collect()
+        }),
+        (
+            "verdict_plot",
+            experiment.verdict_plot.as_ref().map_or(Value::from(()), |plot| {
+                Value::from_pairs([
+                    ("caption", Value::from(plot.caption.as_str())),
+                    ("path", Value::from(plot.path.as_str())),
+                ])
+            }),
+        ),
     ])
 }
 
@@ -256,6 +274,8 @@ mod tests {
                             path: "wbt-read-latency/inflight.png".to_owned(),
                         },
                     ],
+                    verdict_plot: None,
+                    reproduces: String::new(),
                 },
                 ExperimentSection {
                     name: "<script>alert(1)</script>".to_owned(),
@@ -266,6 +286,8 @@ mod tests {
                         caption: "\"quoted\" caption".to_owned(),
                         path: "x/\"><script>.png".to_owned(),
                     }],
+                    verdict_plot: None,
+                    reproduces: String::new(),
                 },
             ],
         }
@@ -302,8 +324,8 @@ mod tests {
         assert_eq!(html.matches("<img ").count(), 3);
         assert_eq!(html.matches("<figcaption>").count(), 3);
         assert!(html.contains("<figcaption>Read latency over time</figcaption>"));
-        assert_eq!(html.matches("class=\"verdict direction-only\"").count(), 2);
-        assert_eq!(html.matches("class=\"verdict not-reproduced\"").count(), 2);
+        assert_eq!(html.matches("class=\"verdict direction-only\"").count(), 1);
+        assert_eq!(html.matches("class=\"verdict not-reproduced\"").count(), 1);
         assert!(html.contains("<li><b>1</b> direction-only</li>"), "counts at the top");
         assert!(html.contains("<li><b>0</b> reproduced</li>"), "zero counts are shown");
         assert!(html.contains("<td class=\"num\">80000</td>"));

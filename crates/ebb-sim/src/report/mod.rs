@@ -20,6 +20,7 @@
 //! | [`text`] | aligned plain-text tables for terminals |
 
 pub mod chrome_trace;
+pub mod compare_charts;
 mod error;
 pub mod hist;
 pub mod html;

@@ -20,7 +20,12 @@
 //! Axes: x spans the data; y spans from `min(0, data minimum)` to the data maximum plus 5%
 //! headroom unless [`Chart::y_min`] / [`Chart::y_max`] say otherwise. Line values outside
 //! the y range are drawn pinned to its edge; points outside it are not drawn. NaN and
-//! infinite coordinates are skipped.
+//! infinite coordinates are skipped. With [`Chart::x_log`] the x axis is logarithmic
+//! (base 10; points at x <= 0 are skipped), for latency distributions.
+//!
+//! The legend sits in a column right of the plot, so it never covers data. Lines are drawn
+//! segment by segment: a thick polyline that reverses within a pixel (a limit that steps up
+//! and back down) would otherwise be joined with a miter spike far outside the plot.
 
 use std::error::Error;
 use std::path::Path;
@@ -99,7 +104,27 @@ pub struct Chart {
     pub y_min: Option<f64>,
     /// Top of the y axis; `None` means the data maximum plus 5% headroom.
     pub y_max: Option<f64>,
+    /// A logarithmic x axis (base 10).
+    pub x_log: bool,
 }
+
+impl Chart {
+    /// A chart with linear axes fitted to the data.
+    pub fn new(title: &str, x_label: &str, y_label: &str, series: Vec<Series>) -> Chart {
+        Chart {
+            title: title.to_owned(),
+            x_label: x_label.to_owned(),
+            y_label: y_label.to_owned(),
+            series,
+            y_min: None,
+            y_max: None,
+            x_log: false,
+        }
+    }
+}
+
+/// Width of the legend column right of the plot, in pixels.
+const LEGEND_WIDTH_PX: u32 = 190;
 
 /// The data window shown by a chart.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,6 +152,7 @@ pub fn render_png(chart: &Chart, path: &Path, width: u32, height: u32) -> Result
     if !font_registered() {
         return Err(plot_error("the embedded font could not be loaded".to_owned()));
     }
+    let chart = &to_drawn_x(chart);
     let bounds = bounds(chart).map_err(plot_error)?;
     draw(chart, bounds, path, (width, height)).map_err(|error| plot_error(error.to_string()))
 }
@@ -139,6 +165,22 @@ fn font_registered() -> bool {
     })
 }
 
+/// The chart with x as drawn: log10(x) on a logarithmic axis (dropping x <= 0).
+fn to_drawn_x(chart: &Chart) -> Chart {
+    let mut drawn = chart.clone();
+    if chart.x_log {
+        for series in &mut drawn.series {
+            series.points = series
+                .points
+                .iter()
+                .filter(|(x, _)| *x > 0.0)
+                .map(|&(x, y)| (x.log10(), y))
+                .collect();
+        }
+    }
+    drawn
+}
+
 fn draw(
     chart: &Chart,
     bounds: Bounds,
@@ -147,7 +189,17 @@ fn draw(
 ) -> Result<(), Box<dyn Error>> {
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut context = ChartBuilder::on(&root)
+    let named = chart.series.iter().any(|series| !series.name.is_empty());
+    let (plot, legend) = if named {
+        root.split_horizontally(size.0.saturating_sub(LEGEND_WIDTH_PX))
+    } else {
+        root.split_horizontally(size.0)
+    };
+    let x_log = chart.x_log;
+    let x_formatter = move |value: &f64| {
+        if x_log { tick_label(10f64.powf(*value)) } else { tick_label(*value) }
+    };
+    let mut context = ChartBuilder::on(&plot)
         .caption(&chart.title, (FONT_FAMILY, 22))
         .margin(14)
         .x_label_area_size(50)
@@ -157,7 +209,7 @@ fn draw(
         .configure_mesh()
         .x_desc(chart.x_label.as_str())
         .y_desc(chart.y_label.as_str())
-        .x_label_formatter(&|value| tick_label(*value))
+        .x_label_formatter(&x_formatter)
         .y_label_formatter(&|value| tick_label(*value))
         .label_style((FONT_FAMILY, 14))
         .axis_desc_style((FONT_FAMILY, 16))
@@ -170,16 +222,37 @@ fn draw(
         let color = PALETTE[series.color.unwrap_or(index) % PALETTE.len()];
         draw_series(&mut context, series, color, bounds, pixels)?;
     }
-    if chart.series.iter().any(|series| !series.name.is_empty()) {
-        context
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0x8c, 0x95, 0x9f))
-            .label_font((FONT_FAMILY, 14))
-            .draw()?;
+    if named {
+        draw_legend(&legend, chart)?;
     }
     root.present()?;
+    Ok(())
+}
+
+/// The legend column: a sample of each named series' line or marker and its name, from the
+/// top of the plot down.
+fn draw_legend(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    chart: &Chart,
+) -> Result<(), Box<dyn Error>> {
+    let mut y = 56;
+    for (index, series) in chart.series.iter().enumerate() {
+        if series.name.is_empty() {
+            continue;
+        }
+        let color = PALETTE[series.color.unwrap_or(index) % PALETTE.len()];
+        match series.kind {
+            SeriesKind::Line => {
+                area.draw(&PathElement::new([(4, y), (28, y)], color.stroke_width(LINE_WIDTH_PX)))?;
+            }
+            SeriesKind::Points => {
+                area.draw(&Circle::new((16, y), POINT_RADIUS_PX + 1, color.filled()))?;
+            }
+        }
+        let name: String = series.name.chars().take(22).collect();
+        area.draw_text(&name, &(FONT_FAMILY, 14).into_text_style(area), (36, y - 8))?;
+        y += 22;
+    }
     Ok(())
 }
 
@@ -194,8 +267,11 @@ fn draw_series(
         SeriesKind::Line => {
             let style = color.stroke_width(LINE_WIDTH_PX);
             let points = reduce_line(&series.points, bounds, pixels.0.max(1) as usize);
-            let clamped = points.into_iter().map(|(x, y)| (x, y.clamp(bounds.y_min, bounds.y_max)));
-            let annotation = context.draw_series(LineSeries::new(clamped, style))?;
+            let clamped: Vec<(f64, f64)> =
+                points.into_iter().map(|(x, y)| (x, y.clamp(bounds.y_min, bounds.y_max))).collect();
+            let segments =
+                clamped.windows(2).map(|pair| PathElement::new([pair[0], pair[1]], style));
+            let annotation = context.draw_series(segments)?;
             annotation.legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style))
         }
         SeriesKind::Points => {
@@ -409,6 +485,7 @@ mod tests {
             ],
             y_min: None,
             y_max: Some(1400.0),
+            x_log: false,
         }
     }
 

@@ -1,12 +1,25 @@
-//! The charts drawn for each run of an experiment: dirty pages against setpoint and limit;
-//! dirty ratelimit and write bandwidth; wbt's limits and read latency; pauses as points;
-//! pages dirtied per writer. Only charts with data are returned.
+//! The charts drawn for each run of an experiment: dirty pages against the limits; write
+//! bandwidth (and the dirty ratelimit); wbt's limits and read latency; pauses as points;
+//! pages dirtied per writer. Only charts with data are returned. The setpoint and the dirty
+//! ratelimit belong to the IO-less design: they are drawn only for runs throttled by it.
+
+use ebb_core::ThrottlePolicy;
 
 use crate::report::plot::{Chart, Series, SeriesKind};
 use crate::run::RunResult;
 
-/// The charts of one run that have data: (file name, chart).
-pub fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
+/// The legend name of a series: `dirty` counts writeback (wb) and unstable pages too.
+fn shown_name(name: &str) -> String {
+    match name {
+        "dirty" => "dirty+wb+unstable".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// The charts of one run that have data: (file name, chart). `throttle` is the run's writer
+/// throttling policy.
+pub fn charts(result: &RunResult, throttle: ThrottlePolicy) -> Vec<(&'static str, Chart)> {
+    let ioless = throttle == ThrottlePolicy::Ioless;
     let line_chart = |title: &str, y_label: Option<&str>, names: &[&str]| {
         let present: Vec<_> = names
             .iter()
@@ -16,8 +29,11 @@ pub fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
         let unit = present.first().map(|series| series.unit.clone()).unwrap_or_default();
         let series = present
             .iter()
+            .filter(|series| {
+                ioless || !matches!(series.name.as_str(), "setpoint" | "dirty_ratelimit")
+            })
             .map(|series| Series {
-                name: series.name.clone(),
+                name: shown_name(&series.name),
                 points: series.points.clone(),
                 kind: SeriesKind::Line,
                 color: None,
@@ -30,13 +46,14 @@ pub fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
             series,
             y_min: None,
             y_max: None,
+            x_log: false,
         }
     };
     let mut charts = vec![
         (
             "dirty.png",
             line_chart(
-                "dirty pages, setpoint and limit",
+                if ioless { "dirty pages, setpoint and limits" } else { "dirty pages and limits" },
                 Some("pages"),
                 &["dirty", "writeback", "setpoint", "limit", "bg_thresh"],
             ),
@@ -44,7 +61,7 @@ pub fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
         (
             "bandwidth.png",
             line_chart(
-                "dirty ratelimit and write bandwidth",
+                if ioless { "dirty ratelimit and write bandwidth" } else { "write bandwidth" },
                 None,
                 &["dirty_ratelimit", "write_bw", "avg_write_bw"],
             ),
@@ -92,6 +109,7 @@ pub fn charts(result: &RunResult) -> Vec<(&'static str, Chart)> {
             series: pause_series,
             y_min: None,
             y_max: None,
+            x_log: false,
         },
     ));
     let writer_names: Vec<&str> = result
@@ -122,7 +140,7 @@ mod tests {
             pauses: vec![(0.1, 8.0, 0), (0.2, 9.0, 1), (0.3, 8.0, 0)],
             ..RunResult::default()
         };
-        let charts = charts(&result);
+        let charts = charts(&result, ThrottlePolicy::Ioless);
         let files: Vec<&str> = charts.iter().map(|(file, _)| *file).collect();
         assert_eq!(files, ["dirty.png", "pauses.png"]);
         assert_eq!(charts[0].1.series.len(), 2);

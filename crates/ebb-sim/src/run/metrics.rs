@@ -10,6 +10,9 @@ use super::writers::WriterState;
 use super::{PAGE, RunResult, Sim, TimeSeries};
 use crate::report::hist::SampleStats;
 
+/// Points kept of a run's read-latency distribution (enough for a smooth curve).
+const READ_CDF_POINTS_MAX: usize = 2000;
+
 impl Sim<'_> {
     pub(super) fn sample(&mut self) {
         let t = self.now.as_secs_f64();
@@ -73,6 +76,7 @@ impl Sim<'_> {
         }
     }
 
+    /// Ends the run and gathers its metrics, series and distributions.
     pub(super) fn finish(mut self) -> RunResult {
         let mut m = BTreeMap::new();
         let (elapsed, files) = self.writer_metrics(&mut m);
@@ -95,6 +99,7 @@ impl Sim<'_> {
             series,
             pauses: std::mem::take(&mut self.pauses),
             simulated_pages: self.device_pages + self.read_pages,
+            read_latency_cdf: self.read_latency.cdf_us(READ_CDF_POINTS_MAX),
         }
     }
 

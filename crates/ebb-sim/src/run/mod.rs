@@ -65,6 +65,9 @@ pub struct RunResult {
     pub pauses: Vec<(f64, f64, u32)>,
     /// Simulated pages written to devices, for the speed benchmark.
     pub simulated_pages: u64,
+    /// The distribution of read latencies: (latency us, fraction of reads at most that),
+    /// increasing; empty when nothing was read.
+    pub read_latency_cdf: Vec<(f64, f64)>,
 }
 
 impl RunResult {

@@ -501,6 +501,7 @@ fn hand_made_result(name: &str, values: &BTreeMap<String, f64>) -> RunResult {
         ],
         pauses: (0..40).map(|i| (f64::from(i) * 0.1, 30.0 + f64::from(i % 3), 0)).collect(),
         simulated_pages: 0,
+        read_latency_cdf: Vec::new(),
     }
 }
 
@@ -597,9 +598,19 @@ fn quick_experiments_hold() {
         assert!(experiment.summary_path.is_file());
     }
     assert!(outcome.report_html.is_file());
-    let totals = assert_verdicts_consistent(out.path());
-    // The terminal, report.html and summary.json give the same counts.
     let html = std::fs::read_to_string(&outcome.report_html).expect("report.html");
+    let totals = assert_verdicts_consistent(out.path());
+    // The pictures people look at: distributions per case and a verdict chart per experiment.
+    for chart in [
+        "wbt-read-latency/laptop-ssd/read-latency.png",
+        "ioless-throttling/sata/pauses-hist.png",
+        "reclaim-writeback/verdicts.png",
+        "wbt-read-latency/verdicts.png",
+    ] {
+        assert!(out.path().join(chart).is_file(), "{chart} missing");
+        assert!(html.contains(&chart.replace('/', "&#x2f;")), "{chart} not in report.html");
+    }
+    // The terminal, report.html and summary.json give the same counts.
     for (verdict, count) in &totals {
         assert!(html.contains(&format!("<li><b>{count}</b> {verdict}</li>")), "{verdict}");
         assert!(outcome.text().contains(&format!("{count} {verdict}")), "{verdict}");
