@@ -1,6 +1,7 @@
 //! The NFS benches: the raw client `ebb bench stream --backend nfs://...` compares ebb with,
 //! and `ebb bench nfs-commit-batching`, the experiment of NeilBrown's posting "[PATCH/RFC] MM:
-//! fix writeback for NFS" (linux-mm and linux-nfs, 26 March 2020) on a real server.
+//! fix writeback for NFS" (linux-mm, linux-nfs and linux-kernel, 25 March 2020) on a real
+//! server.
 //!
 //! The posting: a dd of 1000 MB to an NFS mount on a client whose dirty threshold is well below
 //! that. While unstable pages (written, not yet committed) counted as reclaimable, the throttle
