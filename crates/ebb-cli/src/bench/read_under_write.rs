@@ -1,8 +1,8 @@
 //! `ebb bench read-under-write`: a random 4 KiB `O_DIRECT` reader of one file while a
 //! streaming writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with
 //! wbt off, and the kernel's path (the writer's buffered writes through the page cache). On an
-//! NFS export the reader sends READs (through ebb's direct reads in the ebb modes, sharing
-//! ebb's IO threads and connection with the writeback) and there is no kernel mode.
+//! NFS export the reader sends READs (in the ebb modes through ebb's direct reads, on the
+//! reader's own thread and the connection the writeback uses) and there is no kernel mode.
 
 use std::collections::BTreeMap;
 use std::io;
