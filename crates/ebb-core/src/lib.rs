@@ -26,7 +26,7 @@ pub mod wbt;
 pub mod writer;
 
 pub use config::{
-    BackendConfig, Config, ConfigError, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy,
+    BackendConfig, Config, ConfigError, CounterReads, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy,
     UnstableAccounting, WbtMode,
 };
 pub use engine::{Engine, MapStore, PageMaps};

@@ -52,7 +52,7 @@
 //! `global_counter_reads`, `throttled_calls`, `writer_writeback_pages`.
 
 use crate::bandwidth::RATELIMIT_CALC_SHIFT;
-use crate::config::{PAGE_SIZE, ThrottlePolicy};
+use crate::config::{CounterReads, PAGE_SIZE, ThrottlePolicy};
 use crate::engine::{Engine, PageMaps, WaitReason};
 use crate::event::{Action, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
@@ -544,6 +544,12 @@ impl Engine {
         pause: u64,
     ) -> Verdict {
         let g = self.read_global();
+        if self.cfg.throttle_counter_reads == CounterReads::Pre2009 {
+            // 2.6.31 read the global counters again for the limits it then clipped the
+            // backend's share with; the values are the same in a step of virtual time, only
+            // the reads count (docs/throttling.md, Kennedy 2009).
+            self.read_global();
+        }
         let nr_reclaimable = self.global.writable() + self.global.unstable();
         let nr_writeback = self.global.writeback();
         if nr_reclaimable + nr_writeback <= limits::freerun(g.thresh, g.bg_thresh) {
@@ -697,6 +703,11 @@ impl Engine {
     /// reclaimable pages (dirty and unstable, as 2.6.3x counted them) exceed `bg_thresh`, and
     /// set the entry ratelimit: `ratelimit_pages`, or 8 pages while the backend is over its limit.
     fn end_legacy_call(&mut self, w: &mut Writer, b: BackendId, bg_thresh: u64) {
+        if self.cfg.throttle_counter_reads == CounterReads::Pre2009 {
+            // 2.6.31 re-read the global counters for the background test after the loop;
+            // since Kennedy's reorder the loop's copies are reused.
+            self.read_global();
+        }
         let reclaimable = self.global.writable() + self.global.unstable();
         if !self.writeback_in_progress(b) && reclaimable > bg_thresh {
             self.wake_flusher(b);

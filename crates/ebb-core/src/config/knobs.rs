@@ -10,7 +10,9 @@
 //! `Config::validate`; checks that involve other knobs go in `Config::validate` by hand.
 
 use super::registry::{Access, Kind, Knob, KnobField, Scope, declare_knobs};
-use super::{MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy, UnstableAccounting, WbtMode};
+use super::{
+    CounterReads, MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy, UnstableAccounting, WbtMode,
+};
 
 const U32_MAX: u64 = u32::MAX as u64;
 
@@ -72,6 +74,12 @@ declare_knobs! {
             /// (mechanism 7).
             unstable_accounting: UnstableAccounting = UnstableAccounting::Fixed, "",
                 Kind::Choice(UnstableAccounting::NAMES);
+            /// Which shared counters the legacy throttle check reads (mechanism 8):
+            /// `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the
+            /// loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the
+            /// backend's limit, and again after the loop); docs/throttling.md.
+            throttle_counter_reads: CounterReads = CounterReads::Reordered, "",
+                Kind::Choice(CounterReads::NAMES);
         }
         fields {
             /// The backend anonymous pages are swapped out to (`None`: no swap, anonymous memory

@@ -35,6 +35,7 @@
 //! | `reclaim` | global |  | flusher-only | legacy, flusher-only | Reclaim policy (mechanism 6). |
 //! | `kswapd_scan_ns` | global | ns/page | 0 | 0..=1000000 | kswapd's CPU time per page it scans (0: kswapd balances the zones instantly). |
 //! | `unstable_accounting` | global |  | fixed | legacy-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (mechanism 7). |
+//! | `throttle_counter_reads` | global |  | reordered | pre-2009, reordered | Which shared counters the legacy throttle check reads (mechanism 8): `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the backend's limit, and again after the loop); docs/throttling.md. |
 //! | `min_ratio` | backend | % of the threshold | 0 | 0..=100 | Guaranteed share of the dirty threshold. |
 //! | `max_ratio` | backend | % of the threshold | 100 | 0..=100 | Cap on the share of the dirty threshold. |
 //! | `strict_limit` | backend |  | 0 | 0 or 1 | Throttle writers against this backend's own share even below the global freerun point (FUSE). |
@@ -96,6 +97,19 @@ pub enum UnstableAccounting {
     Fixed,
 }
 
+/// Which shared counters the legacy throttle check reads, and when (mechanism 8,
+/// docs/throttling.md#the-cost-of-the-throttle-check-kennedy-2009).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterReads {
+    /// 2.6.31, before Kennedy's reorder: each pass reads the global counters for the limits,
+    /// again to clip the backend's limit, then the backend's; after the loop, the global
+    /// counters once more for the background test.
+    Pre2009,
+    /// 2.6.32 on: one read of the global and one of the backend's counters per pass, the
+    /// values reused after the loop.
+    Reordered,
+}
+
 /// Writeback throttling (mechanism 5) on or off for a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WbtMode {
@@ -151,6 +165,7 @@ named_enum!(ThrottlePolicy, "throttle", Legacy => "legacy", Bandwidth2010 => "ba
 named_enum!(ReclaimPolicy, "reclaim", Legacy => "legacy", FlusherOnly => "flusher-only");
 named_enum!(UnstableAccounting, "unstable_accounting", Legacy2020 => "legacy-2020", Fixed => "fixed");
 named_enum!(WbtMode, "wbt", Off => "off", On => "on");
+named_enum!(CounterReads, "throttle_counter_reads", Pre2009 => "pre-2009", Reordered => "reordered");
 
 /// A setting that cannot be honoured, with the knob that holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
