@@ -7,11 +7,12 @@ use std::path::Path;
 use super::{Experiment, ExperimentError};
 
 /// `(file name, text)` of every experiment file, sorted by file name.
-pub const FILES: [(&str, &str); 5] = [
+pub const FILES: [(&str, &str); 6] = [
     ("dirtier-fairness.toml", include_str!("../../../../experiments/dirtier-fairness.toml")),
     ("ioless-throttling.toml", include_str!("../../../../experiments/ioless-throttling.toml")),
     ("nfs-commit-batching.toml", include_str!("../../../../experiments/nfs-commit-batching.toml")),
     ("reclaim-writeback.toml", include_str!("../../../../experiments/reclaim-writeback.toml")),
+    ("throttle-reorder.toml", include_str!("../../../../experiments/throttle-reorder.toml")),
     ("wbt-read-latency.toml", include_str!("../../../../experiments/wbt-read-latency.toml")),
 ];
 

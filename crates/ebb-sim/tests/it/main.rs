@@ -618,7 +618,13 @@ fn quick_experiments_hold() {
     let text = outcome.text();
     assert!(text.lines().all(|line| line.chars().count() <= 120), "wider than 120:\n{text}");
     let names: Vec<&str> = outcome.experiments.iter().map(|e| e.name.as_str()).collect();
-    for posting in ["ioless-throttling", "reclaim-writeback", "wbt-read-latency", "nfs-commit"] {
+    for posting in [
+        "ioless-throttling",
+        "reclaim-writeback",
+        "wbt-read-latency",
+        "nfs-commit",
+        "throttle-reorder",
+    ] {
         assert!(names.iter().any(|name| name.starts_with(posting)), "{posting} missing");
     }
 }
@@ -669,7 +675,7 @@ fn assert_verdicts_consistent(dir: &Path) -> BTreeMap<String, u64> {
             *totals.entry(verdict.name().to_owned()).or_default() += count;
         }
     }
-    assert!(files >= 5, "only {files} summary.json files");
+    assert!(files >= 6, "only {files} summary.json files");
     totals
 }
 
