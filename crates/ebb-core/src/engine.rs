@@ -851,6 +851,7 @@ impl Engine {
         );
         self.stats.commits += 1;
         self.stats.commit_pages += pages;
+        self.record(TraceEvent::Commit { bdi: b, inode, pages });
         self.emit(Action::Commit { io, backend: b, inode, pages });
         pages
     }

@@ -326,6 +326,7 @@ impl Engine {
         maps: &mut M,
     ) {
         self.stats.writepages_pages += sub.written;
+        self.record(TraceEvent::Writepages { bdi: b, inode: sub.inode, wrote: sub.written });
         match issuer {
             Issuer::Flusher => {
                 let sync_all =

@@ -668,6 +668,16 @@ impl Engine {
             let pause = (u128::from(self.hz) * u128::from(pages_dirtied * PAGE_SIZE)
                 / u128::from(bw + 1)) as u64;
             let pause = pause.clamp(1, (self.hz / 5).max(1));
+            self.record(TraceEvent::Bw2010BalanceDirtyPages {
+                writer: w.id,
+                bdi: b,
+                weight_pct: 100 * num / den.max(1),
+                thresh: a,
+                gap,
+                dirtied: pages_dirtied,
+                pause_ms: Duration::from_jiffies(pause, self.hz).as_millis(),
+                bw,
+            });
             w.call = CallState::Bw2010Paused { pages_dirtied };
             return Verdict::Sleep { until: self.now + Duration::from_jiffies(pause, self.hz) };
         }

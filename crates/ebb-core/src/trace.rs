@@ -6,7 +6,7 @@
 //! backend names (the kernel prints `bdi=<name>`). Rates are KB/s and times ms, as the kernel
 //! prints them.
 
-use crate::ids::{BackendId, WriterId};
+use crate::ids::{BackendId, InodeId, WriterId};
 
 /// One decision of the engine, with the inputs that caused it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +56,45 @@ pub enum TraceEvent {
         pages_written: u64,
         /// Total time in the call, ms.
         pause_ms: u64,
+    },
+    /// `balance_dirty_pages` as the September 2010 posting printed it for its bandwidth
+    /// control (one line per soft pause).
+    Bw2010BalanceDirtyPages {
+        /// The writer.
+        writer: WriterId,
+        /// Its backend.
+        bdi: BackendId,
+        /// The writer's share of recent dirtying, percent.
+        weight_pct: u64,
+        /// The writer's limit on the backend (the posting's A), pages.
+        thresh: u64,
+        /// A minus the backend's dirty and writeback pages, pages.
+        gap: u64,
+        /// Pages dirtied since the last call.
+        dirtied: u64,
+        /// The pause, ms.
+        pause_ms: u64,
+        /// The throttle bandwidth, bytes per second.
+        bw: u64,
+    },
+    /// `writeback:writeback_single_inode`: one writepages call on a file ended (for NFS, one
+    /// `nfs_writepages`), with the pages it wrote (0: it found nothing it could write).
+    Writepages {
+        /// The backend.
+        bdi: BackendId,
+        /// The file.
+        inode: InodeId,
+        /// Pages written by the call.
+        wrote: u64,
+    },
+    /// `nfs:nfs_initiate_commit`: a COMMIT sent for the file's unstable pages.
+    Commit {
+        /// The backend.
+        bdi: BackendId,
+        /// The file.
+        inode: InodeId,
+        /// Pages it covers.
+        pages: u64,
     },
     /// `writeback:bdi_dirty_ratelimit`, KB/s.
     BdiDirtyRatelimit {
@@ -119,12 +158,14 @@ impl TraceEvent {
     /// The tracepoint's name.
     pub fn name(&self) -> &'static str {
         match self {
-            TraceEvent::BalanceDirtyPages { .. } | TraceEvent::LegacyBalanceDirtyPages { .. } => {
-                "balance_dirty_pages"
-            }
+            TraceEvent::BalanceDirtyPages { .. }
+            | TraceEvent::LegacyBalanceDirtyPages { .. }
+            | TraceEvent::Bw2010BalanceDirtyPages { .. } => "balance_dirty_pages",
             TraceEvent::BdiDirtyRatelimit { .. } => "bdi_dirty_ratelimit",
             TraceEvent::WritebackStart { .. } => "writeback_start",
             TraceEvent::WritebackWritten { .. } => "writeback_written",
+            TraceEvent::Writepages { .. } => "writeback_single_inode",
+            TraceEvent::Commit { .. } => "nfs_initiate_commit",
             TraceEvent::QueueIo { .. } => "writeback_queue_io",
             TraceEvent::Wbt { .. } => "wbt_timer",
         }
@@ -134,7 +175,8 @@ impl TraceEvent {
     pub fn writer(&self) -> Option<WriterId> {
         match self {
             TraceEvent::BalanceDirtyPages { writer, .. }
-            | TraceEvent::LegacyBalanceDirtyPages { writer, .. } => Some(*writer),
+            | TraceEvent::LegacyBalanceDirtyPages { writer, .. }
+            | TraceEvent::Bw2010BalanceDirtyPages { writer, .. } => Some(*writer),
             _ => None,
         }
     }
@@ -174,6 +216,28 @@ impl TraceEvent {
                 ..
             } => format!(
                 "balance_dirty_pages: bdi={} write_chunk={write_chunk} pages_written={pages_written} pause={pause_ms}",
+                bdi(b)
+            ),
+            TraceEvent::Writepages { bdi: b, inode, wrote } => {
+                format!("writeback_single_inode: bdi={} ino={} wrote={wrote}", bdi(b), inode.0)
+            }
+            TraceEvent::Commit { bdi: b, inode, pages } => format!(
+                "nfs_initiate_commit: bdi={} fileid={} offset=0 count={}",
+                bdi(b),
+                inode.0,
+                pages * crate::config::PAGE_SIZE
+            ),
+            TraceEvent::Bw2010BalanceDirtyPages {
+                bdi: b,
+                weight_pct,
+                thresh,
+                gap,
+                dirtied,
+                pause_ms,
+                bw,
+                ..
+            } => format!(
+                "balance_dirty_pages: bdi={} weight={weight_pct}% thresh={thresh} gap={gap} dirtied={dirtied} pause={pause_ms} bw={bw}",
                 bdi(b)
             ),
             TraceEvent::BdiDirtyRatelimit {
