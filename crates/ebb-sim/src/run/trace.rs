@@ -7,7 +7,7 @@ use std::io::{BufWriter, Write};
 use ebb_core::TraceEvent;
 
 use super::{RunSpec, Sim, SimError};
-use crate::report::chrome_trace::ChromeTrace;
+use crate::report::chrome_trace::{ArgValue, ChromeTrace};
 
 /// Writes trace.txt and trace.json as the run goes.
 pub(super) struct Tracer {
@@ -46,18 +46,57 @@ impl Sim<'_> {
                 ev.render(&tr.names)
             )
             .map_err(SimError::Io)?;
-            if let TraceEvent::BalanceDirtyPages { writer, pause_ms, .. } = ev
-                && pause_ms > 0
-            {
-                let _ = tr.json.complete(
-                    1,
-                    writer.0 + 2,
-                    "pause",
-                    "balance_dirty_pages",
-                    at.as_secs_f64() * 1e6,
-                    pause_ms as f64 * 1e3,
-                    &[],
-                );
+            let ts_us = at.as_secs_f64() * 1e6;
+            match ev {
+                // Every throttle policy's pauses, as spans on the writer's track (the legacy
+                // event's pause is the whole call, already over: drawn ending at `at`).
+                TraceEvent::BalanceDirtyPages { writer, pause_ms, .. } if pause_ms > 0 => {
+                    let dur_us = pause_ms as f64 * 1e3;
+                    let _ = tr.json.complete(
+                        1,
+                        writer.0 + 2,
+                        "pause",
+                        "balance_dirty_pages",
+                        ts_us,
+                        dur_us,
+                        &[],
+                    );
+                }
+                TraceEvent::Bw2010BalanceDirtyPages { writer, pause_ms, .. } if pause_ms > 0 => {
+                    let dur_us = pause_ms as f64 * 1e3;
+                    let _ = tr.json.complete(
+                        1,
+                        writer.0 + 2,
+                        "pause",
+                        "balance_dirty_pages",
+                        ts_us,
+                        dur_us,
+                        &[],
+                    );
+                }
+                TraceEvent::LegacyBalanceDirtyPages { writer, pause_ms, .. } if pause_ms > 0 => {
+                    let dur_us = pause_ms as f64 * 1e3;
+                    let start = (ts_us - dur_us).max(0.0);
+                    let _ = tr.json.complete(
+                        1,
+                        writer.0 + 2,
+                        "pause",
+                        "balance_dirty_pages",
+                        start,
+                        dur_us,
+                        &[],
+                    );
+                }
+                // Writepages calls and COMMITs on the flusher's track.
+                TraceEvent::Writepages { wrote, .. } => {
+                    let args = [("wrote", ArgValue::UInt(wrote))];
+                    let _ = tr.json.instant(1, 1, "writepages", "writeback", ts_us, &args);
+                }
+                TraceEvent::Commit { pages, .. } => {
+                    let args = [("pages", ArgValue::UInt(pages))];
+                    let _ = tr.json.instant(1, 1, "commit", "nfs", ts_us, &args);
+                }
+                _ => {}
             }
         }
         Ok(())

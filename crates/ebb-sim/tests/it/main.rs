@@ -680,6 +680,38 @@ fn assert_verdicts_consistent(dir: &Path) -> BTreeMap<String, u64> {
 }
 
 #[test]
+fn traces_show_each_experiments_mechanism() {
+    // Goal: --trace writes balance_dirty_pages for every throttle policy (legacy,
+    // bandwidth-2010 in the posting's format, ioless) and writepages/COMMIT events for NFS.
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = Options { quick: true, trace: true, ..Options::new(out.path()) };
+    for name in ["ioless-throttling", "nfs-commit-batching"] {
+        let path = experiments_dir().join(format!("{name}.toml"));
+        reproduce::sim(&path, &options, &no_progress).unwrap_or_else(|error| panic!("{error}"));
+    }
+    let trace = |run: &str| {
+        std::fs::read_to_string(out.path().join(run).join("trace.txt")).expect("trace.txt")
+    };
+    for variant in ["legacy", "ioless"] {
+        let text = trace(&format!("ioless-throttling/sata/{variant}"));
+        assert!(text.contains(": balance_dirty_pages: bdi=sda"), "{variant}");
+    }
+    let bw2010 = trace("ioless-throttling/sata/bandwidth-2010");
+    assert!(bw2010.contains(": balance_dirty_pages: bdi=sda weight="), "bandwidth-2010");
+    assert!(bw2010.contains(" gap=") && bw2010.contains(" bw="));
+    for variant in ["legacy-2020", "fixed"] {
+        let text = trace(&format!("nfs-commit-batching/nfs/{variant}"));
+        assert!(text.contains(": writeback_single_inode: bdi=nfs"), "{variant}");
+        assert!(text.contains(": nfs_initiate_commit: bdi=nfs"), "{variant}");
+        let json = std::fs::read_to_string(
+            out.path().join(format!("nfs-commit-batching/nfs/{variant}/trace.json")),
+        )
+        .expect("trace.json");
+        assert!(json.contains("\"name\":\"commit\"") && json.contains("\"name\":\"writepages\""));
+    }
+}
+
+#[test]
 fn results_do_not_depend_on_threads() {
     // Goal: one thread and two threads give the same metrics, run by run.
     let experiment = load("dirtier-fairness");
