@@ -1,4 +1,5 @@
-//! Write-bandwidth and dirty-ratelimit estimation for one backend (kernel-reference §4.4, §4.5).
+//! Write-bandwidth and dirty-ratelimit estimation for one backend
+//! (docs/mechanisms.md#bandwidth-and-ratelimit-estimation).
 //!
 //! # Goal
 //! Know how fast the backend completes writes (`write_bandwidth`, smoothed into
@@ -12,7 +13,7 @@
 //! ratelimit) or the start of a writepages call (bandwidth only) once 200 ms
 //! (`BANDWIDTH_INTERVAL`) have passed since the last one, and from the delayed update 200 ms
 //! after a file's writeback ends (bandwidth only, however long since the last one; the
-//! kernel's `wb_inode_writeback_end`, kernel-reference §2 and §4.4).
+//! kernel's `wb_inode_writeback_end`, docs/mechanisms.md#bandwidth-and-ratelimit-estimation).
 //!
 //! # Control law
 //! ```text

@@ -155,7 +155,8 @@ pub(crate) struct Wb {
     pub(crate) verifiers: Vec<u64>,
     pub(crate) last_completion: Instant,
     /// When the delayed bandwidth update is due: armed, if not already, when a write leaves an
-    /// inode with nothing in flight (the kernel's `bw_dwork`, kernel-reference §2 and §4.4).
+    /// inode with nothing in flight (the kernel's `bw_dwork`,
+    /// docs/mechanisms.md#bandwidth-and-ratelimit-estimation).
     pub(crate) bw_update_at: Option<Instant>,
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,

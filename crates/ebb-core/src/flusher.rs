@@ -1,4 +1,4 @@
-//! The flusher: which files and pages to write, and when (kernel-reference §6).
+//! The flusher: which files and pages to write, and when (docs/mechanisms.md#4-flusher).
 //!
 //! One flusher per backend runs works in order: queued works (sync, reclaim-requested), a
 //! flush-all request, periodic writeback of data older than `dirty_expire_centisecs` every
@@ -17,7 +17,7 @@
 //! (`wb_start_background_writeback`); a wakeup that finds the backend at or under its background
 //! threshold is spent, and the flusher sleeps again when a background work ends.
 //!
-//! Two-phase backends (kernel-reference §9): a file with unstable pages or COMMITs in flight
+//! Two-phase backends (docs/nfs.md): a file with unstable pages or COMMITs in flight
 //! stays on the dirty list, as the NFS client marks the inode dirty for them, so every pass of a
 //! work calls writepages on it even with nothing dirty (the kernel counts those calls too). A
 //! call that wrote something commits once its writes have completed; one that wrote nothing
@@ -377,7 +377,7 @@ impl Engine {
             m.set_inode_dirty(c.dirty > 0);
             c
         });
-        // Two-phase backends (kernel-reference §9.3): a call that wrote something commits once
+        // Two-phase backends (docs/nfs.md): a call that wrote something commits once
         // its writes have completed; a call that wrote nothing commits at once (its completion
         // object has nothing to wait for). With no write of the file in flight, the file's
         // write_inode step commits too, and what it commits counts as progress.

@@ -3,7 +3,7 @@
 //! # Goal
 //! Measure which fraction of recently completed writeback pages belongs to each backend, with
 //! exponential forgetting, so fast devices get a large share of the dirty threshold and slow
-//! ones a small share (kernel-reference §3).
+//! ones a small share (docs/mechanisms.md#floating-proportions).
 //!
 //! # Signals
 //! One event per completed page, tagged with its backend. Time is divided into periods of
@@ -113,7 +113,8 @@ impl Proportions {
 }
 
 /// The 2.6.3x event-count proportions used by the `legacy` and `bandwidth-2010` policies for
-/// each writer's share of recent dirtying (kernel-reference §3.3): a period is `2^shift` events
+/// each writer's share of recent dirtying (docs/mechanisms.md#floating-proportions): a period is
+/// `2^shift` events
 /// and counts halve at each period boundary.
 #[derive(Clone, Debug)]
 pub struct EventProportions {

@@ -3,7 +3,7 @@
 //! # Goal
 //! Bound dirty memory to a fraction of the memory that could hold it, give each backend a
 //! share proportional to how fast it completes writes, and place the throttling setpoint
-//! between the background threshold and the hard limit (kernel-reference §2).
+//! between the background threshold and the hard limit (docs/mechanisms.md#2-dirty-limits).
 //!
 //! # Signals
 //! Dirtyable memory (free pages above the reserve plus file pages; anonymous memory excluded),

@@ -1,4 +1,5 @@
-//! The memory budget: zones, frames, watermarks and the file LRU lists (kernel-reference §8.1).
+//! The memory budget: zones, frames, watermarks and the file LRU lists
+//! (docs/mechanisms.md#6-reclaim).
 //!
 //! Every page the cache holds occupies one frame of a fixed budget (`Config::memory_bytes`),
 //! so the cache can never exceed it. Anonymous memory of the workload (simulator) shares the

@@ -3,9 +3,10 @@
 //! A `PageMap` is pure data with range operations. It knows nothing about other files, limits
 //! or time: every operation returns what changed, and the engine applies those changes to the
 //! counters of the cache, the backend and the group at the same transition points as the
-//! kernel (kernel-reference §1.2). Keeping one file's pages in their own structure lets the
+//! kernel (docs/mechanisms.md#1-page-states-and-accounting). Keeping one file's pages in their own
+//! structure lets the
 //! runtime lock files separately, so writers of different files never share a lock on the
-//! per-page path (mechanism 8).
+//! per-page path (docs/mechanisms.md#8-cheap-throttle-path).
 //!
 //! States are exclusive: a resident page is exactly one of clean, dirty, writeback or unstable,
 //! so `clean + dirty + writeback + unstable = resident` holds by construction. A writer that

@@ -1,4 +1,5 @@
-//! Position control and pause bounds of the IO-less throttle (kernel-reference §4.3, §4.6).
+//! Position control and pause bounds of the IO-less throttle
+//! (docs/throttling.md#io-less-throttling-the-mature-design-linux-32-onwards).
 //!
 //! # Goal
 //! Scale each writer's rate by how far the dirty count is from the setpoint, so the dirty count

@@ -1,4 +1,4 @@
-//! Frame allocation and reclaim of clean pages (kernel-reference §8).
+//! Frame allocation and reclaim of clean pages (docs/reclaim.md).
 //!
 //! Allocations take frames while free memory stays above the `min` watermark. Below `low`,
 //! background reclaim (kswapd's role) frees pages from the tail of the inactive list until
@@ -14,10 +14,12 @@
 //!   per write (`pageout`), and mark it so it is freed when the write completes; pages it
 //!   leaves stay on the inactive list. Direct reclaim that scanned more than 1.5 times the pages
 //!   it wanted wakes the flushers to write as many pages as it scanned (2.6.3x-3.x
-//!   `do_try_to_free_pages`, kernel-reference §8.5); the batch rules above see only the dirty
+//!   `do_try_to_free_pages`, docs/mechanisms.md#6-reclaim); the batch rules above see only the
+//! dirty
 //!   pages legacy reclaim could not write.
 //!
-//! Referenced dirty pages (kernel-reference §8.3, `PAGEREF_RECLAIM_CLEAN`, in the kernel since
+//! Referenced dirty pages (docs/mechanisms.md#6-reclaim, `PAGEREF_RECLAIM_CLEAN`, in the kernel
+//! since
 //! 2.6.34): every examination of a dirty page at the tail tests and clears its referenced bit,
 //! and a page that reclaim would write (any under `legacy`; under `flusher-only` only one
 //! background reclaim may write, above) but that was referenced is kept for another trip round
@@ -28,7 +30,8 @@
 //! model does not, and the workloads here write each page once.) Clean pages are freed whether
 //! referenced or not (unmapped page cache, `PAGEREF_RECLAIM_CLEAN` again).
 //!
-//! Throttling (kernel-reference §8.5): when kswapd finds pages under writeback a second time it
+//! Throttling (docs/mechanisms.md#6-reclaim): when kswapd finds pages under writeback a second
+//! time it
 //! stops scanning for HZ/10 or until `SWAP_CLUSTER_MAX` pages have been written (`WRITEBACK`;
 //! under both policies, as 2.6.3x kswapd napped HZ/10 in `congestion_wait` when failing); with
 //! `flusher-only` (the posting's patch 6), when a direct reclaim pass found only such pages and
@@ -137,7 +140,7 @@ pub(crate) struct ReclaimState {
     kswapd_at: Option<Instant>,
 }
 
-/// `reclaim_throttle(WRITEBACK)` timeout: HZ/10 (kernel-reference §8.5).
+/// `reclaim_throttle(WRITEBACK)` timeout: HZ/10 (docs/mechanisms.md#6-reclaim).
 const WRITEBACK_THROTTLE: Duration = Duration::from_millis(100);
 
 /// What one reclaim pass did.
@@ -231,7 +234,7 @@ impl Engine {
         if self.cfg.reclaim == ReclaimPolicy::Legacy && 2 * shrink.scanned > 3 * target {
             // 2.6.3x-3.x `do_try_to_free_pages`: direct reclaim that scanned more than 1.5 times
             // what it wanted wakes the flushers to write as many pages as it scanned
-            // (kernel-reference §8.5, older history). `flusher-only` wakes them by the batch
+            // (docs/mechanisms.md#6-reclaim, older history). `flusher-only` wakes them by the batch
             // rules of `shrink_counted` instead.
             for b in 0..self.wbs.len() {
                 let b = BackendId(b as u32);
@@ -547,7 +550,7 @@ impl Engine {
                     let b = self.inodes[&inode].backend;
                     if may_write && referenced {
                         // Referenced and dirty: kept for another trip round the inactive list,
-                        // not written (`PAGEREF_RECLAIM_CLEAN`, kernel-reference §8.3).
+                        // not written (`PAGEREF_RECLAIM_CLEAN`, docs/mechanisms.md#6-reclaim).
                         self.mem.move_to_head(frame, List::Inactive);
                         self.stats.reclaim_kept_referenced += 1;
                         if self.cfg.reclaim == ReclaimPolicy::FlusherOnly {
@@ -616,7 +619,8 @@ impl Engine {
     }
 
     /// Where a dirty or writeback page reclaim leaves goes: `flusher-only` activates it (out of
-    /// the way until the flusher has cleaned it, kernel-reference §8.3); `legacy` (2.6.3x) keeps
+    /// the way until the flusher has cleaned it, docs/mechanisms.md#6-reclaim); `legacy` (2.6.3x)
+    /// keeps
     /// it at the head of the inactive list, as does a page it has just written itself.
     fn skipped_list(&self, written: bool) -> List {
         match self.cfg.reclaim {

@@ -301,7 +301,7 @@ pub struct BdiStats {
 }
 }
 
-/// One file's write-error state (mechanism 9), from [`crate::Engine::file_errors`].
+/// One file's write-error state (docs/mechanisms.md#9-errors), from [`crate::Engine::file_errors`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FileErrors {
     /// The last write or COMMIT error recorded for the file.

@@ -1,4 +1,4 @@
-//! Writer throttling (`balance_dirty_pages`): the three policies (kernel-reference §4, §5).
+//! Writer throttling (`balance_dirty_pages`): the three policies (docs/throttling.md).
 //!
 //! # Goal
 //! Slow each dirtying writer so the cache's dirty pages stay bounded and, for `ioless`, settle
@@ -7,7 +7,8 @@
 //!
 //! # Signals
 //! One read of the global counters and at most one of the writer's backend per check
-//! (`Stats::global_counter_reads`, mechanism 8); the writer's own `nr_dirtied` and
+//! (`Stats::global_counter_reads`, docs/mechanisms.md#8-cheap-throttle-path); the writer's own
+//! `nr_dirtied` and
 //! `dirty_paused_when`; the backend's bandwidth and ratelimit estimates.
 //!
 //! # Control law

@@ -1,4 +1,5 @@
-//! Trace events in the kernel's tracepoint formats (kernel-reference §11), so traces can be
+//! Trace events in the kernel's tracepoint formats (docs/mechanisms.md#tracepoints), so traces can
+//! be
 //! read with the tools and habits kernel developers already have.
 //!
 //! The engine records events only when `Config::trace` is set; drivers drain them with

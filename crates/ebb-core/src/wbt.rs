@@ -1,5 +1,5 @@
 //! Writeback throttling (blk-wbt): a latency target on in-flight background writes
-//! (kernel-reference §7, the 2016 posting `003_*`).
+//! (docs/wbt.md, Axboe 2016).
 //!
 //! # Goal
 //! Keep reads fast while background writeback saturates a device, by bounding how many
@@ -562,8 +562,8 @@ mod tests {
     /// A device whose read latency grows with the writes queued ahead (1 ms each, target
     /// 2 ms): the default 4 background writes make a read wait 3-4 ms, 2 make it wait at most
     /// 2.1 ms and at least 1.1 ms. The controller settles at 2, the depth whose minimum read
-    /// latency meets the target, probing one step above it from time to time (kernel-reference
-    /// §7.6: an OK window always scales up one step), never collapsing to 1 and never opening
+    /// latency meets the target, probing one step above it from time to time (docs/wbt.md:
+    /// an OK window always scales up one step), never collapsing to 1 and never opening
     /// further. When the writes stop and the reads go on, it returns to the default depth.
     #[test]
     fn settles_at_a_depth_that_meets_the_target_and_recovers() {

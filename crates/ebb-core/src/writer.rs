@@ -1,4 +1,4 @@
-//! Writer-local state and the per-page write path (mechanism 8).
+//! Writer-local state and the per-page write path (docs/mechanisms.md#8-cheap-throttle-path).
 //!
 //! The kernel keeps the per-page cost of dirtying low by touching only per-task and per-CPU
 //! state until a task has dirtied `nr_dirtied_pause` pages, and only then reads the shared
@@ -8,7 +8,8 @@
 //! counters are read once.
 //!
 //! Between checks the shared counters lag the page maps by at most the writer's batch (the
-//! kernel's per-CPU counter error, kernel-reference §10); [`crate::Engine::check_accounting`]
+//! kernel's per-CPU counter error, docs/mechanisms.md#8-cheap-throttle-path);
+//! [`crate::Engine::check_accounting`]
 //! adds the pending batches back when it verifies the totals.
 
 use crate::ids::{FrameId, GroupId, InodeId, WriterId};

@@ -4,7 +4,7 @@
 //! Each workload expands into one or more writers, each following a plan of segments in order:
 //! write a new file (open, sequential writes of `bs`, close), fault in pages of an anonymous
 //! mapping, sleep, or free the anonymous memory the writer holds. These are the workloads of
-//! Mel Gorman's 2011 reclaim posting (shared/references/001_*):
+//! Mel Gorman's 2011 reclaim posting (docs/README.md):
 //!
 //! - `fsmark`: `fs_mark -S0 -s 10485760 -t THREADS`: each thread creates files of
 //!   `file_bytes` one after the other, without fsync, until together they have written

@@ -55,10 +55,10 @@ declare_knobs! {
             /// x86-64 of the 2.6/3.x era: `16MiB,4GiB` (DMA, DMA32, Normal). See `memory` for
             /// what zones change.
             zone_bounds_bytes: Vec<u64> = Vec::new(), "bytes", Kind::Sizes { max_len: 7 };
-            /// Writer-throttling policy (mechanism 3).
+            /// Writer-throttling policy (docs/mechanisms.md#3-writer-throttling).
             throttle: ThrottlePolicy = ThrottlePolicy::Ioless, "",
                 Kind::Choice(ThrottlePolicy::NAMES);
-            /// Reclaim policy (mechanism 6).
+            /// Reclaim policy (docs/mechanisms.md#6-reclaim).
             reclaim: ReclaimPolicy = ReclaimPolicy::FlusherOnly, "",
                 Kind::Choice(ReclaimPolicy::NAMES);
             /// kswapd's CPU time per page it scans (0: kswapd balances the zones instantly).
@@ -71,10 +71,11 @@ declare_knobs! {
             /// and freeing one clean page-cache page (about 2 GB/s of clean cache per core).
             kswapd_scan_ns: u64 = 0, "ns/page", Kind::Number { min: 0, max: 1_000_000 };
             /// Accounting of pages written to a two-phase backend but not yet committed
-            /// (mechanism 7).
+            /// (docs/mechanisms.md#7-two-phase-backends).
             unstable_accounting: UnstableAccounting = UnstableAccounting::Fixed, "",
                 Kind::Choice(UnstableAccounting::NAMES);
-            /// Which shared counters the legacy throttle check reads (mechanism 8):
+            /// Which shared counters the legacy throttle check reads
+            /// (docs/mechanisms.md#8-cheap-throttle-path):
             /// `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the
             /// loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the
             /// backend's limit, and again after the loop); docs/throttling.md.
@@ -120,7 +121,7 @@ declare_knobs! {
             /// Whether the device has a volatile write cache (wbt drains fully before waking
             /// writers).
             write_cache: bool = false, "", Kind::Bool;
-            /// Writeback throttling (mechanism 5) on or off.
+            /// Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt) on or off.
             wbt: WbtMode = WbtMode::On, "", Kind::Choice(WbtMode::NAMES);
             /// wbt read-latency target (0 disables wbt); unset takes the kernel default for the
             /// device kind: 2000 solid state, 75000 rotating.

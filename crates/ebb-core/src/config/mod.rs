@@ -31,11 +31,11 @@
 //! | `min_free_kbytes` | global | KiB | unset | 0.. | Memory kept free for allocations that cannot wait; unset derives it from memory as the kernel does. |
 //! | `watermark_scale_factor` | global | 1/10000 | 10 | 1..=3000 | Distance between watermarks, in 1/10000 of memory. |
 //! | `zone_bounds_bytes` | global | bytes | none | up to 7 sizes | Memory zones: where each lower zone ends (empty: one zone). |
-//! | `throttle` | global |  | ioless | legacy, bandwidth-2010, ioless | Writer-throttling policy (mechanism 3). |
-//! | `reclaim` | global |  | flusher-only | legacy, flusher-only | Reclaim policy (mechanism 6). |
+//! | `throttle` | global |  | ioless | legacy, bandwidth-2010, ioless | Writer-throttling policy (docs/mechanisms.md#3-writer-throttling). |
+//! | `reclaim` | global |  | flusher-only | legacy, flusher-only | Reclaim policy (docs/mechanisms.md#6-reclaim). |
 //! | `kswapd_scan_ns` | global | ns/page | 0 | 0..=1000000 | kswapd's CPU time per page it scans (0: kswapd balances the zones instantly). |
-//! | `unstable_accounting` | global |  | fixed | legacy-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (mechanism 7). |
-//! | `throttle_counter_reads` | global |  | reordered | pre-2009, reordered | Which shared counters the legacy throttle check reads (mechanism 8): `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the backend's limit, and again after the loop); docs/throttling.md. |
+//! | `unstable_accounting` | global |  | fixed | legacy-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (docs/mechanisms.md#7-two-phase-backends). |
+//! | `throttle_counter_reads` | global |  | reordered | pre-2009, reordered | Which shared counters the legacy throttle check reads (docs/mechanisms.md#8-cheap-throttle-path): `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the backend's limit, and again after the loop); docs/throttling.md. |
 //! | `min_ratio` | backend | % of the threshold | 0 | 0..=100 | Guaranteed share of the dirty threshold. |
 //! | `max_ratio` | backend | % of the threshold | 100 | 0..=100 | Cap on the share of the dirty threshold. |
 //! | `strict_limit` | backend |  | 0 | 0 or 1 | Throttle writers against this backend's own share even below the global freerun point (FUSE). |
@@ -44,7 +44,7 @@
 //! | `hw_queue_depth` | backend | requests | 32 | 1..=65536 | The device's own command queue depth (NCQ tags), which sizes wbt's limits. |
 //! | `rotational` | backend |  | 0 | 0 or 1 | Whether the device rotates (selects the wbt latency default). |
 //! | `write_cache` | backend |  | 0 | 0 or 1 | Whether the device has a volatile write cache (wbt drains fully before waking writers). |
-//! | `wbt` | backend |  | on | off, on | Writeback throttling (mechanism 5) on or off. |
+//! | `wbt` | backend |  | on | off, on | Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt) on or off. |
 //! | `wbt_lat_usec` | backend | us | unset | 0..=10000000 | wbt read-latency target (0 disables wbt); unset takes the kernel default for the device kind: 2000 solid state, 75000 rotating. |
 //! | `wbt_window_usec` | backend | us | 100000 | 1000..=10000000 | wbt window (the kernel's 100 ms default). |
 //! | `initial_write_bandwidth` | backend | bytes/s | unset | 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's 100 MB/s). |
@@ -67,7 +67,7 @@ pub const PAGE_SIZE: u64 = 4096;
 /// The largest memory budget, 8 TiB: page counts are kept in 32 bits.
 pub const MEMORY_BYTES_MAX: u64 = 1 << 43;
 
-/// Writer-throttling policy (mechanism 3).
+/// Writer-throttling policy (docs/mechanisms.md#3-writer-throttling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThrottlePolicy {
     /// Before 2.6.36: the writer writes back 1.5x its ratelimit itself and sleeps with a
@@ -79,7 +79,7 @@ pub enum ThrottlePolicy {
     Ioless,
 }
 
-/// Reclaim policy (mechanism 6).
+/// Reclaim policy (docs/mechanisms.md#6-reclaim).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReclaimPolicy {
     /// Reclaim writes dirty pages one at a time, from both direct and background reclaim.
@@ -88,7 +88,8 @@ pub enum ReclaimPolicy {
     FlusherOnly,
 }
 
-/// How pages written to a two-phase backend but not yet committed are counted (mechanism 7).
+/// How pages written to a two-phase backend but not yet committed are counted
+/// (docs/mechanisms.md#7-two-phase-backends).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnstableAccounting {
     /// Before v5.8: unstable pages count as reclaimable, so they trigger background writeback.
@@ -97,7 +98,8 @@ pub enum UnstableAccounting {
     Fixed,
 }
 
-/// Which shared counters the legacy throttle check reads, and when (mechanism 8,
+/// Which shared counters the legacy throttle check reads, and when
+/// (docs/mechanisms.md#8-cheap-throttle-path,
 /// docs/throttling.md#the-cost-of-the-throttle-check-kennedy-2009).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CounterReads {
@@ -110,7 +112,7 @@ pub enum CounterReads {
     Reordered,
 }
 
-/// Writeback throttling (mechanism 5) on or off for a backend.
+/// Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt) on or off for a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WbtMode {
     /// No limit on in-flight background writes beyond the queue depth.

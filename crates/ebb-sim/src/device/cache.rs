@@ -3,7 +3,7 @@
 //! Drives and SSDs acknowledge a write as soon as its data sits in their RAM, and write it to
 //! the media later. That is why buffered writeback can fill a device with seconds of work that
 //! reads then queue behind, and why blk-wbt treats devices with a write cache specially
-//! (kernel-reference §7.4). The cache here only tracks bytes and ranges; `block.rs` decides
+//! (docs/wbt.md). The cache here only tracks bytes and ranges; `block.rs` decides
 //! when to admit and when to destage.
 //!
 //! Space is reserved when a write starts crossing the link (so admission can never overfill

@@ -1,4 +1,5 @@
-//! An NFS server behind a network link: the two-phase backend of mechanism 7.
+//! An NFS server behind a network link: the two-phase backend of
+//! docs/mechanisms.md#7-two-phase-backends.
 //!
 //! A client WRITE crosses the link (one serial resource: the client's TCP stream to the
 //! server), lands in the server's memory and is acknowledged UNSTABLE with the server's current
@@ -6,7 +7,7 @@
 //! makes every write the server has received but not made durable reach its disk, at the
 //! disk's bandwidth, and returns the verifier. A server restart drops everything received but
 //! not committed and changes the verifier, so the client's comparison of verifiers detects the
-//! loss and writes the pages again (kernel-reference.md §9.1).
+//! loss and writes the pages again (docs/nfs.md).
 //!
 //! ```text
 //!  WRITE ─► link (wire rate) ─► RTT/2 ─► server memory ─► reply RTT/2 (UNSTABLE, verifier)
