@@ -14,13 +14,11 @@
 //!   per write (`pageout`), and mark it so it is freed when the write completes; pages it
 //!   leaves stay on the inactive list. Direct reclaim that scanned more than 1.5 times the pages
 //!   it wanted wakes the flushers to write as many pages as it scanned (2.6.3x-3.x
-//!   `do_try_to_free_pages`, docs/mechanisms.md#6-reclaim); the batch rules above see only the
-//! dirty
-//!   pages legacy reclaim could not write.
+//!   `do_try_to_free_pages`, docs/mechanisms.md#6-reclaim); the batch rules above see only
+//!   the dirty pages legacy reclaim could not write.
 //!
 //! Referenced dirty pages (docs/mechanisms.md#6-reclaim, `PAGEREF_RECLAIM_CLEAN`, in the kernel
-//! since
-//! 2.6.34): every examination of a dirty page at the tail tests and clears its referenced bit,
+//! since 2.6.34): every examination of a dirty page at the tail tests and clears its referenced bit,
 //! and a page that reclaim would write (any under `legacy`; under `flusher-only` only one
 //! background reclaim may write, above) but that was referenced is kept for another trip round
 //! the inactive list instead. Writes set the bit: the 2.6.x-3.x buffered write path
@@ -620,8 +618,7 @@ impl Engine {
 
     /// Where a dirty or writeback page reclaim leaves goes: `flusher-only` activates it (out of
     /// the way until the flusher has cleaned it, docs/mechanisms.md#6-reclaim); `legacy` (2.6.3x)
-    /// keeps
-    /// it at the head of the inactive list, as does a page it has just written itself.
+    /// keeps it at the head of the inactive list, as does a page it has just written itself.
     fn skipped_list(&self, written: bool) -> List {
         match self.cfg.reclaim {
             ReclaimPolicy::FlusherOnly if !written => List::Active,

@@ -1,6 +1,5 @@
 //! Trace events in the kernel's tracepoint formats (docs/mechanisms.md#tracepoints), so traces can
-//! be
-//! read with the tools and habits kernel developers already have.
+//! be read with the tools and habits kernel developers already have.
 //!
 //! The engine records events only when `Config::trace` is set; drivers drain them with
 //! [`crate::Engine::drain_trace`] and render them with [`TraceEvent::render`], which takes the
