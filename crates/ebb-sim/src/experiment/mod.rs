@@ -322,10 +322,15 @@ impl Published {
         if judgement.verdict != Verdict::Reproduced
             && let Some(explanation) = &self.why
         {
-            if !why.is_empty() {
+            if why.is_empty() {
+                why.push_str(explanation.trim());
+            } else {
+                // A new sentence after the computed reason.
                 why.push_str(". ");
+                let mut chars = explanation.trim().chars();
+                why.extend(chars.next().map(|first| first.to_ascii_uppercase()));
+                why.extend(chars);
             }
-            why.push_str(explanation.trim());
         }
         PublishedOutcome {
             claim: self.claim.clone(),
