@@ -26,6 +26,8 @@ use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::Writer;
 
+/// Buckets of [`Engine::writepages_sizes`]: up to 2^31 pages per call.
+pub const WRITEPAGES_SIZE_BUCKETS: usize = 32;
 /// Gives the engine access to the page maps the driver keeps.
 pub trait PageMaps {
     /// Runs `f` on the page map of `inode`, creating an empty one if the file has none yet.
@@ -258,6 +260,9 @@ pub struct Engine {
     pub(crate) syncs: BTreeMap<RequestId, SyncState>,
     pub(crate) reads: BTreeMap<RequestId, ReadState>,
     pub(crate) stats: Stats,
+    /// Writepages calls by the pages they wrote: entry `i` counts the calls that wrote
+    /// `[2^(i-1), 2^i)` pages, entry 0 the calls that wrote none.
+    pub(crate) writepages_sizes: [u64; WRITEPAGES_SIZE_BUCKETS],
     pub(crate) trace: Vec<(Instant, TraceEvent)>,
     pub(crate) dirty_seq: u64,
     pub(crate) min_ratio_sum: u32,
@@ -331,6 +336,7 @@ impl Engine {
             syncs: BTreeMap::new(),
             reads: BTreeMap::new(),
             stats: Stats::default(),
+            writepages_sizes: [0; WRITEPAGES_SIZE_BUCKETS],
             trace: Vec::new(),
             dirty_seq: 0,
             min_ratio_sum,
@@ -350,6 +356,12 @@ impl Engine {
     /// The engine's counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// How many pages each writepages call wrote, as a histogram: entry `i` counts the calls
+    /// that wrote `[2^(i-1), 2^i)` pages (entry 0: none). The 2020 NFS posting's measure.
+    pub fn writepages_sizes(&self) -> &[u64; WRITEPAGES_SIZE_BUCKETS] {
+        &self.writepages_sizes
     }
 
     /// Takes the next action, if any. Drivers drain this after every entry point.

@@ -327,6 +327,8 @@ impl Engine {
     ) {
         self.stats.writepages_pages += sub.written;
         self.record(TraceEvent::Writepages { bdi: b, inode: sub.inode, wrote: sub.written });
+        let bucket = (u64::BITS - sub.written.leading_zeros()) as usize;
+        self.writepages_sizes[bucket.min(crate::engine::WRITEPAGES_SIZE_BUCKETS - 1)] += 1;
         match issuer {
             Issuer::Flusher => {
                 let sync_all =

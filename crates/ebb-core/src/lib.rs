@@ -29,7 +29,7 @@ pub use config::{
     BackendConfig, Config, ConfigError, CounterReads, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy,
     UnstableAccounting, WbtMode,
 };
-pub use engine::{Engine, MapStore, PageMaps};
+pub use engine::{Engine, MapStore, PageMaps, WRITEPAGES_SIZE_BUCKETS};
 pub use event::{Action, Event, IoClass, IoError, Issuer, Stability, Verdict};
 pub use ids::*;
 pub use pagemap::{PageMap, PageState, Run};
