@@ -641,6 +641,10 @@ fn case_plots(
                 compare_charts::latency_cdf_chart(&case.name, &case_runs, &references),
             ),
             ("pauses-hist.png", compare_charts::pause_histogram_chart(&case.name, &case_runs)),
+            (
+                "writepages-hist.png",
+                compare_charts::writepages_histogram_chart(&case.name, &case_runs),
+            ),
         ];
         for (file, chart) in charts {
             let Some(chart) = chart else { continue };

@@ -123,6 +123,53 @@ pub fn pause_histogram_chart(case: &str, runs: &[(&str, &RunResult)]) -> Option<
     Some(chart)
 }
 
+/// Writepages calls by the pages each wrote, one outline per variant (share of calls per
+/// power-of-two bin, log axis; a call that wrote nothing is drawn in the lowest bin, at 0.5
+/// pages); `None` unless at least two runs made calls to a two-phase backend (the chart is
+/// the 2020 NFS posting's measure: runs that sent no COMMIT are left out).
+pub fn writepages_histogram_chart(case: &str, runs: &[(&str, &RunResult)]) -> Option<Chart> {
+    let total = |result: &RunResult| result.writepages_sizes.iter().sum::<u64>();
+    let with_calls = runs.iter().filter(|(_, result)| total(result) > 0).count();
+    let two_phase = runs.iter().any(|(_, r)| r.metrics.get("commits").is_some_and(|&c| c > 0.0));
+    if with_calls < 2 || !two_phase {
+        return None;
+    }
+    let series = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, result))| total(result) > 0)
+        .map(|(index, (variant, result))| {
+            let calls = total(result) as f64;
+            let edge = |bucket: usize| if bucket == 0 { 0.5 } else { 2f64.powi(bucket as i32 - 1) };
+            let mut points = vec![(edge(0), 0.0)];
+            for (bucket, &count) in result.writepages_sizes.iter().enumerate() {
+                let share = 100.0 * count as f64 / calls;
+                points.push((edge(bucket), share));
+                points.push((edge(bucket + 1), share));
+            }
+            points.push((edge(result.writepages_sizes.len()), 0.0));
+            // Trim the empty tail so the axis ends at the largest call.
+            while points.len() > 2 && points[points.len() - 2].1 == 0.0 {
+                points.pop();
+            }
+            Series {
+                name: (*variant).to_owned(),
+                points,
+                kind: SeriesKind::Line,
+                color: Some(index),
+            }
+        })
+        .collect();
+    let mut chart = Chart::new(
+        &format!("{case}: pages per writepages call"),
+        "pages written by the call (log; 0 drawn at 0.5)",
+        "share of calls (%)",
+        series,
+    );
+    chart.x_log = true;
+    Some(chart)
+}
+
 /// How far ours is from the posting's number, in tolerances (see the module doc); `None` for
 /// a row that is not compared or has no number of ours.
 pub fn distance_in_tolerances(row: &PublishedOutcome) -> Option<f64> {

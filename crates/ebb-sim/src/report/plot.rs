@@ -197,7 +197,7 @@ fn draw(
     };
     let x_log = chart.x_log;
     let x_formatter = move |value: &f64| {
-        if x_log { tick_label(10f64.powf(*value)) } else { tick_label(*value) }
+        if x_log { tick_label(two_significant(10f64.powf(*value))) } else { tick_label(*value) }
     };
     let mut context = ChartBuilder::on(&plot)
         .caption(&chart.title, (FONT_FAMILY, 22))
@@ -422,6 +422,15 @@ fn reduce_points(points: &[(f64, f64)], bounds: Bounds, pixels: (u32, u32)) -> V
     out
 }
 
+/// `value` rounded to two significant digits (log-axis ticks fall between round numbers).
+fn two_significant(value: f64) -> f64 {
+    if value == 0.0 || !value.is_finite() {
+        return value;
+    }
+    let scale = 10f64.powi(value.abs().log10().floor() as i32 - 1);
+    (value / scale).round() * scale
+}
+
 /// A short axis label: up to three decimals without trailing zeros, or scientific notation
 /// for very large and very small magnitudes.
 fn tick_label(value: f64) -> String {
@@ -521,6 +530,14 @@ mod tests {
         let path = dir.join("million.png");
         render_png(&writeback_chart(1_000_000), &path, 1200, 700).expect("render");
         hash_file(&path);
+    }
+
+    #[test]
+    fn log_ticks_are_rounded() {
+        // Goal: half-decade ticks read as round numbers.
+        assert_eq!(tick_label(two_significant(10f64.powf(3.5))), "3200");
+        assert_eq!(tick_label(two_significant(10f64.powf(-0.5))), "0.32");
+        assert_eq!(two_significant(0.0), 0.0);
     }
 
     #[test]

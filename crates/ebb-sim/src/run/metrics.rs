@@ -100,6 +100,7 @@ impl Sim<'_> {
             pauses: std::mem::take(&mut self.pauses),
             simulated_pages: self.device_pages + self.read_pages,
             read_latency_cdf: self.read_latency.cdf_us(READ_CDF_POINTS_MAX),
+            writepages_sizes: self.engine.writepages_sizes().to_vec(),
         }
     }
 

@@ -68,6 +68,9 @@ pub struct RunResult {
     /// The distribution of read latencies: (latency us, fraction of reads at most that),
     /// increasing; empty when nothing was read.
     pub read_latency_cdf: Vec<(f64, f64)>,
+    /// Writepages calls by pages written: entry `i` counts calls that wrote `[2^(i-1), 2^i)`
+    /// pages, entry 0 those that wrote none (`Engine::writepages_sizes`).
+    pub writepages_sizes: Vec<u64>,
 }
 
 impl RunResult {

@@ -502,6 +502,7 @@ fn hand_made_result(name: &str, values: &BTreeMap<String, f64>) -> RunResult {
         pauses: (0..40).map(|i| (f64::from(i) * 0.1, 30.0 + f64::from(i % 3), 0)).collect(),
         simulated_pages: 0,
         read_latency_cdf: Vec::new(),
+        writepages_sizes: Vec::new(),
     }
 }
 
@@ -600,10 +601,15 @@ fn quick_experiments_hold() {
     assert!(outcome.report_html.is_file());
     let html = std::fs::read_to_string(&outcome.report_html).expect("report.html");
     let totals = assert_verdicts_consistent(out.path());
+    assert!(!out.path().join("ioless-throttling/sata/writepages-hist.png").exists());
+    // The writepages histogram counts every call.
+    let nfs = outcome.experiments.iter().find(|e| e.name == "nfs-commit-batching").expect("nfs");
+    assert!(nfs.metrics["nfs/fixed"]["writepages_calls"] > 0.0);
     // The pictures people look at: distributions per case and a verdict chart per experiment.
     for chart in [
         "wbt-read-latency/laptop-ssd/read-latency.png",
         "ioless-throttling/sata/pauses-hist.png",
+        "nfs-commit-batching/nfs/writepages-hist.png",
         "reclaim-writeback/verdicts.png",
         "wbt-read-latency/verdicts.png",
     ] {
