@@ -254,3 +254,60 @@ fn a_full_backend_is_logged_and_a_drain_after_it_exits_0() {
     assert!(stderr.contains("everything written"), "{stderr}");
     assert!(std::fs::read(dir.join("f")).unwrap() == data);
 }
+
+/// Waits (a hang detector, not a speed check) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(120), "{what} never happened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// A writer whose backend hangs (a server that stopped answering: here a second ebb mount,
+// stopped with SIGSTOP, under the one written to) is throttled, since nothing it dirties can
+// be written, and stays killable: kill -9 ends it at once instead of leaving it in D state.
+// When the backend answers again, everything the writer wrote before the kill drains.
+#[test]
+fn a_writer_whose_backend_hangs_can_be_killed() {
+    if !fuse_available() {
+        return;
+    }
+    let (root, dir, lower) = dirs();
+    let upper = root.path().join("upper");
+    std::fs::create_dir(&upper).unwrap();
+    let mut below = Running::start(&dir, &lower, &["--memory", "64MiB"]);
+    let mut above = Running::start(&lower, &upper, &["--memory", "16MiB"]);
+    let below_pid = below.child.as_ref().unwrap().id().to_string();
+    // The shell opens the file while the lower mount answers, stops it, then becomes a dd
+    // writing 64 MiB into the open descriptor (no further open through the mounts).
+    let script =
+        r#"exec 3<>"$1" && kill -STOP "$2" && exec dd if=/dev/zero bs=1M count=64 status=none >&3"#;
+    let mut writer = Command::new("sh")
+        .args(["-c", script, "sh", upper.join("f").to_str().unwrap(), &below_pid])
+        .spawn()
+        .unwrap();
+    let io_path = format!("/proc/{}/io", writer.id());
+    let written = || {
+        std::fs::read_to_string(&io_path)
+            .ok()
+            .and_then(|io| io.lines().find_map(|l| l.strip_prefix("wchar: ")?.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    wait_until("the writer's first megabytes", || written() >= 2 << 20);
+    std::thread::sleep(Duration::from_secs(1)); // let it reach the throttle
+    assert!(
+        writer.try_wait().unwrap().is_none(),
+        "64 MiB cannot pass a 16 MiB cache that cannot write"
+    );
+    let _ = writer.kill();
+    wait_until("the killed writer's exit", || writer.try_wait().unwrap().is_some());
+    below.signal("-CONT");
+    above.signal("-TERM");
+    let (status, stderr) = above.wait();
+    assert!(status.success(), "{stderr}");
+    below.signal("-TERM");
+    assert!(below.wait().0.success());
+    let length = std::fs::metadata(dir.join("f")).unwrap().len();
+    assert!(length >= 2 << 20, "what was written before the kill drains: {length} bytes");
+}

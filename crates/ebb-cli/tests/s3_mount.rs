@@ -63,6 +63,13 @@ impl Running {
         assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
     }
 
+    /// SIGKILL by kill(2) from this process, not by running kill(1): a forked child closes
+    /// its copies of the test's open files at exec, and each such close is a FUSE flush,
+    /// which on S3 (flush_on_close, as NFS's close-to-open) writes the file back and commits.
+    fn kill(&mut self) {
+        self.child.as_mut().unwrap().kill().unwrap();
+    }
+
     fn wait(&mut self) -> (std::process::ExitStatus, String) {
         let status = self.child.as_mut().unwrap().wait().unwrap();
         let stderr = self.stderr();
@@ -173,7 +180,7 @@ fn s3_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
     let mut open = std::fs::File::create(mnt.join("unsynced")).unwrap();
     let unsynced = pattern(96 * MIB, 3);
     open.write_all(&unsynced).unwrap();
-    running.signal("-KILL");
+    running.kill();
     running.wait();
     drop(open);
     let _ = Command::new("umount").arg("-l").arg(&mnt).status();

@@ -10,12 +10,44 @@
 //! [`Engine::throttle_continue`] for writers, [`Engine::inode_dirtied`] when a write makes a
 //! clean file dirty, [`Engine::poll_action`] and [`Engine::poll_timeout`] for outputs. Every
 //! entry point takes `now`, which must never go backwards.
+//!
+//! # Write-error policy
+//!
+//! A failed write never loses data: its pages stay cached. What happens next depends on the
+//! error's [`ErrorClass`]:
+//!
+//! | class | errno | pages | retried | reported (once per handle, errseq) |
+//! |---|---|---|---|---|
+//! | `Retry` | EIO and the rest | dirty | after [`RETRY_BACKOFF_MIN`] doubling to [`RETRY_BACKOFF_MAX`] | at the next fsync or close |
+//! | `Outage` | refused, reset, timed-out connections, EAGAIN | dirty | as `Retry` | only as EIO, once the backend has failed for `retry_timeout_secs` without a success; fsync waits for retries until then |
+//! | `Hold` | ENOSPC, EROFS, EDQUOT, EFBIG, ESTALE, EACCES, EPERM, ENOENT | held: dirty, not counted by throttling, skipped by background writeback | after [`HOLD_BACKOFF_MIN`] doubling to [`RETRY_BACKOFF_MAX`], all of the file's held pages at once | at the next fsync or close |
+//!
+//! Only `Retry` and `Outage` failures keep background writeback away from the file until its
+//! retry; after a `Hold` failure the file's new dirty data is written as usual (and held as
+//! well if the backend refuses it too), so a writer is never throttled at a bandwidth of
+//! nothing by pages waiting for a retry.
+//!
+//! So freeing space on a full backend lets its held pages drain within about half a minute,
+//! and a server that comes back gets everything it missed. Two situations fail writers instead
+//! of making them wait for something that may never come ([`crate::Verdict::Fail`]): held pages fill
+//! the cache so no frame can be had (the write fails with the held errno), and the writer's
+//! backend is past its retry timeout (a write that would be throttled fails with EIO). The
+//! kernel has no such rule: it drops pages after a write error and marks the mapping; ebb keeps
+//! them, so it must bound how long a writer waits on them.
+
+/// First retry after a write that may pass failed: short, as most such failures are brief.
+pub(crate) const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// First retry of held pages: longer, as each retry rewrites all of a file's held pages and
+/// the condition (a full or read-only backend) passes only when someone acts.
+pub(crate) const HOLD_BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between retries of one file (the backoff doubles up to it).
+pub(crate) const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::bandwidth::Rates;
 use crate::config::{Config, ConfigError};
-use crate::event::{Action, Event, IoClass, IoError, Issuer, Stability};
+use crate::event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, errno};
 use crate::flusher::{Flusher, Submitter};
 use crate::fprop::{EventProportions, Local, Proportions};
 use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
@@ -133,8 +165,18 @@ pub(crate) struct InodeMeta {
     pub(crate) err_seq: u64,
     pub(crate) err: Option<IoError>,
     pub(crate) err_unseen: bool,
+    /// When background writeback may try the file again after a write error that may pass
+    /// (`Retry`, `Outage`); until then it leaves the file alone.
     pub(crate) retry_at: Option<Instant>,
+    /// When the file's held pages are tried again (`Hold`). Its other dirty pages are not
+    /// gated: new data is written as usual (and held too if the backend refuses it), so a
+    /// writer fills the cache with held pages and fails instead of being throttled at a
+    /// bandwidth of nothing.
+    pub(crate) hold_retry_at: Option<Instant>,
     pub(crate) retry_backoff: Duration,
+    /// Its held pages are due for another try: the flusher's next chunk of the file takes
+    /// them too (write-error policy, module doc).
+    pub(crate) retry_held: bool,
     pub(crate) page_waiters: Vec<WriterId>,
     pub(crate) last_read_end: u64,
     pub(crate) readahead: u64,
@@ -163,26 +205,29 @@ pub(crate) struct Wb {
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
+    /// Since when every write or commit to this backend has failed with an
+    /// [`ErrorClass::Outage`] error (`None` once one succeeds).
+    pub(crate) outage_since: Option<Instant>,
+    /// The outage outlasted `retry_timeout_secs`: EIO was recorded on its files, fsync and
+    /// close report it, and writers that would be throttled fail.
+    pub(crate) outage_reported: bool,
 }
 
 pub(crate) enum IoKind {
     Write {
         run: Run,
         issuer: Issuer,
+        /// Background writeback retrying pages that were all held already: if they are
+        /// refused again (a `Hold` error) nothing new has failed, and no handle hears of it
+        /// again (an fsync or sync retrying them reports its own failure).
+        held_retry: bool,
     },
     /// `keep_below`: a truncate while the read was in flight; pages at or past it are stale
     /// and not inserted. `stale`: pages evicted while the read was in flight (they may have been
     /// rewritten and written back meanwhile, so the read's bytes for them may be older).
-    Read {
-        run: Run,
-        frames: Vec<FrameId>,
-        keep_below: u64,
-        stale: Vec<u64>,
-    },
+    Read { run: Run, frames: Vec<FrameId>, keep_below: u64, stale: Vec<u64> },
     /// The pages this COMMIT covers.
-    Commit {
-        batch: CommitBatch,
-    },
+    Commit { batch: CommitBatch },
 }
 
 pub(crate) struct IoRecord {
@@ -199,6 +244,10 @@ pub(crate) enum FsyncPhase {
     Waiting(IoId),
     /// Waiting for the file's COMMITs in flight up to this one.
     Committing(IoId),
+    /// The backend could not be reached (an [`ErrorClass::Outage`] failure): waiting for the
+    /// file's next retry, to write again, unless the outage reaches the backend's
+    /// `retry_timeout_secs` first (then EIO).
+    Retrying,
 }
 
 pub(crate) struct FsyncState {
@@ -207,6 +256,12 @@ pub(crate) struct FsyncState {
     pub(crate) phase: FsyncPhase,
     /// A COMMIT redirtied pages (the server restarted): write them again before answering.
     pub(crate) rewrite: bool,
+    /// A write or commit of the file failed because the backend was unreachable while this
+    /// fsync ran: it waits for a retry instead of answering.
+    pub(crate) outage: bool,
+    /// This is the write-back of a close on a `flush_on_close` backend: answer with
+    /// [`Action::CloseDone`] and forget the handle.
+    pub(crate) closing: bool,
 }
 
 pub(crate) struct SyncState {
@@ -216,6 +271,11 @@ pub(crate) struct SyncState {
     /// Backends where a COMMIT redirtied pages (the server restarted) during this sync: their
     /// part is written again before the sync answers.
     pub(crate) rewrite: BTreeSet<BackendId>,
+    /// Backends that could not be reached during this sync ([`ErrorClass::Outage`]): their
+    /// part is written again after a backoff, until the outage reaches its timeout.
+    pub(crate) outage: BTreeSet<BackendId>,
+    /// When each such backend's part is tried again.
+    pub(crate) retry_at: BTreeMap<BackendId, Instant>,
 }
 
 pub(crate) struct ReadState {
@@ -268,6 +328,9 @@ pub struct Engine {
     pub(crate) min_ratio_sum: u32,
     /// kswapd's last batch was all unqueued dirty pages (the kernel's `PGDAT_DIRTY`).
     pub(crate) node_dirty: bool,
+    /// The error of the last write whose pages were held: what a writer fails with when held
+    /// pages fill the cache.
+    pub(crate) last_hold: Option<IoError>,
     pub(crate) reclaim: crate::reclaim::ReclaimState,
 }
 
@@ -305,6 +368,8 @@ impl Engine {
                     b.write_cache,
                 ),
                 write_inflight: 0,
+                outage_since: None,
+                outage_reported: false,
             })
             .collect();
         let mem = Memory::new(&config);
@@ -341,6 +406,7 @@ impl Engine {
             dirty_seq: 0,
             min_ratio_sum,
             node_dirty: false,
+            last_hold: None,
             reclaim: crate::reclaim::ReclaimState::default(),
             cfg: config,
         };
@@ -386,9 +452,14 @@ impl Engine {
             consider(wb.flusher.timer);
             consider(wb.wbt.timer());
             consider(wb.bw_update_at);
+            consider(self.outage_deadline(wb));
         }
         for meta in self.inodes.values() {
             consider(meta.retry_at);
+            consider(meta.hold_retry_at);
+        }
+        for state in self.syncs.values() {
+            consider(state.retry_at.values().min().copied());
         }
         consider(self.kswapd_timer());
         next
@@ -420,15 +491,7 @@ impl Engine {
         self.advance(now);
         match event {
             Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
-            Event::Close { handle, request } => {
-                let result = self.check_handle_error(handle);
-                if let Some((inode, _)) = self.handles.remove(&handle)
-                    && let Some(meta) = self.inodes.get_mut(&inode)
-                {
-                    meta.handles = meta.handles.saturating_sub(1);
-                }
-                self.emit(Action::CloseDone { request, result });
-            }
+            Event::Close { handle, request } => self.close(handle, request, maps),
             Event::Fsync { handle, request } => self.fsync_start(handle, request, maps),
             Event::Sync { request } => self.sync_start(request, maps),
             Event::Read { inode, first_page, pages, request } => {
@@ -483,7 +546,9 @@ impl Engine {
             err: None,
             err_unseen: false,
             retry_at: None,
+            hold_retry_at: None,
             retry_backoff: Duration::ZERO,
+            retry_held: false,
             page_waiters: Vec::new(),
             last_read_end: u64::MAX,
             readahead: 0,
@@ -548,7 +613,10 @@ impl Engine {
             error: meta.err,
             count: meta.err_seq,
             unseen: meta.err_unseen,
-            retry_at: meta.retry_at,
+            retry_at: match (meta.retry_at, meta.hold_retry_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
             held_pages: counts.held,
             dirty_pages: counts.dirty,
         })
@@ -685,7 +753,9 @@ impl Engine {
     ) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Write { run, issuer } = record.kind else { panic!("io {io} is not a write") };
+        let IoKind::Write { run, issuer, held_retry } = record.kind else {
+            panic!("io {io} is not a write")
+        };
         let (b, inode) = (record.backend, record.inode);
         let now = self.now;
         let wb = &mut self.wbs[b.index()];
@@ -702,10 +772,18 @@ impl Engine {
             }
             Err(e) => {
                 self.stats.write_errors += 1;
-                self.record_error(inode, e);
-                if e.may_pass() { WriteEnd::Redirty } else { WriteEnd::Hold }
+                if held_retry && e.class() == ErrorClass::Hold {
+                    self.stats.held_retries_failed += 1;
+                    self.schedule_retry(inode, ErrorClass::Hold);
+                } else {
+                    self.write_failed(b, inode, e);
+                }
+                if e.class() == ErrorClass::Hold { WriteEnd::Hold } else { WriteEnd::Redirty }
             }
         };
+        if result.is_ok() {
+            self.backend_reached(b);
+        }
         let out = maps.with(inode, |m| m.end_writeback(run, end));
         let mut delta = Counters {
             writeback: -(run.count as i64),
@@ -741,11 +819,18 @@ impl Engine {
             self.mark_inode_dirty(inode);
         }
         let mut inode_idle = false;
+        let held_left = result.is_ok() && maps.with(inode, |m| m.counts().held) > 0;
         if let Some(meta) = self.inodes.get_mut(&inode) {
             meta.inflight.remove(&io);
             inode_idle = meta.inflight.is_empty();
             if result.is_ok() {
                 meta.retry_backoff = Duration::ZERO;
+            }
+            if held_left && meta.retry_at.is_none() && !meta.retry_held {
+                meta.hold_retry_at = None;
+                // The backend takes writes again: the rest of the held pages follow at once.
+                meta.retry_held = true;
+                self.wbs[b.index()].flusher.start_all = true;
             }
         }
         // The inode's writeback ended: a bandwidth update 200 ms later (BANDWIDTH_INTERVAL), so
@@ -776,21 +861,124 @@ impl Engine {
         }
     }
 
+    /// A write or commit of `inode` on `b` failed with `e`: the write-error policy (module
+    /// doc). The pages themselves are redirtied or held by the caller.
+    fn write_failed(&mut self, b: BackendId, inode: InodeId, e: IoError) {
+        match e.class() {
+            ErrorClass::Retry => self.record_error(inode, e),
+            ErrorClass::Hold => {
+                self.last_hold = Some(e);
+                self.record_error(inode, e);
+            }
+            ErrorClass::Outage => {
+                self.stats.outage_errors += 1;
+                for f in self.fsyncs.values_mut().filter(|f| f.inode == inode) {
+                    f.outage = true;
+                }
+                for state in self.syncs.values_mut() {
+                    state.outage.insert(b);
+                }
+                let now = self.now;
+                let wb = &mut self.wbs[b.index()];
+                wb.outage_since.get_or_insert(now);
+                if self.cfg.backends[b.index()].retry_timeout_secs == 0 {
+                    // No patience: reported like any failure.
+                    self.record_error(inode, IoError { errno: errno::EIO });
+                }
+            }
+        }
+        self.schedule_retry(inode, e.class());
+    }
+
     /// Records a write error on a file: every open handle will see it once.
     fn record_error(&mut self, inode: InodeId, e: IoError) {
-        let now = self.now;
         if let Some(meta) = self.inodes.get_mut(&inode) {
             meta.err_seq += 1;
             meta.err = Some(e);
             meta.err_unseen = true;
-            if e.may_pass() {
-                // Retry with exponential backoff: 100 ms doubling to 30 s.
-                meta.retry_backoff = if meta.retry_backoff == Duration::ZERO {
-                    Duration::from_millis(100)
-                } else {
-                    (meta.retry_backoff + meta.retry_backoff).min(Duration::from_secs(30))
-                };
-                meta.retry_at = Some(now + meta.retry_backoff);
+        }
+    }
+
+    /// Sets the file's next retry with exponential backoff: from [`RETRY_BACKOFF_MIN`]
+    /// doubling to [`RETRY_BACKOFF_MAX`] for errors that may pass, from
+    /// [`HOLD_BACKOFF_MIN`] for held pages (whose retry rewrites all of them).
+    fn schedule_retry(&mut self, inode: InodeId, class: ErrorClass) {
+        let now = self.now;
+        let Some(meta) = self.inodes.get_mut(&inode) else { return };
+        let first = if class == ErrorClass::Hold { HOLD_BACKOFF_MIN } else { RETRY_BACKOFF_MIN };
+        meta.retry_backoff = if meta.retry_backoff == Duration::ZERO {
+            first
+        } else {
+            (meta.retry_backoff + meta.retry_backoff).clamp(first, RETRY_BACKOFF_MAX)
+        };
+        let at = now + meta.retry_backoff;
+        if class == ErrorClass::Hold {
+            // The earliest retry stands: new data failing meanwhile does not push it back.
+            meta.hold_retry_at = Some(meta.hold_retry_at.map_or(at, |t| t.min(at)));
+        } else {
+            meta.retry_at = Some(at);
+        }
+    }
+
+    /// A write or commit to `b` succeeded: any outage is over.
+    fn backend_reached(&mut self, b: BackendId) {
+        let wb = &mut self.wbs[b.index()];
+        wb.outage_since = None;
+        wb.outage_reported = false;
+    }
+
+    /// When the backend's current outage turns into EIO for its files (`None`: no outage, or
+    /// already reported).
+    pub(crate) fn outage_deadline(&self, wb: &Wb) -> Option<Instant> {
+        let since = wb.outage_since.filter(|_| !wb.outage_reported)?;
+        let b = self.wbs.iter().position(|w| std::ptr::eq(w, wb))?;
+        let secs = self.cfg.backends[b].retry_timeout_secs;
+        Some(since + Duration::from_nanos(secs.saturating_mul(1_000_000_000)))
+    }
+
+    /// The backend's outage reached its deadline: every file of it with unwritten data gets
+    /// EIO (once per handle), waiting fsyncs answer, and from now on its writers fail instead
+    /// of being throttled, until a write succeeds. The data stays and is retried.
+    fn outage_expired<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        self.wbs[b.index()].outage_reported = true;
+        self.stats.outage_timeouts += 1;
+        let files: Vec<InodeId> = self
+            .inodes
+            .iter()
+            .filter(|(_, m)| m.backend == b)
+            .map(|(&i, _)| i)
+            .filter(|&i| maps.with(i, |m| m.counts().dirty + m.counts().unstable > 0))
+            .collect();
+        for inode in files {
+            self.record_error(inode, IoError { errno: errno::EIO });
+        }
+        let waiting: Vec<RequestId> = self
+            .fsyncs
+            .iter()
+            .filter(|(_, f)| matches!(f.phase, FsyncPhase::Retrying))
+            .filter(|(_, f)| self.inodes.get(&f.inode).is_some_and(|m| m.backend == b))
+            .map(|(&r, _)| r)
+            .collect();
+        for request in waiting {
+            self.fsync_answer(request, maps);
+        }
+        // Syncs waiting to retry this backend's part: one more pass, which ends with EIO.
+        let mut retries = Vec::new();
+        for (&request, state) in &mut self.syncs {
+            if state.retry_at.remove(&b).is_some() {
+                state.outage.insert(b);
+                retries.push(request);
+            }
+        }
+        for request in retries {
+            self.queue_sync_work(b, request);
+        }
+        // Writers paused against this backend re-check, and fail.
+        let paused: Vec<WriterId> = self.waiters.keys().copied().collect();
+        for w in paused {
+            if self.waiters.get(&w) != Some(&WaitReason::OwnWriteback) {
+                self.waiters.remove(&w);
+                self.emit(Action::Resume { writer: w });
             }
         }
     }
@@ -885,11 +1073,14 @@ impl Engine {
                 })
             }
             Err(e) => {
-                self.record_error(inode, e);
+                self.write_failed(b, inode, e);
                 // The server may have lost the data: write it again.
                 maps.with(inode, |m| m.resolve_commit(&batch, |_| false))
             }
         };
+        if result.is_ok() {
+            self.backend_reached(b);
+        }
         self.stats.verifier_redirtied += out.redirtied;
         if out.redirtied > 0 {
             for f in self.fsyncs.values_mut().filter(|f| f.inode == inode) {
@@ -916,20 +1107,94 @@ impl Engine {
 
     // ----- fsync, sync, close -----
 
+    /// A handle closes: at once, with any error it has not seen, or, on a `flush_on_close`
+    /// backend, after writing back and committing the file as fsync does (close-to-open).
+    fn close<M: PageMaps>(&mut self, handle: HandleId, request: RequestId, maps: &mut M) {
+        let flush = self
+            .handles
+            .get(&handle)
+            .and_then(|&(inode, _)| self.inodes.get(&inode))
+            .is_some_and(|meta| self.cfg.backends[meta.backend.index()].flush_on_close);
+        if flush {
+            self.fsync_begin(handle, request, true, maps);
+            return;
+        }
+        self.close_now(handle, request);
+    }
+
+    fn close_now(&mut self, handle: HandleId, request: RequestId) {
+        let result = self.check_handle_error(handle);
+        if let Some((inode, _)) = self.handles.remove(&handle)
+            && let Some(meta) = self.inodes.get_mut(&inode)
+        {
+            meta.handles = meta.handles.saturating_sub(1);
+        }
+        self.emit(Action::CloseDone { request, result });
+    }
+
     fn fsync_start<M: PageMaps>(&mut self, handle: HandleId, request: RequestId, maps: &mut M) {
+        self.fsync_begin(handle, request, false, maps);
+    }
+
+    fn fsync_begin<M: PageMaps>(
+        &mut self,
+        handle: HandleId,
+        request: RequestId,
+        closing: bool,
+        maps: &mut M,
+    ) {
         let Some(&(inode, _)) = self.handles.get(&handle) else {
-            self.emit(Action::FsyncDone { request, result: Err(IoError { errno: 9 }) });
+            let result = Err(IoError { errno: 9 });
+            self.emit(if closing {
+                Action::CloseDone { request, result }
+            } else {
+                Action::FsyncDone { request, result }
+            });
             return;
         };
-        self.fsyncs.insert(
-            request,
-            FsyncState { handle, inode, phase: FsyncPhase::Writing, rewrite: false },
-        );
+        let state = FsyncState {
+            handle,
+            inode,
+            phase: FsyncPhase::Writing,
+            rewrite: false,
+            outage: false,
+            closing,
+        };
+        self.fsyncs.insert(request, state);
         self.fsync_write_phase(request, maps);
+    }
+
+    /// Answers an fsync (or a flushing close) with the first error its handle has not seen,
+    /// or EIO whenever the file still has unwritten data on a backend past its retry timeout
+    /// (the handle may have seen that error already: the data is still not durable).
+    pub(crate) fn fsync_answer<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
+        let state = self.fsyncs.remove(&request).expect("fsync");
+        let mut result = self.check_handle_error(state.handle);
+        let reported = self
+            .inodes
+            .get(&state.inode)
+            .is_some_and(|meta| self.wbs[meta.backend.index()].outage_reported);
+        if reported && result.is_ok() {
+            let counts = maps.with(state.inode, |m| m.counts());
+            if counts.dirty + counts.unstable + counts.writeback > 0 {
+                result = Err(IoError { errno: errno::EIO });
+            }
+        }
+        if state.closing {
+            if let Some((inode, _)) = self.handles.remove(&state.handle)
+                && let Some(meta) = self.inodes.get_mut(&inode)
+            {
+                meta.handles = meta.handles.saturating_sub(1);
+            }
+            self.emit(Action::CloseDone { request, result });
+        } else {
+            self.emit(Action::FsyncDone { request, result });
+        }
     }
 
     fn fsync_write_phase<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
         let inode = self.fsyncs[&request].inode;
+        self.fsyncs.get_mut(&request).expect("fsync").outage = false;
         let tagged = maps.with(inode, |m| m.tag_dirty());
         if tagged > 0 {
             // One integrity writepages call (counted like the flusher's).
@@ -974,9 +1239,15 @@ impl Engine {
             self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Committing(last);
             return;
         }
-        let state = self.fsyncs.remove(&request).expect("fsync");
-        let result = self.check_handle_error(state.handle);
-        self.emit(Action::FsyncDone { request, result });
+        let meta = &self.inodes[&inode];
+        let reported = self.wbs[meta.backend.index()].outage_reported;
+        if self.fsyncs[&request].outage && !reported && counts.dirty > 0 {
+            // The backend could not be reached: wait for the file's retry and write again,
+            // rather than answer with data unwritten (write-error policy, module doc).
+            self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Retrying;
+            return;
+        }
+        self.fsync_answer(request, maps);
     }
 
     pub(crate) fn fsync_progress<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
@@ -992,6 +1263,7 @@ impl Engine {
                 FsyncPhase::Committing(last) => {
                     self.inodes[&inode].commits_inflight.range(..=last).next().is_none()
                 }
+                FsyncPhase::Retrying => false,
             })
             .map(|(&r, _)| r)
             .collect();
@@ -1009,6 +1281,8 @@ impl Engine {
                 error: None,
                 err_seq_start,
                 rewrite: BTreeSet::new(),
+                outage: BTreeSet::new(),
+                retry_at: BTreeMap::new(),
             },
         );
         for b in 0..self.wbs.len() {
@@ -1066,6 +1340,15 @@ impl Engine {
                 // A COMMIT redirtied pages: write this backend's part again.
                 self.queue_sync_work(b, request);
                 continue;
+            }
+            if state.outage.remove(&b) {
+                if !self.wbs[b.index()].outage_reported {
+                    // The backend could not be reached: try its part again after a backoff.
+                    let at = self.now + RETRY_BACKOFF_MIN.max(Duration::from_secs(1));
+                    self.syncs.get_mut(&request).expect("sync").retry_at.insert(b, at);
+                    continue;
+                }
+                state.error.get_or_insert(IoError { errno: errno::EIO });
             }
             state.backends_left -= 1;
             if state.backends_left == 0 {
@@ -1287,13 +1570,14 @@ impl Engine {
                 ..Counters::default()
             },
         );
-        let meta = self.inodes.get_mut(&inode).expect("known");
         // Truncating away held pages is how a user gives up on data a permanent error keeps.
-        if maps.with(inode, |m| m.counts().dirty) == 0 {
-            let meta2 = self.inodes.get_mut(&inode).expect("known");
-            meta2.retry_at = None;
-        } else {
-            let _ = meta;
+        let (dirty, held) = maps.with(inode, |m| (m.counts().dirty, m.counts().held));
+        let meta = self.inodes.get_mut(&inode).expect("known");
+        if dirty == 0 {
+            meta.retry_at = None;
+        }
+        if held == 0 {
+            meta.hold_retry_at = None;
         }
     }
 
@@ -1325,16 +1609,53 @@ impl Engine {
         let due: Vec<InodeId> = self
             .inodes
             .iter()
-            .filter(|(_, m)| m.retry_at.is_some_and(|t| t <= now))
+            .filter(|(_, m)| {
+                m.retry_at.is_some_and(|t| t <= now) || m.hold_retry_at.is_some_and(|t| t <= now)
+            })
             .map(|(&i, _)| i)
             .collect();
         for inode in due {
+            let held = maps.with(inode, |m| m.counts().held);
             let meta = self.inodes.get_mut(&inode).expect("known");
-            meta.retry_at = None;
+            if meta.retry_at.is_some_and(|t| t <= now) {
+                meta.retry_at = None;
+            }
+            if meta.hold_retry_at.is_some_and(|t| t <= now) {
+                meta.hold_retry_at = None;
+            }
+            // Held pages are not taken by background writeback; this retry takes them (if
+            // the backend still refuses them they are held again, with a longer backoff).
+            meta.retry_held = held > 0 && meta.hold_retry_at.is_none();
             let b = meta.backend;
             // Retry: make sure the file is queued and the flusher runs.
             self.mark_inode_dirty(inode);
             self.wbs[b.index()].flusher.start_all = true;
+            let waiting: Vec<RequestId> = self
+                .fsyncs
+                .iter()
+                .filter(|(_, f)| f.inode == inode && matches!(f.phase, FsyncPhase::Retrying))
+                .map(|(&r, _)| r)
+                .collect();
+            for request in waiting {
+                self.fsync_write_phase(request, maps);
+            }
+        }
+        for b in 0..self.wbs.len() {
+            if self.outage_deadline(&self.wbs[b]).is_some_and(|t| t <= now) {
+                self.outage_expired(BackendId(b as u32), maps);
+            }
+        }
+        let mut retries = Vec::new();
+        for (&request, state) in &mut self.syncs {
+            let due: Vec<BackendId> =
+                state.retry_at.iter().filter(|&(_, &t)| t <= now).map(|(&b, _)| b).collect();
+            for b in due {
+                state.retry_at.remove(&b);
+                retries.push((b, request));
+            }
+        }
+        for (b, request) in retries {
+            self.queue_sync_work(b, request);
         }
         self.kswapd_run(maps);
     }

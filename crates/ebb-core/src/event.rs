@@ -25,7 +25,7 @@ pub mod errno {
     pub const ENOENT: i32 = 2;
     /// I/O error.
     pub const EIO: i32 = 5;
-    /// Try again.
+    /// Try again (a server asking the client to back off: NFS3ERR_JUKEBOX, S3 SlowDown).
     pub const EAGAIN: i32 = 11;
     /// Out of memory.
     pub const ENOMEM: i32 = 12;
@@ -37,32 +37,85 @@ pub mod errno {
     pub const ENOSPC: i32 = 28;
     /// Read-only file system.
     pub const EROFS: i32 = 30;
-    /// Quota exceeded.
-    pub const EDQUOT: i32 = 122;
+    /// Broken pipe (the connection to a server closed under a request).
+    pub const EPIPE: i32 = 32;
+    /// Network is down.
+    pub const ENETDOWN: i32 = 100;
+    /// Network is unreachable.
+    pub const ENETUNREACH: i32 = 101;
+    /// Connection aborted.
+    pub const ECONNABORTED: i32 = 103;
+    /// Connection reset by peer.
+    pub const ECONNRESET: i32 = 104;
+    /// Transport endpoint is not connected.
+    pub const ENOTCONN: i32 = 107;
     /// Connection timed out.
     pub const ETIMEDOUT: i32 = 110;
+    /// Connection refused.
+    pub const ECONNREFUSED: i32 = 111;
+    /// Host is down.
+    pub const EHOSTDOWN: i32 = 112;
+    /// No route to host.
+    pub const EHOSTUNREACH: i32 = 113;
     /// Stale file handle.
     pub const ESTALE: i32 = 116;
+    /// Quota exceeded.
+    pub const EDQUOT: i32 = 122;
+}
+
+/// What the engine does with a failed write (the write-error policy, see `engine`'s module
+/// doc): every class keeps the pages; they differ in when the write is tried again and when an
+/// application hears of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// The device or server failed this write (EIO and everything not named below): the pages
+    /// stay dirty and are retried with backoff, and the error is reported once to every handle
+    /// of the file at its next fsync or close.
+    Retry,
+    /// The backend could not be reached (a refused, reset or timed-out connection, a server
+    /// asking to back off): nothing is known to be wrong with the data, so the pages are
+    /// retried with backoff and writers are throttled as usual, but no error is reported until
+    /// the backend has been unreachable for its `retry_timeout_secs`; fsync waits meanwhile.
+    Outage,
+    /// The write will fail the same way until someone acts (ENOSPC, EROFS, EDQUOT, EFBIG,
+    /// ESTALE, EACCES, EPERM, ENOENT): the pages are held (not counted by throttling, retried
+    /// with a longer backoff so that freed space drains them), the error is reported once per
+    /// handle, and a writer that cannot get memory because held pages fill the cache fails with
+    /// it instead of waiting.
+    Hold,
 }
 
 impl IoError {
-    /// Whether retrying later may succeed. ENOSPC, EROFS, EDQUOT, EFBIG, ESTALE, EACCES, EPERM
-    /// and ENOENT will not pass by themselves: pages that failed with them are held until the
-    /// user acts (a network backend refusing a write with a permission error, or whose file or
-    /// bucket was removed, is in that class). Everything else (EIO from a flaky device,
-    /// timeouts, refused connections, EAGAIN) is retried with backoff.
-    pub fn may_pass(self) -> bool {
-        !matches!(
-            self.errno,
+    /// The error's class (see [`ErrorClass`]).
+    pub fn class(self) -> ErrorClass {
+        match self.errno {
             errno::ENOSPC
-                | errno::EROFS
-                | errno::EDQUOT
-                | errno::EFBIG
-                | errno::ESTALE
-                | errno::EACCES
-                | errno::EPERM
-                | errno::ENOENT
-        )
+            | errno::EROFS
+            | errno::EDQUOT
+            | errno::EFBIG
+            | errno::ESTALE
+            | errno::EACCES
+            | errno::EPERM
+            | errno::ENOENT => ErrorClass::Hold,
+            errno::EAGAIN
+            | errno::EPIPE
+            | errno::ENETDOWN
+            | errno::ENETUNREACH
+            | errno::ECONNABORTED
+            | errno::ECONNRESET
+            | errno::ENOTCONN
+            | errno::ETIMEDOUT
+            | errno::ECONNREFUSED
+            | errno::EHOSTDOWN
+            | errno::EHOSTUNREACH => ErrorClass::Outage,
+            _ => ErrorClass::Retry,
+        }
+    }
+
+    /// Whether retrying later may succeed without anyone acting: every class but
+    /// [`ErrorClass::Hold`].
+    pub fn may_pass(self) -> bool {
+        self.class() != ErrorClass::Hold
     }
 }
 
@@ -316,4 +369,12 @@ pub enum Verdict {
     /// Wait for [`Action::Resume`] (IO the writer issued, a page under writeback, memory),
     /// then call [`crate::Engine::throttle_continue`].
     Wait,
+    /// The write cannot go on: the cache is full of pages held by `error` (the backend is
+    /// full or read-only) so no memory will come, or the writer's backend has been unreachable
+    /// past its `retry_timeout_secs` (`error` is EIO). The writer's `write` fails with `error`;
+    /// what it dirtied before stays cached. The throttle call has ended.
+    Fail {
+        /// The errno the write fails with.
+        error: IoError,
+    },
 }

@@ -258,12 +258,15 @@ impl Engine {
                 continue;
             };
             let io = self.new_io();
+            let sync_all =
+                self.wbs[b.index()].flusher.current.as_ref().is_some_and(|work| work.sync_all);
+            let held_retry = unheld == run.count && issuer == Issuer::Flusher && !sync_all;
             self.ios.insert(
                 io,
                 IoRecord {
                     backend: b,
                     inode: sub.inode,
-                    kind: IoKind::Write { run, issuer },
+                    kind: IoKind::Write { run, issuer, held_retry },
                     issued: now,
                 },
             );
@@ -670,7 +673,11 @@ impl Engine {
                 self.wbs[b.index()].flusher.more_io.push_back(inode);
                 continue;
             }
-            if meta.retry_at.is_some_and(|t| t > now) {
+            // A file waiting to retry a failed write is left alone by background work, not by
+            // a sync, which must try everything it covers (and report what fails).
+            let integrity =
+                self.wbs[b.index()].flusher.current.as_ref().is_some_and(|w| w.sync_all);
+            if !integrity && meta.retry_at.is_some_and(|t| t > now) {
                 self.redirty_tail(b, inode);
                 continue;
             }
@@ -684,7 +691,12 @@ impl Engine {
         let chunk = self.chunk_size(b, &work);
         let meta = self.inodes.get_mut(&inode).expect("known");
         meta.syncing = Some(Issuer::Flusher);
-        let next_index = if work.sync_all { 0 } else { meta.writeback_index };
+        // A due retry of held pages takes them too, from the start of the file.
+        let retry_held = std::mem::take(&mut meta.retry_held);
+        let next_index = if work.sync_all || retry_held { 0 } else { meta.writeback_index };
+        if retry_held {
+            self.stats.held_retries += 1;
+        }
         maps.with(inode, |m| {
             m.set_inode_dirty(false);
             if work.sync_all {
@@ -698,7 +710,14 @@ impl Engine {
         self.add_submitter(
             b,
             Issuer::Flusher,
-            Submitter::new(inode, next_index, chunk, work.sync_all, !work.sync_all, class),
+            Submitter::new(
+                inode,
+                next_index,
+                chunk,
+                work.sync_all,
+                !work.sync_all && !retry_held,
+                class,
+            ),
         );
     }
 

@@ -30,7 +30,7 @@ pub use config::{
     UnstableAccounting, WbtMode,
 };
 pub use engine::{Engine, MapStore, PageMaps, WRITEPAGES_SIZE_BUCKETS};
-pub use event::{Action, Event, IoClass, IoError, Issuer, Stability, Verdict};
+pub use event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, Verdict};
 pub use ids::*;
 pub use pagemap::{PageMap, PageState, Run};
 pub use stats::{BdiStats, FileErrors, MemInfo, Stats};

@@ -323,6 +323,21 @@ impl Engine {
         self.stats.reclaim_stalls += 1;
     }
 
+    /// The error of held pages when they leave nothing else that could free memory: no page is
+    /// dirty and writable, under writeback, unstable or being read, so a writer waiting for a
+    /// frame would wait until someone frees space on the backend (write-error policy,
+    /// `engine`). `None` while anything else may still free memory.
+    pub(crate) fn memory_held(&self) -> Option<IoError> {
+        let g = &self.global;
+        let in_flight = g.writable() + g.writeback() + g.unstable();
+        let reading = self.ios.values().any(|r| matches!(r.kind, IoKind::Read { .. }));
+        let swapping = !self.reclaim.swap_ios.is_empty();
+        if g.held <= 0 || in_flight > 0 || reading || swapping {
+            return None;
+        }
+        self.last_hold.or(Some(IoError { errno: crate::event::errno::ENOSPC }))
+    }
+
     /// A writer leaves: it no longer waits.
     pub(crate) fn reclaim_forget(&mut self, w: WriterId) {
         if let Some(since) = self.reclaim.stalled_since.remove(&w) {
@@ -750,7 +765,7 @@ impl Engine {
             IoRecord {
                 backend: b,
                 inode,
-                kind: IoKind::Write { run, issuer: Issuer::Reclaim },
+                kind: IoKind::Write { run, issuer: Issuer::Reclaim, held_retry: false },
                 issued: now,
             },
         );
@@ -799,9 +814,10 @@ impl Engine {
             // Try freeing clean pages the completions just produced.
             self.direct_reclaim(SWAP_CLUSTER_MAX, maps);
             self.reclaim.direct_throttle = None;
-            if self.room_above(class, |w| w.min) == 0 {
+            if self.room_above(class, |w| w.min) == 0 && self.memory_held().is_none() {
                 return;
             }
+            // Else held pages fill the cache: the waiters wake to fail (`memory_held`).
         }
         let ready: Vec<_> = self
             .waiters

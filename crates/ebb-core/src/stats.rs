@@ -165,6 +165,19 @@ pub struct Stats {
     pub direct_swapped: u64,
     /// Times a writer waited for memory.
     pub memory_waits: u64,
+    /// Writes failed by the engine ([`crate::Verdict::Fail`]): held pages filled the cache, or
+    /// the writer's backend was unreachable past its retry timeout.
+    pub writes_failed: u64,
+    /// Writes and commits that failed because the backend could not be reached
+    /// ([`crate::ErrorClass::Outage`]).
+    pub outage_errors: u64,
+    /// Outages that outlasted their backend's `retry_timeout_secs` (EIO reported).
+    pub outage_timeouts: u64,
+    /// Retries of held pages (a file's held pages taken for writing again).
+    pub held_retries: u64,
+    /// Background writes of held pages refused again: not reported to any handle again (the
+    /// failure was reported when the pages were first held).
+    pub held_retries_failed: u64,
     /// Reclaim stalls: a writer found no frame even after direct reclaim and waited, or direct
     /// reclaim found the LRU congested and throttled it.
     pub reclaim_stalls: u64,

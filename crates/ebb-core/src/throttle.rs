@@ -55,7 +55,7 @@
 use crate::bandwidth::RATELIMIT_CALC_SHIFT;
 use crate::config::{CounterReads, PAGE_SIZE, ThrottlePolicy};
 use crate::engine::{Engine, PageMaps, WaitReason};
-use crate::event::{Action, Issuer, Verdict};
+use crate::event::{Action, IoError, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
 use crate::limits::{self, DirtyKnobs, Thresholds};
 use crate::position::{self, PositionInputs};
@@ -159,6 +159,14 @@ impl Engine {
             w.frames = frames;
         }
         if w.frames.is_empty() {
+            if let Some(error) = self.memory_held() {
+                // Held pages fill the cache: no memory will come until someone frees space
+                // on the backend, so the write fails with their error instead of waiting.
+                w.call = CallState::Idle;
+                self.stats.writes_failed += 1;
+                self.drive_all(maps);
+                return Verdict::Fail { error };
+            }
             self.memory_wait(w);
             self.drive_all(maps);
             return Verdict::Wait;
@@ -197,7 +205,7 @@ impl Engine {
             }
         };
         self.drive_all(maps);
-        self.finish_verdict(w, verdict)
+        self.finish_verdict(w, b, verdict)
     }
 
     /// A writer's sleep ended or it received [`Action::Resume`]: continue its throttle call.
@@ -249,10 +257,18 @@ impl Engine {
             }
         };
         self.drive_all(maps);
-        self.finish_verdict(w, verdict)
+        self.finish_verdict(w, b, verdict)
     }
 
-    fn finish_verdict(&mut self, w: &mut Writer, verdict: Verdict) -> Verdict {
+    fn finish_verdict(&mut self, w: &mut Writer, b: BackendId, verdict: Verdict) -> Verdict {
+        if matches!(verdict, Verdict::Sleep { .. }) && self.wbs[b.index()].outage_reported {
+            // The backend has been unreachable past its retry timeout: a writer it would
+            // throttle fails instead of pausing on and on (write-error policy, `engine`).
+            w.call = CallState::Idle;
+            w.total_stalled += self.now.saturating_since(w.call_start);
+            self.stats.writes_failed += 1;
+            return Verdict::Fail { error: IoError { errno: crate::event::errno::EIO } };
+        }
         if let Verdict::Proceed { stalled, .. } = verdict {
             w.total_stalled += stalled;
             if stalled > Duration::ZERO {

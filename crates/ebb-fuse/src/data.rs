@@ -139,6 +139,11 @@ pub(crate) trait DataFile: Send + Sync {
     fn check_error(&self) -> io::Result<()> {
         Ok(())
     }
+    /// What `close(2)` of one descriptor does: [`DataFile::check_error`], or on a backend that
+    /// flushes on close, a write-back and commit of the file as fsync does.
+    fn flush(&self, _interrupted: Interrupt<'_>) -> io::Result<()> {
+        self.check_error()
+    }
 }
 
 /// No cache of ours: positional IO on the backend's file.

@@ -180,4 +180,8 @@ impl DataFile for EbbFile {
     fn fsync_interruptible(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
         self.0.fsync_interruptible(interrupted)
     }
+
+    fn flush(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
+        self.0.flush_interruptible(interrupted)
+    }
 }

@@ -272,26 +272,30 @@ impl File {
             if step.inode_became_dirty {
                 shared.enter(|core, _, now| core.engine.inode_dirtied(now, self.inode()));
             }
-            let finished = match step.next {
-                NextStep::Done => true,
+            let outcome = match step.next {
+                NextStep::Done => Throttled::Go,
                 NextStep::Check => self.throttle(&mut ws, None, interrupted),
                 NextStep::Busy(page) => self.throttle(&mut ws, Some(page), interrupted),
             };
-            if !finished {
-                return if done > 0 { Ok(done) } else { Err(interrupted_error("write")) };
+            match outcome {
+                Throttled::Go => {}
+                // What was copied stays in the cache: a short write, as write(2) returns.
+                _ if done > 0 => return Ok(done),
+                Throttled::Interrupted => return Err(interrupted_error("write")),
+                Throttled::Failed(error) => return Err(error),
             }
         }
         Ok(buf.len())
     }
 
-    /// A throttle check (or a wait for a page under writeback), obeyed until it says proceed;
-    /// `false` if `interrupted` ended it first.
+    /// A throttle check (or a wait for a page under writeback), obeyed until it says proceed,
+    /// unless `interrupted` ends it first or the engine fails the write.
     fn throttle(
         &self,
         ws: &mut WriterState,
         busy: Option<u64>,
         interrupted: Interrupt<'_>,
-    ) -> bool {
+    ) -> Throttled {
         let shared = &self.ebb.inner.shared;
         let inode = self.inode();
         let (mut verdict, mut slot) =
@@ -301,14 +305,15 @@ impl File {
             });
         loop {
             match verdict {
-                Verdict::Proceed { .. } => return true,
+                Verdict::Proceed { .. } => return Throttled::Go,
+                Verdict::Fail { error } => return Throttled::Failed(from_io_error(error)),
                 Verdict::Sleep { until } => {
                     let now = shared.now();
                     let pause = until.saturating_since(now);
                     let _ = ws.pauses.record(pause.as_micros().max(1));
                     let pause = std::time::Duration::from_nanos(pause.as_nanos());
                     if !sleep_for(pause, interrupted) {
-                        return false;
+                        return Throttled::Interrupted;
                     }
                 }
                 Verdict::Wait => {
@@ -316,7 +321,7 @@ impl File {
                     let answered = slot.take().is_none_or(|s| wait_slot(&s, interrupted).is_some());
                     let _ = ws.waits.record((start.elapsed().as_micros() as u64).max(1));
                     if !answered {
-                        return false;
+                        return Throttled::Interrupted;
                     }
                 }
             }
@@ -558,8 +563,28 @@ impl File {
         sync_backend_file(&self.fs)
     }
 
+    /// What `close(2)` of one descriptor does (a FUSE flush): on a backend with
+    /// `flush_on_close` (NFS, S3: close-to-open consistency) the file is written back and
+    /// committed as by [`File::fsync`]; elsewhere only a write error this handle has not seen
+    /// is reported ([`File::check_error`]).
+    pub fn flush_interruptible(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
+        if self.flush_on_close() {
+            self.fsync_interruptible(interrupted)
+        } else {
+            self.check_error()
+        }
+    }
+
+    fn flush_on_close(&self) -> bool {
+        let backend = self.fs.backend;
+        self.ebb
+            .inner
+            .shared
+            .enter(|core, _, _| core.engine.config().backends[backend.index()].flush_on_close)
+    }
+
     /// Reports a write error of this file that this handle has not seen yet, once, without
-    /// writing anything or closing (what `close(2)` reports on NFS; a FUSE flush uses it).
+    /// writing anything or closing (what `close(2)` reports on a local filesystem).
     pub fn check_error(&self) -> io::Result<()> {
         let handle = self.handle;
         self.ebb
@@ -595,7 +620,9 @@ impl File {
         }
     }
 
-    /// Closes the handle, reporting a write error this handle has not seen yet.
+    /// Closes the handle, reporting a write error this handle has not seen yet. On a backend
+    /// with `flush_on_close` (NFS, S3) the file is first written back and committed, as
+    /// [`File::fsync`] does, and an error of that is reported.
     pub fn close(mut self) -> io::Result<()> {
         self.close_inner()
     }
@@ -610,12 +637,27 @@ impl File {
             let mut ws = self.writer.lock();
             shared.enter(|core, maps, now| core.engine.writer_exit(now, &mut ws.writer, maps));
         }
+        let flush = self.flush_on_close();
         let handle = self.handle;
         let slot = shared.request(|request| Event::Close { handle, request });
-        let result = slot.wait().map_err(from_io_error);
+        let mut result = slot.wait().map_err(from_io_error);
+        if flush && result.is_ok() {
+            // The engine wrote the file back; the backend's own commit (an S3 completion).
+            result = sync_backend_file(&self.fs);
+        }
         shared.handle_closed(&self.fs);
         result
     }
+}
+
+/// How a writer's throttle call ended.
+enum Throttled {
+    /// Write on.
+    Go,
+    /// The caller gave up while it waited.
+    Interrupted,
+    /// The engine failed the write ([`Verdict::Fail`]).
+    Failed(io::Error),
 }
 
 /// Trims the backend file to the logical size and syncs it if it was written since.

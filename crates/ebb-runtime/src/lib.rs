@@ -151,8 +151,7 @@ impl Builder {
     /// uploads), with the settings of [`Builder::s3_with`].
     pub fn s3_backend(self, name: &str, backend: ebb_backend::S3Backend) -> Builder {
         let mut config = BackendConfig::new(name);
-        config.max_write_pages = (backend.layout().part_size() / PAGE_SIZE) as u32;
-        config.wbt = ebb_core::WbtMode::Off;
+        backend.writeback_settings(&mut config);
         self.backend_with(name, Arc::new(backend), config)
     }
 

@@ -300,6 +300,9 @@ impl NfsBackend {
         settings.max_write_pages = (self.shared.capabilities.max_io_bytes / page) as u32;
         settings.queue_depth = 65_536;
         settings.wbt = ebb_core::WbtMode::Off;
+        // Close writes the file back and commits it (the NFS client's close-to-open
+        // consistency).
+        settings.flush_on_close = true;
     }
 
     /// Opens `name` in the export's root, creating it if asked; the handle is the file's.

@@ -282,6 +282,16 @@ impl S3Backend {
         self.shared.layout
     }
 
+    /// The writeback settings this backend needs in ebb's cache: writes of up to one part (a
+    /// part is uploaded whole); wbt off, as for the kernel's network filesystems, which have
+    /// no block queue to measure; close writes the file back and completes its upload
+    /// (close-to-open: other clients see only completed objects).
+    pub fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
+        settings.max_write_pages = (self.layout().part_size() / ebb_core::PAGE_SIZE) as u32;
+        settings.wbt = ebb_core::WbtMode::Off;
+        settings.flush_on_close = true;
+    }
+
     /// The multipart uploads in progress under the prefix, as `(key, upload id)`, from
     /// ListMultipartUploads: every process's, not only this backend's.
     pub fn multipart_uploads(&self) -> io::Result<Vec<(String, String)>> {

@@ -251,9 +251,7 @@ impl Namespace for S3Namespace {
     }
 
     fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
-        settings.max_write_pages =
-            (self.backend.layout().part_size() / crate::PAGE_SIZE as u64) as u32;
-        settings.wbt = ebb_core::WbtMode::Off;
+        self.backend.writeback_settings(settings);
     }
 
     fn root(&self) -> io::Result<(S3Node, Attr)> {

@@ -136,6 +136,22 @@ declare_knobs! {
             /// knows the device can start there.
             initial_write_bandwidth: Option<u64> = None, "bytes/s",
                 Kind::Bytes { min: super::PAGE_SIZE, max: 1 << 40 };
+            /// How long the backend may stay unreachable before fsync and close report EIO
+            /// (ebb's own; the NFS client's `timeo` x `retrans` of a soft mount plays this role).
+            ///
+            /// While writes fail with connection errors (refused, reset, timed out, EAGAIN)
+            /// the pages stay dirty and are retried with backoff, writers are throttled as
+            /// usual and fsync waits. Past this time every file of the backend with unwritten
+            /// data gets EIO, reported once per handle, writers that would be throttled fail
+            /// with EIO instead, and the data stays cached and retried: it is written when the
+            /// backend returns. 0: report at the first failure.
+            retry_timeout_secs: u64 = 60, "s", Kind::Number { min: 0, max: 86_400 * 365 };
+            /// Close writes the file back and commits it before it returns, as an NFS client
+            /// does for close-to-open consistency (ebb's own for other backends).
+            ///
+            /// On for network backends (NFS, S3), whose other clients see only what was
+            /// committed; off for local directories, whose close does not promise durability.
+            flush_on_close: bool = false, "", Kind::Bool;
         }
         fields {
             /// Name used in traces (`bdi=<name>`) and stats.

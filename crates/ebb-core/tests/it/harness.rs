@@ -315,6 +315,7 @@ impl Harness {
                 self.push(until, Ev::Resume(i));
             }
             Verdict::Wait => dd.waiting = true,
+            Verdict::Fail { error } => panic!("dd {i} failed with {error}: no harness run fails"),
         }
     }
 

@@ -131,7 +131,8 @@ impl Driver {
     fn obey(&mut self, i: usize, mut v: Verdict) {
         for _ in 0..8 {
             match v {
-                Verdict::Proceed { .. } => {
+                Verdict::Proceed { .. } | Verdict::Fail { .. } => {
+                    // A failed write ends the call: the writer goes on with its next operation.
                     self.blocked[i] = false;
                     return;
                 }

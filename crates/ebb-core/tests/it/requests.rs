@@ -203,7 +203,12 @@ fn eight_dirty_pages() -> (Engine, MapStore, InodeId) {
 /// An engine with file 1 open (handle 1) and its pages 0..count dirty, the writer's batch
 /// folded in; also the writer that dirtied them.
 fn dirty_pages(count: u64) -> (Engine, MapStore, InodeId, Writer) {
-    let mut engine = Engine::new(config(256, ThrottlePolicy::Ioless), Instant::ZERO).unwrap();
+    dirty_pages_with(config(256, ThrottlePolicy::Ioless), count)
+}
+
+/// [`dirty_pages`] with a configuration of the caller's.
+fn dirty_pages_with(config: Config, count: u64) -> (Engine, MapStore, InodeId, Writer) {
+    let mut engine = Engine::new(config, Instant::ZERO).unwrap();
     let mut maps = MapStore::new();
     let inode = InodeId(1);
     engine.handle(
@@ -279,70 +284,207 @@ fn fsync_rewrites_after_a_server_restart() {
     assert_eq!((c.clean, c.dirty, c.unstable), (8, 0, 0));
 }
 
+/// Serves every write the engine asks for with `result` at `t`, until it asks for nothing
+/// more; returns the writes served and the answers of fsyncs and closes seen.
+fn serve_writes(
+    engine: &mut Engine,
+    maps: &mut MapStore,
+    t: Instant,
+    result: Result<ebb_core::Stability, IoError>,
+) -> (usize, Vec<Action>) {
+    let mut writes = 0;
+    let mut answers = Vec::new();
+    loop {
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        if actions.is_empty() {
+            return (writes, answers);
+        }
+        for a in actions {
+            match a {
+                Action::Write { io, .. } => {
+                    writes += 1;
+                    engine.handle(t, Event::WriteDone { io, result }, maps);
+                }
+                Action::FsyncDone { .. } | Action::CloseDone { .. } => answers.push(a),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Moves time to `t`, firing the engine's timers on the way.
+fn run_timers_until(engine: &mut Engine, maps: &mut MapStore, t: Instant) {
+    while let Some(at) = engine.poll_timeout().filter(|&at| at <= t) {
+        engine.handle(at, Event::Timer, maps);
+        if engine.poll_timeout() == Some(at) {
+            break;
+        }
+    }
+    engine.handle(t, Event::Timer, maps);
+}
+
 /// An error that will not pass (ENOSPC) holds the failed pages: the file's error state, the
-/// held pages per file, per backend and in total are queryable; background writeback does not
-/// retry them; a truncate releases them and the counters stay exact.
+/// held pages per file, per backend and in total are queryable; background writeback leaves
+/// them alone, but they are retried with backoff (1 s, doubling) so that freeing space on the
+/// backend drains them; a truncate releases them and the counters stay exact.
 #[test]
-fn held_pages_and_error_state_are_queryable() {
+fn held_pages_are_retried_with_backoff_and_drain_once_the_backend_takes_them() {
     use ebb_core::event::errno::ENOSPC;
     let (mut engine, mut maps, inode, w) = dirty_pages(12);
-    let at = ms;
     let before = engine.file_errors(inode, &mut maps).unwrap();
     assert_eq!(
         (before.error, before.count, before.held_pages, before.dirty_pages),
         (None, 0, 0, 12)
     );
-
-    engine.handle(at(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
-    let mut fsync = None;
-    let mut step = 2;
-    loop {
-        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
-        if actions.is_empty() {
-            break;
-        }
-        for a in actions {
-            match a {
-                Action::Write { io, .. } => {
-                    let result = Err(IoError { errno: ENOSPC });
-                    engine.handle(at(step), Event::WriteDone { io, result }, &mut maps);
-                }
-                Action::FsyncDone { result, .. } => fsync = Some(result),
-                _ => {}
-            }
-        }
-        step += 1;
-    }
-    assert_eq!(fsync, Some(Err(IoError { errno: ENOSPC })), "the error reaches the user");
+    let enospc = Err(IoError { errno: ENOSPC });
+    engine.handle(ms(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let (_, answers) = serve_writes(&mut engine, &mut maps, ms(2), enospc);
+    assert!(
+        matches!(answers[..], [Action::FsyncDone { result: Err(IoError { errno: ENOSPC }), .. }]),
+        "the error reaches the user: {answers:?}"
+    );
     let state = engine.file_errors(inode, &mut maps).unwrap();
     assert_eq!(state.error, Some(IoError { errno: ENOSPC }));
-    assert_eq!(state.count, 1);
     assert!(!state.unseen, "fsync reported it");
-    assert_eq!(state.retry_at, None, "ENOSPC is not retried in the background");
+    assert_eq!(state.retry_at, Some(ms(2) + Duration::from_secs(1)), "first retry after 1 s");
     assert_eq!((state.held_pages, state.dirty_pages), (12, 12), "nothing was dropped");
     assert_eq!((engine.meminfo().held, engine.meminfo().dirty), (12, 12));
     assert_eq!(engine.bdi_stats(BackendId(0)).held, 12);
 
-    // Periodic writeback long after: held pages are not written again.
-    let calls = engine.stats().writepages_calls;
-    for s in [40, 80] {
-        engine.handle(Instant::ZERO + Duration::from_secs(s), Event::Timer, &mut maps);
-        let writes = std::iter::from_fn(|| engine.poll_action())
-            .filter(|a| matches!(a, Action::Write { .. }))
-            .count();
-        assert_eq!(writes, 0, "held pages retried by background writeback at {s} s");
-    }
-    assert!(engine.stats().writepages_calls > calls, "periodic writeback visited the file");
-    assert_eq!(engine.file_errors(inode, &mut maps).unwrap().held_pages, 12);
+    // The retry rewrites the held pages; still refused, they are held again, 2 s later next.
+    run_timers_until(&mut engine, &mut maps, ms(1002));
+    let (writes, _) = serve_writes(&mut engine, &mut maps, ms(1003), enospc);
+    assert!(writes > 0, "held pages retried");
+    let state = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!(state.held_pages, 12);
+    assert_eq!(state.retry_at, Some(ms(1003) + Duration::from_secs(2)), "backoff doubles");
+    assert!(engine.stats().held_retries >= 1);
+    assert_eq!(state.count, 1, "a retry refused again is no new error");
+    assert_eq!(engine.check_handle_error(HandleId(1)), Ok(()), "reported once, not per retry");
+    // An fsync now tries the held pages itself and reports its own failure.
+    engine.handle(ms(1004), Event::Fsync { handle: HandleId(1), request: RequestId(2) }, &mut maps);
+    let (_, answers) = serve_writes(&mut engine, &mut maps, ms(1005), enospc);
+    assert!(
+        matches!(answers[..], [Action::FsyncDone { result: Err(IoError { errno: ENOSPC }), .. }]),
+        "an fsync that could not write reports it: {answers:?}"
+    );
 
-    // The user gives up on the data: truncate releases the held pages.
-    let t = Instant::ZERO + Duration::from_secs(90);
-    engine.handle(t, Event::Truncate { inode, first_page: 0 }, &mut maps);
+    // Space was freed: the next retry writes everything.
+    run_timers_until(&mut engine, &mut maps, ms(3003));
+    let (writes, _) = serve_writes(&mut engine, &mut maps, ms(3004), Ok(Stability::Stable));
+    assert!(writes > 0);
+    let state = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!((state.held_pages, state.dirty_pages), (0, 0), "held pages drained");
+    assert_eq!((engine.meminfo().held, engine.meminfo().dirty), (0, 0));
+    engine.check_accounting(&maps, &[&w]).unwrap();
+}
+
+/// The user gives up on held data: a truncate releases the held pages, the counters stay
+/// exact and the last error stays queryable.
+#[test]
+fn truncate_releases_held_pages() {
+    use ebb_core::event::errno::ENOSPC;
+    let (mut engine, mut maps, inode, w) = dirty_pages(12);
+    engine.handle(ms(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    serve_writes(&mut engine, &mut maps, ms(2), Err(IoError { errno: ENOSPC }));
+    assert_eq!(engine.file_errors(inode, &mut maps).unwrap().held_pages, 12);
+    engine.handle(ms(3), Event::Truncate { inode, first_page: 0 }, &mut maps);
     let state = engine.file_errors(inode, &mut maps).unwrap();
     assert_eq!((state.held_pages, state.dirty_pages), (0, 0));
     assert_eq!(state.error, Some(IoError { errno: ENOSPC }), "the last error stays queryable");
     assert_eq!((engine.meminfo().held, engine.meminfo().dirty), (0, 0));
     engine.check_accounting(&maps, &[&w]).unwrap();
+}
+
+/// A backend that cannot be reached (connection refused) is retried without reporting
+/// anything: fsync waits through the outage and answers Ok once the data is written.
+#[test]
+fn fsync_waits_through_an_outage_shorter_than_the_retry_timeout() {
+    use ebb_core::event::errno::ECONNREFUSED;
+    let (mut engine, mut maps, inode, w) = dirty_pages(12);
+    engine.handle(ms(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let refused = Err(IoError { errno: ECONNREFUSED });
+    let (_, answers) = serve_writes(&mut engine, &mut maps, ms(2), refused);
+    assert!(answers.is_empty(), "fsync answered during the outage: {answers:?}");
+    // Each retry fails again for ten seconds.
+    let mut t = ms(2);
+    while t < ms(10_000) {
+        let at = engine.poll_timeout().expect("a retry is scheduled");
+        run_timers_until(&mut engine, &mut maps, at);
+        t = at + Duration::from_millis(1);
+        let (_, answers) = serve_writes(&mut engine, &mut maps, t, refused);
+        assert!(answers.is_empty(), "fsync answered during the outage: {answers:?}");
+    }
+    let state = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!((state.error, state.held_pages, state.dirty_pages), (None, 0, 12));
+    // The server is back.
+    let at = engine.poll_timeout().expect("a retry is scheduled");
+    run_timers_until(&mut engine, &mut maps, at);
+    let (_, answers) = serve_writes(&mut engine, &mut maps, at, Ok(Stability::Stable));
+    assert!(
+        matches!(answers[..], [Action::FsyncDone { result: Ok(()), .. }]),
+        "fsync answers Ok once written: {answers:?}"
+    );
+    assert_eq!(engine.file_errors(inode, &mut maps).unwrap().dirty_pages, 0);
+    assert!(engine.stats().outage_errors > 0);
+    engine.check_accounting(&maps, &[&w]).unwrap();
+}
+
+/// Past the backend's `retry_timeout_secs` of failed writes, fsync gets EIO (once per handle),
+/// the data stays cached, and it is written when the backend returns.
+#[test]
+fn an_outage_past_the_retry_timeout_reports_eio_and_keeps_the_data() {
+    use ebb_core::event::errno::{EIO, ETIMEDOUT};
+    let (mut engine, mut maps, inode, w) = dirty_pages(12);
+    let timeout = engine.config().backends[0].retry_timeout_secs;
+    assert_eq!(timeout, 60, "the default");
+    engine.handle(ms(1), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let down = Err(IoError { errno: ETIMEDOUT });
+    let mut answers = serve_writes(&mut engine, &mut maps, ms(2), down).1;
+    let mut t = ms(2);
+    while answers.is_empty() {
+        let at = engine.poll_timeout().expect("a retry or the deadline is scheduled");
+        assert!(at <= ms(61_000), "nothing answered by the deadline");
+        run_timers_until(&mut engine, &mut maps, at);
+        t = at;
+        answers = serve_writes(&mut engine, &mut maps, t, down).1;
+    }
+    assert!(t >= ms(60_002), "answered before the timeout, at {t}");
+    assert!(
+        matches!(answers[..], [Action::FsyncDone { result: Err(IoError { errno: EIO }), .. }]),
+        "EIO at the deadline: {answers:?}"
+    );
+    let state = engine.file_errors(inode, &mut maps).unwrap();
+    assert_eq!(state.dirty_pages, 12, "the data is kept");
+    // A second fsync on the same handle has seen the error: it waits no more, it reports what
+    // is still unwritten only through new errors.
+    engine.handle(t, Event::Fsync { handle: HandleId(1), request: RequestId(2) }, &mut maps);
+    let answers = serve_writes(&mut engine, &mut maps, t, down).1;
+    assert!(matches!(answers[..], [Action::FsyncDone { result: Err(_), .. }]), "{answers:?}");
+    // The server is back: the next retry (at most 30 s away) writes everything.
+    let back = t;
+    while engine.file_errors(inode, &mut maps).unwrap().dirty_pages > 0 {
+        let at = engine.poll_timeout().expect("a retry is scheduled");
+        assert!(at <= back + Duration::from_secs(31), "no retry within the longest backoff");
+        run_timers_until(&mut engine, &mut maps, at);
+        serve_writes(&mut engine, &mut maps, at, Ok(Stability::Stable));
+    }
+    assert_eq!(engine.stats().outage_timeouts, 1);
+    engine.check_accounting(&maps, &[&w]).unwrap();
+}
+
+/// With `flush_on_close` (network backends), close answers only after the file is written
+/// back, with the error if it could not be.
+#[test]
+fn close_on_a_flush_on_close_backend_writes_the_file_first() {
+    let mut cfg = config(256, ThrottlePolicy::Ioless);
+    cfg.backends[0].flush_on_close = true;
+    let (mut engine, mut maps, inode, _w) = dirty_pages_with(cfg, 8);
+    engine.handle(ms(1), Event::Close { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let (writes, answers) = serve_writes(&mut engine, &mut maps, ms(2), Ok(Stability::Stable));
+    assert_eq!(writes, 1, "close wrote the file");
+    assert!(matches!(answers[..], [Action::CloseDone { result: Ok(()), .. }]), "{answers:?}");
+    assert_eq!(maps.get(inode).unwrap().counts().dirty, 0);
 }
 
 /// sync(2) on a two-phase backend answers only once every page is durable: when the server
@@ -433,4 +575,76 @@ fn a_read_in_flight_does_not_resurrect_an_evicted_newer_page() {
     );
     assert!(maps.get(inode).unwrap().page(2).is_some(), "the rest of the read is inserted");
     engine.check_accounting(&maps, &[&w]).unwrap();
+}
+
+/// A backend that refuses every write with ENOSPC while a writer keeps writing: once held
+/// pages fill the cache, the writer's next throttle check fails with ENOSPC instead of waiting
+/// for memory that no writeback can free; nothing is dropped.
+#[test]
+fn a_writer_fails_with_the_held_error_once_held_pages_fill_the_cache() {
+    let mut cfg = config(16, ThrottlePolicy::Ioless);
+    // Everything may be dirty: only memory stops the writer.
+    cfg.dirty_ratio = 100;
+    cfg.dirty_background_ratio = 1;
+    writer_against_a_full_backend(cfg);
+}
+
+/// The same with the default dirty limits, where the throttle, not memory, stops the writer
+/// first: new data after a held failure is written as usual (and held), so the writer is not
+/// throttled forever at the bandwidth of a backend that refuses everything.
+#[test]
+fn a_writer_under_the_default_limits_fails_too_instead_of_being_throttled_forever() {
+    writer_against_a_full_backend(config(16, ThrottlePolicy::Ioless));
+}
+
+/// A writer writes into a backend that refuses everything with ENOSPC: it must fail with
+/// ENOSPC within a minute of virtual time, with every dirty page held and none dropped.
+fn writer_against_a_full_backend(cfg: Config) {
+    use ebb_core::event::errno::ENOSPC;
+    let mut engine = Engine::new(cfg, Instant::ZERO).unwrap();
+    let mut maps = MapStore::new();
+    let inode = InodeId(1);
+    engine.handle(
+        ms(0),
+        Event::Open { handle: HandleId(1), inode, backend: BackendId(0) },
+        &mut maps,
+    );
+    let mut w = Writer::new(WriterId(1), GroupId(0));
+    let enospc = Err(IoError { errno: ENOSPC });
+    let (mut pos, mut t, mut failed) = (0u64, ms(0), None);
+    for _ in 0..100_000 {
+        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 64));
+        pos += step.consumed;
+        if step.inode_became_dirty {
+            engine.inode_dirtied(t, inode);
+        }
+        if step.next == NextStep::Done {
+            continue;
+        }
+        let mut v = engine.balance_dirty_pages(t, &mut w, &mut maps);
+        for _ in 0..1000 {
+            serve_writes(&mut engine, &mut maps, t, enospc);
+            match v {
+                Verdict::Proceed { .. } => break,
+                Verdict::Fail { error } => {
+                    failed = Some(error);
+                    break;
+                }
+                Verdict::Sleep { until } => t = until,
+                Verdict::Wait => t += Duration::from_millis(10),
+            }
+            run_timers_until(&mut engine, &mut maps, t);
+            serve_writes(&mut engine, &mut maps, t, enospc);
+            v = engine.throttle_continue(t, &mut w, &mut maps);
+        }
+        if failed.is_some() {
+            break;
+        }
+    }
+    assert_eq!(failed, Some(IoError { errno: ENOSPC }), "the writer never failed");
+    assert!(t < ms(60_000), "it failed only after {t}");
+    let memory = engine.meminfo();
+    assert!(memory.held * 10 >= memory.total * 8, "held pages fill the cache: {memory:?}");
+    assert_eq!(memory.held, memory.dirty, "every dirty page is held, none dropped");
+    assert!(engine.stats().writes_failed >= 1);
 }

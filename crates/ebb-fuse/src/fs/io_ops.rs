@@ -134,8 +134,11 @@ impl<N: Namespace> Inner<N> {
     /// close(2) does not write the data (as on a local filesystem; fsync does), but it
     /// reports a write-back error this handle has not seen yet, once, as close(2) on NFS
     /// does: the release that follows cannot reach the caller.
-    pub(super) fn flush(&self, fh: FileHandle) -> Result<(), Errno> {
-        self.files.handle(fh)?.file.check_error().map_err(to_errno)
+    /// `close(2)` of one descriptor: reports a write error the handle has not seen, and on a
+    /// flush-on-close backend (NFS, S3) first writes the file back and commits it.
+    pub(super) fn flush(&self, fh: FileHandle, pid: u32) -> Result<(), Errno> {
+        let handle = self.files.handle(fh)?;
+        handle.file.flush(&|| killed(pid)).map_err(to_errno)
     }
 
     pub(super) fn release(&self, fh: FileHandle) -> Result<(), Errno> {

@@ -504,13 +504,16 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.inner.flush(fh));
+        // On a flush-on-close backend (NFS, S3) this writes the file back: a pool thread, as
+        // for fsync, so the request loops stay free.
+        let (inner, pid) = (Arc::clone(&self.inner), req.pid());
+        self.writes.run(move || reply_empty(reply, inner.flush(fh, pid)));
     }
 
     fn release(

@@ -406,7 +406,7 @@ fn sigkill_and_restart_under_a_writer() {
 /// The knob of the core's write-error deadline (issue 14: writers throttled, not failed, until
 /// a deadline, 60 s by default; then fsync and close report EIO once per handle and the data
 /// stays held). Its name is the lead's to choose; the tests below use this one.
-const DEADLINE_KNOB: &str = "write_error_deadline_centisecs";
+const DEADLINE_KNOB: &str = "retry_timeout_secs";
 
 /// Waits until the cache holds no dirty, writeback or unstable page (or a minute passes).
 fn wait_written(ebb: &ebb_runtime::Ebb) -> bool {
@@ -423,7 +423,6 @@ fn wait_written(ebb: &ebb_runtime::Ebb) -> bool {
 // The server is down for less than the deadline: fsync waits it out and succeeds, with no
 // error to report (the data was written once the server returned).
 #[test]
-#[ignore = "needs the core write-error policy (lead)"]
 fn outage_shorter_than_the_deadline_is_not_an_error() {
     let Some(mut server) = server("outage_shorter_than_the_deadline_is_not_an_error") else {
         return;
@@ -431,7 +430,7 @@ fn outage_shorter_than_the_deadline_is_not_an_error() {
     let backend = NfsBackend::connect(server.url()).unwrap();
     let ebb = ebb_runtime::Builder::new()
         .memory(32 << 20)
-        .knob(DEADLINE_KNOB, "3000")
+        .knob(DEADLINE_KNOB, "30")
         .unwrap()
         .nfs_backend("nfs", backend.clone())
         .build()
@@ -455,7 +454,6 @@ fn outage_shorter_than_the_deadline_is_not_an_error() {
 // handle does not repeat it), close too on another handle, the pages stay held (not dropped),
 // and once the server is back they are written and land on the export.
 #[test]
-#[ignore = "needs the core write-error policy (lead)"]
 fn server_down_past_the_deadline_reports_eio_and_keeps_the_data() {
     let Some(mut server) = server("server_down_past_the_deadline_reports_eio_and_keeps_the_data")
     else {
@@ -465,7 +463,7 @@ fn server_down_past_the_deadline_reports_eio_and_keeps_the_data() {
     let backend = NfsBackend::connect(&url).unwrap();
     let ebb = ebb_runtime::Builder::new()
         .memory(32 << 20)
-        .knob(DEADLINE_KNOB, "200")
+        .knob(DEADLINE_KNOB, "2")
         .unwrap()
         .nfs_backend("nfs", backend.clone())
         .build()
@@ -479,8 +477,12 @@ fn server_down_past_the_deadline_reports_eio_and_keeps_the_data() {
     assert_eq!(errno_of(&error), Some(libc::EIO), "{error}");
     let error = other.close().expect_err("close past the deadline");
     assert_eq!(errno_of(&error), Some(libc::EIO), "{error}");
-    let held = (ebb.stats().bdi[0].dirty + ebb.stats().bdi[0].unstable) * 4;
-    assert!((8 * MIB / 1024) as u64 <= held, "the data was dropped: {held} KiB left");
+    // Part of the file may have been written and committed before the kill (background
+    // writeback starts at once in a 32 MiB cache); the rest is still cached, and the export's
+    // contents after the restart show nothing was dropped.
+    let bdi = &ebb.stats().bdi[0];
+    let held = bdi.dirty + bdi.writeback + bdi.unstable;
+    assert!(held > 0, "nothing left unwritten: the outage was not exercised");
     server.restart(NfsServer::fresh_verifier()).unwrap();
     assert!(wait_written(&ebb), "the held data was not written after the server returned");
     file.fsync().unwrap();

@@ -98,6 +98,7 @@ impl Sim<'_> {
             metrics: m,
             series,
             pauses: std::mem::take(&mut self.pauses),
+            write_failures: std::mem::take(&mut self.write_failures),
             simulated_pages: self.device_pages + self.read_pages,
             read_latency_cdf: self.read_latency.cdf_us(READ_CDF_POINTS_MAX),
             writepages_sizes: self.engine.writepages_sizes().to_vec(),

@@ -63,6 +63,9 @@ pub struct RunResult {
     pub series: Vec<TimeSeries>,
     /// Every throttle call past freerun: (time s, stall ms, writer index).
     pub pauses: Vec<(f64, f64, u32)>,
+    /// Writes the engine failed (held pages filled the cache, or the backend stayed
+    /// unreachable past its retry timeout): (time s, writer index, errno).
+    pub write_failures: Vec<(f64, u32, i32)>,
     /// Simulated pages written to devices, for the speed benchmark.
     pub simulated_pages: u64,
     /// The distribution of read latencies: (latency us, fraction of reads at most that),
@@ -136,6 +139,7 @@ struct Sim<'a> {
     timer_at: Option<Instant>,
     now: Instant,
     pauses: Vec<(f64, f64, u32)>,
+    write_failures: Vec<(f64, u32, i32)>,
     series: BTreeMap<&'static str, Vec<(f64, f64)>>,
     writer_series: Vec<Vec<(f64, f64)>>,
     pages_done: u64,

@@ -53,6 +53,7 @@ impl<'a> Sim<'a> {
             timer_at: None,
             now: Instant::ZERO,
             pauses: Vec::new(),
+            write_failures: Vec::new(),
             series: BTreeMap::new(),
             writer_series: Vec::new(),
             pages_done: 0,

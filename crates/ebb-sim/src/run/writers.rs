@@ -210,6 +210,13 @@ impl Sim<'_> {
                 self.writers[i].state = WriterState::Blocked;
                 false
             }
+            Verdict::Fail { error } => {
+                // The write failed (held pages fill the cache, or its backend is unreachable
+                // past its retry timeout): the writer stops, as dd does on a write error.
+                self.write_failures.push((self.now.as_secs_f64(), i as u32, error.errno));
+                self.finish_writer(i);
+                false
+            }
         }
     }
 

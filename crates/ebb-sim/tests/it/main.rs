@@ -500,6 +500,7 @@ fn hand_made_result(name: &str, values: &BTreeMap<String, f64>) -> RunResult {
             line("writer0_dirtied", "pages", 10.0),
         ],
         pauses: (0..40).map(|i| (f64::from(i) * 0.1, 30.0 + f64::from(i % 3), 0)).collect(),
+        write_failures: Vec::new(),
         simulated_pages: 0,
         read_latency_cdf: Vec::new(),
         writepages_sizes: Vec::new(),
