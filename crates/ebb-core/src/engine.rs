@@ -144,6 +144,10 @@ pub(crate) struct InodeMeta {
     pub(crate) backend: BackendId,
     pub(crate) group: GroupId,
     pub(crate) dirtied_when: Instant,
+    /// When a writer last dirtied pages of the file (folded in from its batch): on a
+    /// backend with write granules, a file written within the expire interval is still
+    /// growing, and its last granule waits.
+    pub(crate) last_dirtied: Instant,
     pub(crate) dirty_seq: u64,
     pub(crate) list: InodeList,
     /// The submitter currently writing this file's chunk (the kernel's `I_SYNC`).
@@ -533,6 +537,7 @@ impl Engine {
             backend,
             group: GroupId(0),
             dirtied_when: Instant::ZERO,
+            last_dirtied: Instant::ZERO,
             dirty_seq: 0,
             list: InodeList::None,
             syncing: None,
@@ -681,6 +686,9 @@ impl Engine {
     pub(crate) fn apply_pending<M: PageMaps>(&mut self, w: &mut Writer, maps: &mut M) {
         for p in w.pending.drain(..) {
             let meta = self.inodes.get_mut(&p.inode).expect("writes go to opened inodes");
+            if p.dirtied > 0 {
+                meta.last_dirtied = self.now;
+            }
             if meta.group != w.group && meta.list == InodeList::None {
                 meta.group = w.group;
             }

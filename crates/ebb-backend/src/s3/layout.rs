@@ -8,7 +8,9 @@
 //! every part but the one holding the end of the file is at least `part_size` (at least
 //! 5 MiB, S3's smallest non-last part), so any size the file ends at is a valid upload.
 //!
-//! This is pure arithmetic; it is meant to move to ebb-core as the backend's *write granule*.
+//! This is pure arithmetic. The backend declares it to the core as its *write granule*
+//! ([`PartLayout::granule`]: `write_granule_bytes` and `write_granule_group`), so the flusher
+//! writes each part whole, in one write, once.
 
 use std::io;
 use std::ops::Range;
@@ -93,6 +95,24 @@ impl PartLayout {
         self.range(PARTS_MAX).end.min(OBJECT_BYTES_MAX)
     }
 
+    /// The core's write granule for this layout, `(write_granule_bytes,
+    /// write_granule_group)`: parts of `part_size` doubling every 1000. `None` for a layout
+    /// whose parts reach S3's 5 GiB cap below its largest object (parts of 2.5 GiB and more),
+    /// which a doubling granule cannot describe.
+    pub fn granule(&self) -> Option<(u64, u32)> {
+        let mut start = 0u64;
+        for group in 0..GROUPS {
+            if start >= self.size_max() {
+                break;
+            }
+            if self.group_part_bytes(group) != self.part_size << group {
+                return None;
+            }
+            start += self.group_part_bytes(group) * u64::from(GROUP_PARTS);
+        }
+        Some((self.part_size, GROUP_PARTS))
+    }
+
     /// How many parts an object of `size` bytes has (0 for an empty one). `size` must be at
     /// most [`PartLayout::size_max`].
     pub fn part_count(&self, size: u64) -> u32 {
@@ -131,6 +151,30 @@ mod tests {
         assert_eq!(layout.part_of(0), Some(1));
         assert_eq!(layout.part_of(8 * MIB - 1), Some(1));
         assert_eq!(layout.part_of(8 * MIB), Some(2));
+    }
+
+    /// The core's granules are the parts, for every byte an object can hold.
+    #[test]
+    fn the_core_granule_is_the_part() {
+        for part_size in [5 * MIB, 8 * MIB, 64 * MIB, 1 << 30, 2 << 30] {
+            let layout = PartLayout::new(part_size).unwrap();
+            let (bytes, group) = layout.granule().expect("a doubling layout");
+            let mut backend = ebb_core::BackendConfig::new("s3");
+            backend.write_granule_bytes = Some(bytes);
+            backend.write_granule_group = group;
+            let page = ebb_core::PAGE_SIZE;
+            for part in (1..=PARTS_MAX).step_by(97).chain([999, 1000, 1001, 9999, PARTS_MAX]) {
+                let range = layout.range(part);
+                if range.start >= layout.size_max() {
+                    continue;
+                }
+                for offset in [range.start, range.end - 1] {
+                    let pages = backend.granule_of(offset / page).unwrap();
+                    assert_eq!(pages.start * page..pages.end * page, range, "part {part}");
+                }
+            }
+        }
+        assert_eq!(PartLayout::new(3 << 30).unwrap().granule(), None, "capped at 5 GiB");
     }
 
     #[test]

@@ -152,6 +152,21 @@ declare_knobs! {
             /// On for network backends (NFS, S3), whose other clients see only what was
             /// committed; off for local directories, whose close does not promise durability.
             flush_on_close: bool = false, "", Kind::Bool;
+            /// Write-back granule: no write crosses a granule's end, and threshold-driven
+            /// writeback leaves a file's last, partly dirty granule for later (ebb's own: an
+            /// object store uploads a multipart part whole, so a part written twice costs a
+            /// commit and a copy); unset: none.
+            ///
+            /// A multiple of the page size. A granule is written as one write however large
+            /// (`max_write_pages` and the flusher's chunk do not cut it). The tail is deferred
+            /// only while the file was dirtied within `dirty_expire_centisecs` and the tails of
+            /// the backend's dirty files would take at most half its background threshold;
+            /// fsync, sync, close, reclaim and data past its expiry write it.
+            write_granule_bytes: Option<u64> = None, "bytes",
+                Kind::Bytes { min: super::PAGE_SIZE, max: 1 << 40 };
+            /// Granules per size group: after this many granules of one size the granule
+            /// doubles (an S3 layout whose parts grow to reach 10,000); 0: one size throughout.
+            write_granule_group: u32 = 0, "granules", Kind::Number { min: 0, max: 1_000_000 };
         }
         fields {
             /// Name used in traces (`bdi=<name>`) and stats.

@@ -50,6 +50,8 @@
 //! | `initial_write_bandwidth` | backend | bytes/s | unset | 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's 100 MB/s). |
 //! | `retry_timeout_secs` | backend | s | 60 | 0..=31536000 | How long the backend may stay unreachable before fsync and close report EIO (ebb's own; the NFS client's `timeo` x `retrans` of a soft mount plays this role). |
 //! | `flush_on_close` | backend |  | 0 | 0 or 1 | Close writes the file back and commits it before it returns, as an NFS client does for close-to-open consistency (ebb's own for other backends). |
+//! | `write_granule_bytes` | backend | bytes | unset | 4KiB..=1TiB | Write-back granule: no write crosses a granule's end, and threshold-driven writeback leaves a file's last, partly dirty granule for later (ebb's own: an object store uploads a multipart part whole, so a part written twice costs a commit and a copy); unset: none. |
+//! | `write_granule_group` | backend | granules | 0 | 0..=1000000 | Granules per size group: after this many granules of one size the granule doubles (an S3 layout whose parts grow to reach 10,000); 0: one size throughout. |
 //! <!-- end of knob table -->
 
 mod knobs;
@@ -202,6 +204,27 @@ impl BackendConfig {
         BackendConfig { name: name.into(), ..BackendConfig::defaults() }
     }
 
+    /// The write-back granule holding page `page`, as a page range, if the backend has
+    /// granules (`write_granule_bytes`, doubling every `write_granule_group` granules).
+    pub fn granule_of(&self, page: u64) -> Option<std::ops::Range<u64>> {
+        let mut pages = self.write_granule_bytes? / PAGE_SIZE;
+        if self.write_granule_group == 0 {
+            let start = page / pages * pages;
+            return Some(start..start + pages);
+        }
+        let per_group = u64::from(self.write_granule_group);
+        let mut group_start = 0u64;
+        loop {
+            let group_end = group_start.saturating_add(pages.saturating_mul(per_group));
+            if page < group_end {
+                let start = group_start + (page - group_start) / pages * pages;
+                return Some(start..start.saturating_add(pages));
+            }
+            group_start = group_end;
+            pages = pages.saturating_mul(2);
+        }
+    }
+
     /// The effective wbt latency target in microseconds; 0 means disabled.
     pub fn wbt_target_usec(&self) -> u64 {
         if self.wbt == WbtMode::Off {
@@ -331,6 +354,14 @@ impl Config {
             );
         }
         for (i, b) in self.backends.iter().enumerate() {
+            if let Some(bytes) = b.write_granule_bytes
+                && !bytes.is_multiple_of(PAGE_SIZE)
+            {
+                return Err(ConfigError::new(
+                    format!("backends[{i}].write_granule_bytes"),
+                    format!("{bytes} is not a multiple of the page size ({PAGE_SIZE} bytes)"),
+                ));
+            }
             if b.min_ratio > b.max_ratio {
                 return Err(ConfigError::new(
                     format!("backends[{i}].min_ratio"),
@@ -393,6 +424,10 @@ mod tests {
             (Box::new(|c| c.zone_bounds_bytes = vec![0]), "zone_bounds_bytes"),
             (Box::new(|c| c.kswapd_scan_ns = 2_000_000), "kswapd_scan_ns"),
             (Box::new(|c| c.zone_bounds_bytes = vec![1 << 20; 8]), "zone_bounds_bytes"),
+            (
+                Box::new(|c| c.backends[0].write_granule_bytes = Some(5_000_000)),
+                "backends[0].write_granule_bytes",
+            ),
         ];
         for (i, (mutate, knob)) in cases.into_iter().enumerate() {
             let mut c = base();
@@ -402,6 +437,23 @@ mod tests {
             mutate(&mut c);
             let err = c.validate().expect_err(knob);
             assert!(err.knob.ends_with(knob), "case {i}: {err}");
+        }
+    }
+
+    /// Granules: one size, or doubling after each group, as an S3 layout's parts do.
+    #[test]
+    fn granules_cover_every_page_once() {
+        let mut b = BackendConfig::new("b");
+        assert_eq!(b.granule_of(7), None);
+        b.write_granule_bytes = Some(4 * PAGE_SIZE);
+        assert_eq!(b.granule_of(0), Some(0..4));
+        assert_eq!(b.granule_of(9), Some(8..12));
+        b.write_granule_group = 2;
+        let expected = [0..4, 4..8, 8..16, 16..24, 24..40, 40..56, 56..88];
+        for range in expected {
+            for page in range.clone() {
+                assert_eq!(b.granule_of(page), Some(range.clone()), "page {page}");
+            }
         }
     }
 

@@ -3,25 +3,18 @@
 
 use super::*;
 
+/// Whether [`PageMap::start_writeback`] takes this page with these filters.
+fn writeback_eligible(s: &Slot, tagged_only: bool, skip_held: bool) -> bool {
+    s.state == PageState::Dirty as u8
+        && (!tagged_only || s.flags & flag::TOWRITE != 0)
+        && (!skip_held || s.flags & flag::HELD == 0)
+}
+
 impl PageMap {
-    /// Takes the next run of dirty pages at or after `from` for writing: at most `max_run`
-    /// contiguous pages, only tagged ones if `tagged_only`, skipping held pages if
-    /// `skip_held`. The pages move to writeback. `None` when no such page remains past `from`.
-    pub fn start_writeback(
-        &mut self,
-        from: u64,
-        max_run: u64,
-        tagged_only: bool,
-        skip_held: bool,
-    ) -> Option<Run> {
-        assert!(max_run > 0);
-        let eligible = |s: &Slot| {
-            s.state == PageState::Dirty as u8
-                && (!tagged_only || s.flags & flag::TOWRITE != 0)
-                && (!skip_held || s.flags & flag::HELD == 0)
-        };
-        // Find the first eligible page.
-        let mut found = None;
+    /// The first dirty page at or after `from` that [`PageMap::start_writeback`] would take
+    /// with the same filters.
+    pub fn next_writeback(&self, from: u64, tagged_only: bool, skip_held: bool) -> Option<u64> {
+        let eligible = |s: &Slot| writeback_eligible(s, tagged_only, skip_held);
         let start_no = from >> CHUNK_SHIFT;
         for (&no, &chunk) in self.index.range(start_no..) {
             let c = &self.chunks[chunk as usize];
@@ -36,10 +29,38 @@ impl PageMap {
             let base = no << CHUNK_SHIFT;
             let lo = if no == start_no { (from - base) as usize } else { 0 };
             if let Some(offset) = c.slots[lo..].iter().position(eligible) {
-                found = Some(base + (lo + offset) as u64);
-                break;
+                return Some(base + (lo + offset) as u64);
             }
         }
+        None
+    }
+
+    /// The last dirty page of the file (held ones included), if any.
+    pub fn last_dirty(&self) -> Option<u64> {
+        for (&no, &chunk) in self.index.iter().rev() {
+            let c = &self.chunks[chunk as usize];
+            if c.count[PageState::Dirty as usize] == 0 {
+                continue;
+            }
+            let offset = c.slots.iter().rposition(|s| s.state == PageState::Dirty as u8);
+            return offset.map(|offset| (no << CHUNK_SHIFT) + offset as u64);
+        }
+        None
+    }
+
+    /// Takes the next run of dirty pages at or after `from` for writing: at most `max_run`
+    /// contiguous pages, only tagged ones if `tagged_only`, skipping held pages if
+    /// `skip_held`. The pages move to writeback. `None` when no such page remains past `from`.
+    pub fn start_writeback(
+        &mut self,
+        from: u64,
+        max_run: u64,
+        tagged_only: bool,
+        skip_held: bool,
+    ) -> Option<Run> {
+        assert!(max_run > 0);
+        let eligible = |s: &Slot| writeback_eligible(s, tagged_only, skip_held);
+        let found = self.next_writeback(from, tagged_only, skip_held);
         let first = found?;
         let mut index = first;
         while index - first < max_run {

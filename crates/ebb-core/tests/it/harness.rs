@@ -72,6 +72,8 @@ pub struct Harness {
     pub done_requests: BTreeMap<RequestId, Result<(), IoError>>,
     pub check_every: u64,
     pub unstable_backend: Option<u64>,
+    /// Every write asked for: (file, first page, pages).
+    pub writes: Vec<(InodeId, u64, u64)>,
 }
 
 impl Harness {
@@ -102,6 +104,7 @@ impl Harness {
             done_requests: BTreeMap::new(),
             check_every: 0,
             unstable_backend: None,
+            writes: Vec::new(),
         }
     }
 
@@ -156,7 +159,8 @@ impl Harness {
             self.actions += 1;
             format!("{action:?}").hash(&mut self.log);
             match action {
-                Action::Write { io, backend, pages, .. } => {
+                Action::Write { io, backend, inode, first_page, pages, .. } => {
+                    self.writes.push((inode, first_page, pages));
                     let at = self.dev[backend.index()].complete_at(self.now, pages);
                     self.push(at, Ev::WriteDone(io));
                 }

@@ -8,6 +8,7 @@
 mod harness;
 
 mod dynamics;
+mod granules;
 mod invariants;
 mod reclaim;
 mod requests;

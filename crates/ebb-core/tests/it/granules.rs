@@ -1,0 +1,100 @@
+//! Write granules (the flusher's module doc): on a backend that can only replace its pieces
+//! whole (an S3 upload's parts), each piece goes out in one write and is written once, and the
+//! piece a writer is still filling waits for it, but never so long or so much that data stays
+//! unwritten past what the kernel's rules allow.
+
+use std::collections::BTreeMap;
+
+use ebb_core::*;
+
+use crate::harness::*;
+
+/// Pages per granule (256 KiB).
+const GRANULE: u64 = 64;
+
+/// A cache of 2 MiB background threshold and 4 MiB limit, writing to a backend of 256 KiB
+/// granules whose largest write (16 pages) is smaller than a granule.
+fn granular() -> Config {
+    let mut c = config(256, ThrottlePolicy::Ioless);
+    c.dirty_background_bytes = 2 << 20;
+    c.dirty_bytes = 4 << 20;
+    c.backends[0].write_granule_bytes = Some(GRANULE * PAGE_SIZE);
+    c.backends[0].max_write_pages = 16;
+    c
+}
+
+/// How many writes touched each (file, granule); panics on a write that crosses a granule.
+fn writes_per_granule(h: &Harness) -> BTreeMap<(InodeId, u64), u32> {
+    let mut count = BTreeMap::new();
+    for &(inode, first, pages) in &h.writes {
+        let granule = first / GRANULE;
+        assert_eq!(
+            (first + pages - 1) / GRANULE,
+            granule,
+            "the write of pages {first}..{} crosses a granule end",
+            first + pages
+        );
+        *count.entry((inode, granule)).or_insert(0) += 1;
+    }
+    count
+}
+
+/// A dd of 1000 pages (15 granules and 40 pages) on a device slower than it: the flusher's
+/// chunks reach the end of what the dd has written again and again, yet every granule,
+/// including the last one fsync writes, goes out in exactly one write, each as large as the
+/// granule however small `max_write_pages` is.
+#[test]
+fn a_sequential_writer_writes_each_granule_once_in_one_write() {
+    let mut h = Harness::new(granular(), &[2_000]);
+    let dd = h.add_dd(0, 1000, 8, Instant::ZERO);
+    h.run_until(secs(10));
+    assert!(h.dds[dd].done_at.is_some(), "the dd finished");
+    assert!(h.writes.len() > 3, "background writeback ran while the dd wrote");
+    let inode = h.dds[dd].inode;
+    h.request(Event::Fsync { handle: h.dds[dd].handle, request: RequestId(1) });
+    h.run_until(secs(20));
+    assert_eq!(h.done_requests.get(&RequestId(1)), Some(&Ok(())));
+    let counts = writes_per_granule(&h);
+    let expected: BTreeMap<(InodeId, u64), u32> = (0..16).map(|g| ((inode, g), 1)).collect();
+    assert_eq!(counts, expected, "writes per granule");
+    for &(_, first, pages) in &h.writes {
+        assert_eq!(pages, if first == 960 { 40 } else { GRANULE }, "the write at page {first}");
+    }
+    assert_eq!(h.maps.get(inode).unwrap().counts().dirty, 0);
+}
+
+/// The last, partly written granule of a file nobody writes any more is written by periodic
+/// writeback once the file has been idle for the expire interval (30 s), without fsync.
+#[test]
+fn the_tail_of_an_idle_file_is_written_after_the_expire_interval() {
+    let mut h = Harness::new(granular(), &[2_000]);
+    let dd = h.add_dd(0, 1000, 8, Instant::ZERO);
+    h.run_until(secs(20));
+    let inode = h.dds[dd].inode;
+    let dirty = h.maps.get(inode).unwrap().counts().dirty;
+    assert!(dirty >= 40, "the tail waits while the file is young ({dirty} pages dirty)");
+    h.run_until(secs(60));
+    assert_eq!(h.maps.get(inode).unwrap().counts().dirty, 0, "written once idle");
+    assert!(writes_per_granule(&h).values().all(|&n| n == 1));
+}
+
+/// Sixteen files whose tails (36 pages each, 576 in all) would hold more than the background
+/// threshold (512 pages): tails are deferred only while all of them fit in half of it, so
+/// background writeback still brings the dirty pages under the threshold.
+#[test]
+fn many_files_tails_never_hold_the_cache_over_the_background_threshold() {
+    let mut h = Harness::new(granular(), &[2_000]);
+    for _ in 0..16 {
+        h.add_dd(0, 100, 4, Instant::ZERO);
+    }
+    h.run_until(secs(20));
+    assert!(h.dds.iter().all(|dd| dd.done_at.is_some()), "every dd finished");
+    let info = h.engine.meminfo();
+    assert!(
+        info.dirty <= info.bg_thresh,
+        "{} dirty pages over the background threshold {}",
+        info.dirty,
+        info.bg_thresh
+    );
+    writes_per_granule(&h);
+}
