@@ -1824,7 +1824,10 @@ impl Engine {
                 self.mem.allocated()
             ));
         }
-        if self.mem.allocated() + self.mem.anon() > self.mem.total() {
+        if self.mem.allocated() > self.mem.total()
+            || (self.mem.allocated() + self.mem.anon() > self.mem.total()
+                && !self.mem.overcommitted())
+        {
             return Err(format!(
                 "memory budget exceeded: {} + {} > {}",
                 self.mem.allocated(),

@@ -144,6 +144,10 @@ pub(crate) struct Memory {
     zones: Vec<Zone>,
     /// Anonymous pages the workload holds, resident or in swap (what it will free).
     anon_owned: u64,
+    /// The workload's anonymous memory was charged beyond memory ([`Memory::add_anon`]): the
+    /// cache's frames and anonymous memory together exceed the total until frees and reclaim
+    /// bring them back under it (the cache allocates nothing meanwhile: no zone has free pages).
+    overcommitted: bool,
     /// The watermarks of all zones together.
     pub(crate) wmark: Watermarks,
 }
@@ -179,6 +183,7 @@ impl Memory {
             frames: Vec::new(),
             zones,
             anon_owned: 0,
+            overcommitted: false,
             wmark: Watermarks::for_config(config),
         }
     }
@@ -245,6 +250,20 @@ impl Memory {
         let top = self.top_zone();
         self.zones[top].anon += left;
         self.anon_owned += pages;
+        self.overcommitted |= left > 0;
+    }
+
+    /// Whether anonymous memory charged beyond memory still makes frames and anonymous memory
+    /// exceed the total (the only way they may).
+    pub(crate) fn overcommitted(&self) -> bool {
+        self.overcommitted
+    }
+
+    /// Clears the overcommit once frames and anonymous memory fit again.
+    fn settle_overcommit(&mut self) {
+        if self.overcommitted && self.allocated() + self.anon() <= self.total {
+            self.overcommitted = false;
+        }
     }
 
     /// Takes up to `want` free pages of zone `z` for anonymous memory while staying at or above
@@ -290,6 +309,7 @@ impl Memory {
             left -= n;
         }
         self.anon_owned -= pages;
+        self.settle_overcommit();
     }
 
     /// Anonymous pages of zone `z` whose swap-out write is in flight.
@@ -329,6 +349,7 @@ impl Memory {
         let n = want.min(zone.anon_swapped);
         zone.anon_swapped -= n;
         zone.anon -= n;
+        self.settle_overcommit();
         n
     }
 
@@ -385,6 +406,7 @@ impl Memory {
         let zone = &mut self.zones[usize::from(meta.zone)];
         zone.free_ids.push(frame.0);
         zone.allocated -= 1;
+        self.settle_overcommit();
     }
 
     /// Records the page a frame holds and puts it at the head of the inactive list (new pages
