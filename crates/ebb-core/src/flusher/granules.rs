@@ -1,0 +1,73 @@
+//! Write granules (ebb's own, for object stores; knobs `write_granule_bytes` and
+//! `write_granule_group`): a backend that stores a file in pieces it can only replace whole,
+//! such as an S3 multipart upload's parts, declares the pieces, and the chunk selection
+//! ([`take_run`]) cuts runs at their ends instead of at `max_write_pages` and the chunk's end,
+//! so that a piece goes out in one write and is written once. Background and periodic work
+//! also leave the file's last granule alone while it is partly dirty and the file was written
+//! within `dirty_expire_centisecs`: it is where a sequential writer is still writing, and
+//! writing it now would mean writing it again when it fills. Two bounds keep this safe: a
+//! deferred tail is at most the background threshold divided by twice the number of dirty
+//! files of granular backends (so the tails together never keep background writeback from
+//! reaching the threshold, and a small cache writes its tails as the kernel would), and
+//! fsync, sync, close, reclaim and a file idle past the expire interval write the tail like
+//! any page.
+
+use crate::engine::Engine;
+use crate::ids::{BackendId, InodeId};
+
+use super::Submitter;
+
+/// The flusher's chunk selection: the next run a submitter writes from its position, up to
+/// `max` pages (the backend's largest write, and what is left of the chunk). On a backend
+/// with write granules a run ends at its granule's end instead, however far that is, and with
+/// a `tail_budget` the file's last granule waits while it is partly dirty and no larger than
+/// the budget (module doc).
+pub(super) fn take_run(
+    m: &mut crate::pagemap::PageMap,
+    backend: &crate::config::BackendConfig,
+    sub: &Submitter,
+    max: u64,
+    tail_budget: Option<u64>,
+) -> Option<crate::pagemap::Run> {
+    let (tagged, skip) = (sub.tagged_only, sub.skip_held);
+    let first = m.next_writeback(sub.next_index, tagged, skip)?;
+    let Some(granule) = backend.granule_of(first) else {
+        return m.start_writeback(first, max, tagged, skip);
+    };
+    if let Some(budget) = tail_budget
+        && granule.end - granule.start <= budget
+        && m.last_dirty().is_some_and(|last| granule.contains(&last) && last + 1 < granule.end)
+    {
+        return None;
+    }
+    m.start_writeback(first, granule.end - first, tagged, skip)
+}
+
+impl Engine {
+    /// How large a file's last granule may be for the flusher's current work to leave it for
+    /// later, or `None` if it may not (module doc): only background and
+    /// periodic work, only for a file dirtied within the expire interval, and only while the
+    /// tails of all dirty files of granular backends fit in half the background threshold, so
+    /// that deferred tails can never keep writeback from bringing the cache under it.
+    pub(super) fn tail_budget(&self, b: BackendId, inode: InodeId) -> Option<u64> {
+        self.cfg.backends[b.index()].write_granule_bytes?;
+        let f = &self.wbs[b.index()].flusher;
+        let work = f.current.as_ref()?;
+        if !(work.for_background || work.for_kupdate) {
+            return None;
+        }
+        let meta = self.inodes.get(&inode)?;
+        if meta.last_dirtied + self.expire_interval() <= self.now {
+            return None;
+        }
+        // Every granular backend's dirty files, so that the tails of all of them together fit.
+        let files: usize = self
+            .wbs
+            .iter()
+            .zip(&self.cfg.backends)
+            .filter(|(_, backend)| backend.write_granule_bytes.is_some())
+            .map(|(wb, _)| wb.flusher.dirty.len() + wb.flusher.io.len() + wb.flusher.more_io.len())
+            .sum();
+        Some(self.global_thresholds().bg_thresh / 2 / (files as u64 + 1))
+    }
+}
