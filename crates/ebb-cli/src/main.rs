@@ -10,7 +10,6 @@
 //! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
 //! report could not be completed; 2 for usage and configuration errors (bad arguments, an
 //! experiment file that does not load, a command not available yet).
-#![expect(clippy::print_stdout, reason = "the CLI prints its results to stdout")]
 
 use std::io::IsTerminal;
 use std::io::Write;
@@ -225,11 +224,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(command) => bench::run(command),
         Command::Stat(args) => {
             let stats = ebb_fuse::read_stats(&args.mountpoint)?;
-            // A reader that stops early (`ebb stat | head`) is not an error.
-            match writeln!(std::io::stdout().lock(), "{stats}") {
-                Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
-                _ => Ok(ExitCode::SUCCESS),
-            }
+            print_out(&format!("{stats}\n"))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
@@ -330,11 +326,21 @@ impl Args for KnobFlags {
     }
 }
 
+/// Writes `text` to stdout; a reader that stops early (`ebb ... | head`) is not an error.
+pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+        _ => Ok(()),
+    }
+}
+
 /// Prints the comparison and the report's path; the exit code says whether all checks held.
 fn finish(outcome: &Outcome) -> ExitCode {
-    print!("{}", outcome.text());
-    println!();
-    println!("report: {}", outcome.report_html.display());
+    let text = format!("{}\nreport: {}\n", outcome.text(), outcome.report_html.display());
+    if let Err(error) = print_out(&text) {
+        eprintln!("ebb: {error:#}");
+        return ExitCode::FAILURE;
+    }
     let failed = outcome.failed_checks();
     if failed.is_empty() {
         return ExitCode::SUCCESS;

@@ -105,4 +105,5 @@ fn nfs_stream_and_read_under_write_run_against_the_export() {
     for mode in modes {
         assert!(0 < readers["modes"][mode]["reads"].as_u64().unwrap(), "{mode}: {readers}");
     }
+    assert_eq!(left_on(&server.export_dir()), Vec::<String>::new(), "the read file is removed");
 }

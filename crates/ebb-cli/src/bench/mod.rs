@@ -96,6 +96,10 @@ pub(crate) enum BenchCommand {
         /// Size of the file read at random.
         #[arg(long, default_value = "1GiB")]
         read_size: String,
+        /// Keep the read file (`ebb-bench-read` in the directory) for the next run, which
+        /// reuses it if its size matches, instead of removing it at the end.
+        #[arg(long)]
+        keep_read_file: bool,
         /// ebb's memory budget.
         #[arg(long, default_value = "256MiB")]
         memory: String,
@@ -159,9 +163,10 @@ pub(crate) enum BenchCommand {
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Stream { dir, backend, size, memory, rounds, warmup, knob, json } => {
+            let json = JsonOut::create(json)?;
             let opts = StreamOptions {
                 target: Target::new(dir, backend)?,
-                size: size_arg("--size", &size)?,
+                size: at_least("--size", size_arg("--size", &size)?, 1 << 20, "one 1 MiB write")?,
                 memory: size_arg("--memory", &memory)?,
                 block: 1 << 20,
                 rounds,
@@ -169,7 +174,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 knobs: knob_texts(&knob),
             };
             let result = stream(&opts)?;
-            print_json(&result, json.as_deref())?;
+            json.write(&result)?;
         }
         BenchCommand::ReadUnderWrite {
             dir,
@@ -179,44 +184,54 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             read_size,
             memory,
             knob,
+            keep_read_file,
             json,
         } => {
+            let json = JsonOut::create(json)?;
             let opts = ReadUnderWriteOptions {
                 knobs: knob_texts(&knob),
                 target: Target::new(dir, backend)?,
                 seconds: seconds.max(1) as f64,
-                read_file_size: size_arg("--read-size", &read_size)?,
+                read_file_size: at_least(
+                    "--read-size",
+                    size_arg("--read-size", &read_size)?,
+                    1 << 20,
+                    "1 MiB",
+                )?,
+                keep_read_file,
                 write_file_size: 4 << 30,
                 memory: size_arg("--memory", &memory)?,
                 rounds,
             };
             let result = read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
-            print_json(&result, json.as_deref())?;
+            json.write(&result)?;
         }
         BenchCommand::NfsCommitBatching { backend, size, memory, rounds, knob, json } => {
+            let json = JsonOut::create(json)?;
             let opts = CommitBatchingOptions {
                 backend: nfs_export(&backend)?,
-                size: size_arg("--size", &size)?,
+                size: at_least("--size", size_arg("--size", &size)?, 1 << 20, "one 1 MiB write")?,
                 memory: size_arg("--memory", &memory)?,
                 rounds,
                 knobs: knob_texts(&knob),
             };
             let result = commit_batching(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
-            print_json(&result, json.as_deref())?;
+            json.write(&result)?;
         }
         BenchCommand::WritePath { threads, size, passes, repeats, json } => {
+            let json = JsonOut::create(json)?;
             let mut counts = vec![1];
             while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
                 counts.push(counts.last().copied().unwrap_or(1) * 2);
             }
             let opts = WritePathOptions {
                 threads: counts,
-                bytes_per_thread: size_arg("--size", &size)?,
+                bytes_per_thread: at_least("--size", size_arg("--size", &size)?, 4096, "one page")?,
                 passes,
                 repeats,
             };
             let result = write_path(&opts)?;
-            print_json(&result, json.as_deref())?;
+            json.write(&result)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -240,7 +255,11 @@ impl Target {
     /// `--dir DIR` or `--backend nfs://...` (clap makes sure of one of them).
     fn new(dir: Option<PathBuf>, backend: Option<String>) -> anyhow::Result<Target> {
         match (dir, backend) {
-            (Some(dir), None) => Ok(Target::Dir(dir)),
+            (Some(dir), None) => match std::fs::metadata(&dir) {
+                Ok(meta) if meta.is_dir() => Ok(Target::Dir(dir)),
+                Ok(_) => Err(Usage(format!("--dir {}: not a directory", dir.display())).into()),
+                Err(error) => Err(Usage(format!("--dir {}: {error}", dir.display())).into()),
+            },
             (None, Some(url)) => Ok(Target::Nfs(nfs_export(&url)?)),
             _ => Err(Usage("give --dir DIR or --backend nfs://HOST[:PORT]/EXPORT".into()).into()),
         }
@@ -306,18 +325,43 @@ fn config_error(error: ebb_core::ConfigError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("ebb configuration: {error}"))
 }
 
-/// Writes `value` as pretty JSON to `path` (or nowhere).
-fn write_json(path: Option<&Path>, value: &impl Serialize) -> io::Result<()> {
-    if let Some(path) = path {
-        let mut f = std::fs::File::create(path)?;
-        serde_json::to_writer_pretty(&mut f, value).map_err(io::Error::other)?;
-        writeln!(f)?;
+/// A size option below its smallest sensible value is a usage error naming it.
+fn at_least(flag: &str, value: u64, min: u64, what: &str) -> anyhow::Result<u64> {
+    if value < min {
+        return Err(Usage(format!("{flag} {value}: at least {what} ({min} bytes)")).into());
     }
-    Ok(())
+    Ok(value)
 }
 
-fn print_json(value: &impl serde::Serialize, path: Option<&std::path::Path>) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    write_json(path, value)?;
-    Ok(())
+/// Where a bench's JSON goes: stdout, and the `--json` file, created before the bench runs so
+/// that a path that cannot be written fails at once, naming it, not after the measurement.
+struct JsonOut {
+    file: Option<(PathBuf, std::fs::File)>,
+}
+
+impl JsonOut {
+    fn create(path: Option<PathBuf>) -> anyhow::Result<JsonOut> {
+        let file = match path {
+            Some(path) => match std::fs::File::create(&path) {
+                Ok(file) => Some((path, file)),
+                Err(error) => {
+                    return Err(Usage(format!("--json {}: {error}", path.display())).into());
+                }
+            },
+            None => None,
+        };
+        Ok(JsonOut { file })
+    }
+
+    /// Prints `value` as pretty JSON (a reader that stops early, `| head`, is not an error) and
+    /// writes it to the file.
+    fn write(self, value: &impl Serialize) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(value)?;
+        crate::print_out(&format!("{text}\n"))?;
+        if let Some((path, mut file)) = self.file {
+            writeln!(file, "{text}")
+                .map_err(|error| anyhow::anyhow!("--json {}: {error}", path.display()))?;
+        }
+        Ok(())
+    }
 }

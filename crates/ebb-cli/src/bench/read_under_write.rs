@@ -29,6 +29,8 @@ pub(crate) struct ReadUnderWriteOptions {
     pub(crate) write_file_size: u64,
     /// ebb's memory budget.
     pub(crate) memory: u64,
+    /// Leave the read file for the next run instead of removing it.
+    pub(crate) keep_read_file: bool,
     /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
     pub(crate) knobs: Vec<(String, String)>,
     /// Rounds: the modes take turns (idle, ebb wbt on, ebb wbt off, kernel, then again), and
@@ -150,9 +152,12 @@ fn reader_beside_writer(
     Ok((h?, mb_s?))
 }
 
+/// The file the reader reads, in the directory or export under test.
+const READ_FILE: &str = "ebb-bench-read";
+
 fn prepare_read_file(target: &Target, size: u64) -> io::Result<Arc<dyn BackendFile>> {
     let backend = target.raw()?;
-    let name = "ebb-bench-read";
+    let name = READ_FILE;
     if backend.exists(name)? {
         let f = backend.open(name, OpenOptions { create: false, truncate: false })?;
         if f.size()? == size {
@@ -171,15 +176,36 @@ fn prepare_read_file(target: &Target, size: u64) -> io::Result<Arc<dyn BackendFi
     Ok(f)
 }
 
-/// Runs the four modes one after the other.
+/// Runs the four modes one after the other, then removes the read file unless asked to keep
+/// it (also when a mode failed).
 pub(crate) fn read_under_write(
     opts: &ReadUnderWriteOptions,
     progress: &mut dyn FnMut(&str),
 ) -> io::Result<ReadUnderWriteResult> {
     let size = opts.read_file_size.max(1 << 20) / (1 << 20) * (1 << 20);
-    let pages = size / 4096;
     progress("preparing the read file");
     let read_file = prepare_read_file(&opts.target, size)?;
+    let result = measure(opts, progress, &read_file, size);
+    drop(read_file);
+    if !opts.keep_read_file {
+        let removed = opts.target.raw().and_then(|backend| backend.remove(READ_FILE));
+        if let Err(error) = removed
+            && result.is_ok()
+        {
+            return Err(error);
+        }
+    }
+    result
+}
+
+/// The modes' rounds over the prepared read file of `size` bytes.
+fn measure(
+    opts: &ReadUnderWriteOptions,
+    progress: &mut dyn FnMut(&str),
+    read_file: &Arc<dyn BackendFile>,
+    size: u64,
+) -> io::Result<ReadUnderWriteResult> {
+    let pages = size / 4096;
     let secs = opts.seconds;
     // Per mode: the merged read latencies and each round's writer MB/s.
     let mut runs: BTreeMap<&str, (Histogram<u64>, Vec<f64>)> = BTreeMap::new();
@@ -215,7 +241,7 @@ pub(crate) fn read_under_write(
                 builder_with(opts.memory, &opts.knobs)?.knob("wbt", wbt).map_err(config_error)?;
             let ebb = opts.target.add_to(builder)?.build()?;
             wbt_lat = wbt_lat.max(ebb.config().backends[0].wbt_target_usec());
-            let rf = ebb.open("ebb-bench-read", OpenOptions { create: false, truncate: false })?;
+            let rf = ebb.open(READ_FILE, OpenOptions { create: false, truncate: false })?;
             let wf = ebb.open("ebb-bench-write", CREATE)?;
             let (h, mb_s) = reader_beside_writer(
                 pages,

@@ -1,0 +1,89 @@
+//! `ebb bench` as a user meets it: wrong input refused at once with the option it names, a
+//! run that leaves nothing behind, and output into a pipe that closes early.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const EBB: &str = env!("CARGO_BIN_EXE_ebb");
+
+fn ebb(args: &[&str]) -> Output {
+    Command::new(EBB).args(args).output().expect("run ebb")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Bad options fail with exit code 2 and a message naming the option and the value, before
+/// anything is measured.
+#[test]
+fn bad_options_name_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["bench", "stream", "--dir", "/nonexistent/ebb", "--size", "1M"],
+            "--dir /nonexistent/ebb",
+        ),
+        (&["bench", "stream", "--dir", "/etc/hostname", "--size", "1M"], "not a directory"),
+        (&["bench", "stream", "--dir", dir, "--size", "0"], "--size 0: at least"),
+        (&["bench", "write-path", "--size", "0"], "--size 0: at least"),
+        (
+            &["bench", "stream", "--dir", dir, "--size", "1M", "--json", "/nonexistent/x.json"],
+            "--json /nonexistent/x.json",
+        ),
+        (&["bench", "read-under-write", "--dir", dir, "--read-size", "4K"], "--read-size 4096"),
+    ];
+    for (args, expected) in cases {
+        let out = ebb(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{args:?} measured something");
+    }
+}
+
+/// read-under-write removes every file it made (the 1 GiB read file too) unless asked to keep
+/// the read file for the next run.
+#[test]
+fn read_under_write_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let args = ["bench", "read-under-write", "--dir", path, "--seconds", "1", "--read-size", "1M"];
+    let out = ebb(&[&args[..], &["--memory", "16M"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(names(dir.path()), Vec::<String>::new());
+    let out = ebb(&[&args[..], &["--memory", "16M", "--keep-read-file"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(names(dir.path()), ["ebb-bench-read"]);
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A reader that closes the pipe after one line (`ebb ... | head -1`) is not an error: no
+/// panic, exit 0.
+#[test]
+fn output_into_a_closed_pipe_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(EBB)
+        .args(["bench", "stream", "--size", "1M", "--rounds", "1", "--warmup", "0", "--memory"])
+        .args(["16M", "--dir", dir.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before ebb prints.
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(status.success(), "{status}: {err}");
+}
