@@ -158,6 +158,31 @@ fn a_writer_held_by_a_full_backend_gets_enospc() {
     fx.unmount();
 }
 
+// The writer of the case above is SIGKILLed while write-backs fail and its pages are held:
+// it exits (no FUSE request of it is stuck in an uninterruptible wait), and what it wrote
+// into the cache is still written once space is freed.
+#[test]
+fn a_writer_killed_while_its_pages_are_held_exits_and_its_data_drains() {
+    let Some((_tmpfs, mut fx, mut writer)) = full_backend_with_a_writer(48) else { return };
+    writer.kill().unwrap();
+    let mut status = None;
+    wait_until("the killed dd's exit", || {
+        status = writer.try_wait().unwrap();
+        status.is_some()
+    });
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.unwrap().signal(), Some(9), "dd died of the SIGKILL");
+    let cached = std::fs::metadata(fx.mnt.join("big")).unwrap().len();
+    std::fs::remove_file(fx.dir.join("filler")).unwrap();
+    let big = fx.dir.join("big");
+    wait_until("the held pages' write-back", || {
+        std::fs::metadata(&big).is_ok_and(|meta| meta.len() == cached)
+            && fx.mount.as_ref().unwrap().unwritten().starts_with("0 KiB dirty")
+    });
+    fx.unmount();
+    assert!(std::fs::read(&big).unwrap().iter().all(|&byte| byte == 0));
+}
+
 /// Free bytes of the filesystem holding `path`.
 fn free_bytes(path: &Path) -> u64 {
     let stat = rustix::fs::statvfs(path).unwrap();
