@@ -470,12 +470,14 @@ impl Backend for S3Backend {
 }
 
 fn capabilities(layout: &PartLayout) -> Capabilities {
+    let largest_part = layout.range(self::layout::PARTS_MAX);
     Capabilities {
         two_phase: false,
         direct_io: true,
         alignment: 1,
-        // The runtime sizes its IO buffers by this: one part each.
-        max_io_bytes: layout.part_size(),
+        // The largest part: the engine writes a part (its write granule) in one request, and
+        // a part written in two requests would be uploaded twice, with a commit between.
+        max_io_bytes: largest_part.end - largest_part.start,
         serial_writes: false,
     }
 }

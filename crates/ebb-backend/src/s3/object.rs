@@ -224,14 +224,30 @@ impl Object {
                 self.commit_exclusive()?;
                 continue;
             };
-            let mut buf = vec![0u8; (extent.end - extent.start) as usize];
-            self.fill_gaps(&mut buf, &extent, carried, runs)?;
-            for (offset, data) in runs {
-                let start = (offset - extent.start) as usize;
-                buf[start..start + data.len()].copy_from_slice(data);
-            }
+            // A run covering the whole part (write-back of a whole granule, the usual case)
+            // is uploaded from the caller's buffer; otherwise the part is assembled from the
+            // runs and what the object already holds.
+            let assembled;
+            let body: &[u8] = match runs {
+                [(offset, data)]
+                    if *offset == extent.start
+                        && data.len() as u64 == extent.end - extent.start =>
+                {
+                    data
+                }
+                _ => {
+                    let mut buf = vec![0u8; (extent.end - extent.start) as usize];
+                    self.fill_gaps(&mut buf, &extent, carried, runs)?;
+                    for (offset, data) in runs {
+                        let start = (offset - extent.start) as usize;
+                        buf[start..start + data.len()].copy_from_slice(data);
+                    }
+                    assembled = buf;
+                    &assembled
+                }
+            };
             let id = self.ensure_upload()?;
-            let etag = match self.shared.client.upload_part(&self.key(), &id, part, &buf) {
+            let etag = match self.shared.client.upload_part(&self.key(), &id, part, body) {
                 Ok(etag) => etag,
                 Err(error) if error.is_no_such_upload() => {
                     self.upload_lost(&id, &error);
@@ -244,7 +260,7 @@ impl Object {
                 id: &id,
                 part,
                 etag: &etag,
-                len: buf.len() as u64,
+                len: body.len() as u64,
             })?;
             let mut state = self.state();
             let current = self.shared.layout.extent(part, state.size);
@@ -255,7 +271,7 @@ impl Object {
                 continue;
             }
             let upload = state.upload.as_mut().expect("checked above");
-            upload.parts.insert(part, UploadedPart { etag, len: buf.len() as u64 });
+            upload.parts.insert(part, UploadedPart { etag, len: body.len() as u64 });
             return Ok(());
         }
         Err(errno_error(
