@@ -53,11 +53,20 @@
 //! task_ratelimit, balanced_dirty_ratelimit, in KB/s).
 
 use crate::limits::roundup_pow_of_two;
+use crate::time::Duration;
 
 /// 100 MB/s in 4 KiB pages per second.
 pub const INIT_BW: u64 = 25_600;
 /// Fixed-point shift of position ratios: 1.0 is 1024.
 pub const RATELIMIT_CALC_SHIFT: u32 = 10;
+/// The least time between two bandwidth estimates, and the delay of the update armed when a
+/// file's writeback ends (the kernel's `BANDWIDTH_INTERVAL`, `max(HZ / 5, 1)` jiffies).
+pub const BANDWIDTH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// [`BANDWIDTH_INTERVAL`] in ticks of a `hz` clock, at least one (`HZ / 5` exactly).
+pub fn bandwidth_interval_jiffies(hz: u64) -> u64 {
+    BANDWIDTH_INTERVAL.jiffies(hz).max(1)
+}
 
 /// The estimator state of one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]

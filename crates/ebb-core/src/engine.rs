@@ -845,7 +845,7 @@ impl Engine {
         // that inodes finishing together share one. A pending one is not moved.
         let wb = &mut self.wbs[b.index()];
         if inode_idle && wb.bw_update_at.is_none() {
-            wb.bw_update_at = Some(self.now + Duration::from_millis(200));
+            wb.bw_update_at = Some(self.now + crate::bandwidth::BANDWIDTH_INTERVAL);
         }
         if let Issuer::Writer(w) = issuer {
             self.writer_io_done(w);

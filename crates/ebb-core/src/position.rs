@@ -35,7 +35,7 @@
 //! | name | value | unit | provenance |
 //! |---|---|---|---|
 //! | RATELIMIT_CALC_SHIFT | 10 | bits (1.0 = 1024) | kernel |
-//! | MAX_PAUSE | HZ/5 = 200 ms | jiffies | kernel |
+//! | MAX_PAUSE | 200 ms (HZ/5 jiffies, at least 1) | ms | kernel |
 //! | DIRTY_POLL_THRESH | 32 | pages (128 KiB) | kernel |
 //! | backend line floor | 1/4 | - | kernel `wb_position_ratio` |
 //! | idle-device floor | (limit - dirty)/8 | pages | kernel |
@@ -58,11 +58,20 @@
 
 use crate::bandwidth::RATELIMIT_CALC_SHIFT;
 use crate::limits::{ilog2, roundup_pow_of_two};
+use crate::time::Duration;
 
 /// 1.0 in position-ratio fixed point.
 pub const ONE: u64 = 1 << RATELIMIT_CALC_SHIFT;
 /// Pages below which checks are not worth doing more often.
 pub const DIRTY_POLL_THRESH: u64 = 32;
+/// The longest pause a writer sleeps (the kernel's `MAX_PAUSE`, `max(HZ / 5, 1)` jiffies).
+pub const MAX_PAUSE: Duration = Duration::from_millis(200);
+
+/// [`MAX_PAUSE`] in ticks of a `hz` clock, at least one (`HZ / 5` exactly: 200 ms is a fifth of
+/// a second).
+pub fn max_pause_jiffies(hz: u64) -> u64 {
+    MAX_PAUSE.jiffies(hz).max(1)
+}
 
 /// The cubic global control line (kernel `pos_ratio_polynom`), in 1/1024.
 pub fn pos_ratio_polynom(setpoint: u64, dirty: u64, limit: u64) -> u64 {
@@ -169,7 +178,7 @@ pub fn wb_position_ratio(p: &PositionInputs) -> u64 {
 /// The longest pause, jiffies (kernel `wb_max_pause`): about 1/8 of the time to write the
 /// backend's dirty pages, at most 200 ms.
 pub fn wb_max_pause(wb_dirty: u64, avg_write_bw: u64, hz: u64) -> u64 {
-    let max_pause = (hz / 5).max(1);
+    let max_pause = max_pause_jiffies(hz);
     let t = wb_dirty / (1 + avg_write_bw / roundup_pow_of_two(1 + hz / 8)) + 1;
     t.min(max_pause)
 }
@@ -212,6 +221,16 @@ pub fn wb_min_pause(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 200 ms in jiffies is the kernel's `max(HZ / 5, 1)` for every HZ the knob allows, and so
+    /// is the bandwidth interval.
+    #[test]
+    fn max_pause_is_a_fifth_of_a_second_in_jiffies() {
+        for hz in 1..=10_000 {
+            assert_eq!(max_pause_jiffies(hz), (hz / 5).max(1), "HZ={hz}");
+            assert_eq!(crate::bandwidth::bandwidth_interval_jiffies(hz), (hz / 5).max(1));
+        }
+    }
 
     /// The cubic's anchor points: 2 at freerun, 1 at the setpoint, 0 at the limit.
     #[test]

@@ -31,8 +31,8 @@
 //! # Constants
 //! | name | value | unit | provenance |
 //! |---|---|---|---|
-//! | MAX_PAUSE | HZ/5 | jiffies | kernel |
-//! | BANDWIDTH_INTERVAL | HZ/5 | jiffies | kernel |
+//! | MAX_PAUSE | 200 ms (HZ/5 jiffies, at least 1) | ms | kernel |
+//! | BANDWIDTH_INTERVAL | 200 ms (HZ/5 jiffies, at least 1) | ms | kernel |
 //! | dirty_exceeded ratelimit | 8 | pages | kernel (32 KiB) |
 //! | legacy pause cap | HZ/10 | jiffies | 2.6.3x |
 //! | legacy write_chunk | 1.5 x ratelimit | pages | 2.6.3x `sync_writeback_pages` |
@@ -52,13 +52,13 @@
 //! `balance_dirty_pages` and `bdi_dirty_ratelimit` trace lines; `Stats::throttle_checks`,
 //! `global_counter_reads`, `throttled_calls`, `writer_writeback_pages`.
 
-use crate::bandwidth::RATELIMIT_CALC_SHIFT;
+use crate::bandwidth::{RATELIMIT_CALC_SHIFT, bandwidth_interval_jiffies};
 use crate::config::{CounterReads, PAGE_SIZE, ThrottlePolicy};
 use crate::engine::{Engine, PageMaps, WaitReason};
 use crate::event::{Action, IoError, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
 use crate::limits::{self, DirtyKnobs, Thresholds};
-use crate::position::{self, PositionInputs};
+use crate::position::{self, PositionInputs, max_pause_jiffies};
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::{CallState, FRAME_BATCH, Writer};
@@ -345,7 +345,9 @@ impl Engine {
         };
         let pos_ratio = position::wb_position_ratio(&inputs);
         let setpoint = inputs.setpoint();
-        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp) >= (hz / 5).max(1) {
+        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp)
+            >= bandwidth_interval_jiffies(hz)
+        {
             let (dirty_cmp, setpoint_cmp) = if strict {
                 let sp =
                     if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
@@ -491,7 +493,7 @@ impl Engine {
         gdirty: u64,
     ) {
         let hz = self.hz;
-        let interval = (hz / 5).max(1);
+        let interval = bandwidth_interval_jiffies(hz);
         if ratelimit.is_some() && now_j.saturating_sub(self.dirty_limit_stamp) >= interval {
             self.dirty_limit = limits::follow_dirty_limit(self.dirty_limit, thresh, gdirty);
             self.dirty_limit_stamp = now_j;
@@ -545,7 +547,9 @@ impl Engine {
     /// A bandwidth-only update if 200 ms have passed (the writepages path).
     pub(crate) fn bandwidth_tick(&mut self, b: BackendId) {
         let now_j = self.now.jiffies(self.hz);
-        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp) >= (self.hz / 5).max(1) {
+        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp)
+            >= bandwidth_interval_jiffies(self.hz)
+        {
             self.update_bandwidth(b, now_j, None, 0, 0);
         }
     }
@@ -684,7 +688,7 @@ impl Engine {
                 (u128::from(BW2010_BANDWIDTH) * u128::from(gap) / u128::from(a / 16 + 1)) as u64;
             let pause = (u128::from(self.hz) * u128::from(pages_dirtied * PAGE_SIZE)
                 / u128::from(bw + 1)) as u64;
-            let pause = pause.clamp(1, (self.hz / 5).max(1));
+            let pause = pause.clamp(1, max_pause_jiffies(self.hz));
             self.record(TraceEvent::Bw2010BalanceDirtyPages {
                 writer: w.id,
                 bdi: b,
@@ -723,7 +727,9 @@ impl Engine {
         }
         // Over a limit without a soft pause this round: the posting sleeps 200 ms.
         w.call = CallState::Bw2010Paused { pages_dirtied };
-        Verdict::Sleep { until: self.now + Duration::from_jiffies((self.hz / 5).max(1), self.hz) }
+        Verdict::Sleep {
+            until: self.now + Duration::from_jiffies(max_pause_jiffies(self.hz), self.hz),
+        }
     }
 
     /// The end of a 2.6.3x-style call (legacy and 2010 policies): wake the flusher if the
