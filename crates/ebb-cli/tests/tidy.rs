@@ -29,11 +29,8 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
 const LINES_MAX: usize = 800;
 
 /// Files over [`LINES_MAX`] not split yet, with the most lines they may have: they may shrink,
-/// not grow past it, and must leave this list once under the budget. engine.rs and reclaim.rs
-/// have room for the write-error policy, which lands before the engine/ split (issue 19) takes
-/// them off the list.
-const RATCHET: &[(&str, usize)] =
-    &[("crates/ebb-core/src/engine.rs", 2000), ("crates/ebb-core/src/reclaim.rs", 900)];
+/// not grow past it, and must leave this list once under the budget (issue 19).
+const RATCHET: &[(&str, usize)] = &[("crates/ebb-core/src/reclaim.rs", 900)];
 
 /// Constants a table names that are not defined yet (each must leave the list once defined).
 const CONSTANTS_MISSING: &[(&str, &str)] = &[];

@@ -1,0 +1,372 @@
+//! Completions of writes and COMMITs: the page states they move, the bandwidth update they
+//! arm, and the write-error policy (the parent module's doc) they carry out: classes, retries,
+//! the outage deadline, page waiters.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn write_done<M: PageMaps>(
+        &mut self,
+        io: IoId,
+        result: Result<Stability, IoError>,
+        maps: &mut M,
+    ) {
+        let record =
+            self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let IoKind::Write { run, issuer, held_retry } = record.kind else {
+            panic!("io {io} is not a write")
+        };
+        let (b, inode) = (record.backend, record.inode);
+        let now = self.now;
+        let wb = &mut self.wbs[b.index()];
+        wb.inflight -= 1;
+        wb.write_inflight -= 1;
+        wb.last_completion = now;
+        let latency = now.saturating_since(record.issued);
+        let inflight = wb.write_inflight;
+        wb.wbt.on_write_done(now, latency, inflight);
+        let end = match result {
+            Ok(Stability::Stable) => WriteEnd::Stable,
+            Ok(Stability::Unstable { verifier }) => {
+                WriteEnd::Unstable(self.verifier_slot(b, verifier))
+            }
+            Err(e) => {
+                self.stats.write_errors += 1;
+                if held_retry && e.class() == ErrorClass::Hold {
+                    self.stats.held_retries_failed += 1;
+                    self.schedule_retry(inode, ErrorClass::Hold);
+                } else {
+                    self.write_failed(b, inode, e);
+                }
+                if e.class() == ErrorClass::Hold { WriteEnd::Hold } else { WriteEnd::Redirty }
+            }
+        };
+        if result.is_ok() {
+            self.backend_reached(b);
+        }
+        let out = maps.with(inode, |m| m.end_writeback(run, end));
+        let mut delta = Counters {
+            writeback: -(run.count as i64),
+            dirty: out.redirtied as i64,
+            held: if end == WriteEnd::Hold { out.redirtied as i64 } else { 0 },
+            unstable: out.unstable as i64,
+            resident: -(out.freed as i64),
+            ..Counters::default()
+        };
+        let completed = out.cleaned + out.unstable;
+        delta.written = completed;
+        self.account(inode, delta);
+        if completed > 0 {
+            let max_frac =
+                crate::fprop::FRAC_BASE * u64::from(self.cfg.backends[b.index()].max_ratio) / 100;
+            let now = self.now;
+            let wb = &mut self.wbs[b.index()];
+            self.completions.add(now, &mut wb.share, completed, max_frac);
+        }
+        for frame in out.freed_frames {
+            self.mem.unlink(frame);
+            self.mem.release(frame);
+        }
+        for frame in out.rotate {
+            if self.mem.list_of(frame) != List::None {
+                self.mem.move_to_inactive_tail(frame);
+            }
+        }
+        if out.inode_became_dirty || out.unstable > 0 {
+            // Unstable pages keep the file on the dirty list until committed, as the NFS
+            // client marks the inode dirty (I_DIRTY_DATASYNC) for them: the flusher's passes
+            // call writepages on it and its write_inode step sends the COMMIT.
+            self.mark_inode_dirty(inode);
+        }
+        let mut inode_idle = false;
+        let held_left = result.is_ok() && maps.with(inode, |m| m.counts().held) > 0;
+        if let Some(meta) = self.inodes.get_mut(&inode) {
+            meta.inflight.remove(&io);
+            inode_idle = meta.inflight.is_empty();
+            if result.is_ok() {
+                meta.retry_backoff = Duration::ZERO;
+            }
+            if held_left && meta.retry_at.is_none() && !meta.retry_held {
+                meta.hold_retry_at = None;
+                // The backend takes writes again: the rest of the held pages follow at once.
+                meta.retry_held = true;
+                self.wbs[b.index()].flusher.start_all = true;
+            }
+        }
+        // The inode's writeback ended: a bandwidth update 200 ms later (BANDWIDTH_INTERVAL), so
+        // that inodes finishing together share one. A pending one is not moved.
+        let wb = &mut self.wbs[b.index()];
+        if inode_idle && wb.bw_update_at.is_none() {
+            wb.bw_update_at = Some(self.now + crate::bandwidth::BANDWIDTH_INTERVAL);
+        }
+        if let Issuer::Writer(w) = issuer {
+            self.writer_io_done(w);
+        }
+        self.wake_page_waiters(inode);
+        self.maybe_commit(inode, maps);
+        self.fsync_progress(inode, maps);
+        self.sync_progress(b, maps);
+        self.wake_memory_waiters(maps);
+    }
+
+    pub(super) fn verifier_slot(&mut self, b: BackendId, verifier: u64) -> u16 {
+        let list = &mut self.wbs[b.index()].verifiers;
+        match list.iter().position(|&v| v == verifier) {
+            Some(i) => i as u16,
+            None => {
+                assert!(list.len() < usize::from(u16::MAX), "too many write verifiers");
+                list.push(verifier);
+                (list.len() - 1) as u16
+            }
+        }
+    }
+
+    /// A write or commit of `inode` on `b` failed with `e`: the write-error policy (module
+    /// doc). The pages themselves are redirtied or held by the caller.
+    pub(super) fn write_failed(&mut self, b: BackendId, inode: InodeId, e: IoError) {
+        match e.class() {
+            ErrorClass::Retry => self.record_error(inode, e),
+            ErrorClass::Hold => {
+                self.last_hold = Some(e);
+                self.record_error(inode, e);
+            }
+            ErrorClass::Outage => {
+                self.stats.outage_errors += 1;
+                for f in self.fsyncs.values_mut().filter(|f| f.inode == inode) {
+                    f.outage = true;
+                }
+                for state in self.syncs.values_mut() {
+                    state.outage.insert(b);
+                }
+                let now = self.now;
+                let wb = &mut self.wbs[b.index()];
+                wb.outage_since.get_or_insert(now);
+                if self.cfg.backends[b.index()].retry_timeout_secs == 0 {
+                    // No patience: reported like any failure.
+                    self.record_error(inode, IoError { errno: errno::EIO });
+                }
+            }
+        }
+        self.schedule_retry(inode, e.class());
+    }
+
+    /// Records a write error on a file: every open handle will see it once.
+    pub(super) fn record_error(&mut self, inode: InodeId, e: IoError) {
+        if let Some(meta) = self.inodes.get_mut(&inode) {
+            meta.err_seq += 1;
+            meta.err = Some(e);
+            meta.err_unseen = true;
+        }
+    }
+
+    /// Sets the file's next retry with exponential backoff: from [`RETRY_BACKOFF_MIN`]
+    /// doubling to [`RETRY_BACKOFF_MAX`] for errors that may pass, from
+    /// [`HOLD_BACKOFF_MIN`] for held pages (whose retry rewrites all of them).
+    pub(super) fn schedule_retry(&mut self, inode: InodeId, class: ErrorClass) {
+        let now = self.now;
+        let Some(meta) = self.inodes.get_mut(&inode) else { return };
+        let first = if class == ErrorClass::Hold { HOLD_BACKOFF_MIN } else { RETRY_BACKOFF_MIN };
+        meta.retry_backoff = if meta.retry_backoff == Duration::ZERO {
+            first
+        } else {
+            (meta.retry_backoff + meta.retry_backoff).clamp(first, RETRY_BACKOFF_MAX)
+        };
+        let at = now + meta.retry_backoff;
+        if class == ErrorClass::Hold {
+            // The earliest retry stands: new data failing meanwhile does not push it back.
+            meta.hold_retry_at = Some(meta.hold_retry_at.map_or(at, |t| t.min(at)));
+        } else {
+            meta.retry_at = Some(at);
+        }
+    }
+
+    /// A write or commit to `b` succeeded: any outage is over.
+    pub(super) fn backend_reached(&mut self, b: BackendId) {
+        let wb = &mut self.wbs[b.index()];
+        wb.outage_since = None;
+        wb.outage_reported = false;
+    }
+
+    /// When the backend's current outage turns into EIO for its files (`None`: no outage, or
+    /// already reported).
+    pub(crate) fn outage_deadline(&self, wb: &Wb) -> Option<Instant> {
+        let since = wb.outage_since.filter(|_| !wb.outage_reported)?;
+        let b = self.wbs.iter().position(|w| std::ptr::eq(w, wb))?;
+        let secs = self.cfg.backends[b].retry_timeout_secs;
+        Some(since + Duration::from_nanos(secs.saturating_mul(1_000_000_000)))
+    }
+
+    /// The backend's outage reached its deadline: every file of it with unwritten data gets
+    /// EIO (once per handle), waiting fsyncs answer, and from now on its writers fail instead
+    /// of being throttled, until a write succeeds. The data stays and is retried.
+    pub(super) fn outage_expired<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        self.wbs[b.index()].outage_reported = true;
+        self.stats.outage_timeouts += 1;
+        let files: Vec<InodeId> = self
+            .inodes
+            .iter()
+            .filter(|(_, m)| m.backend == b)
+            .map(|(&i, _)| i)
+            .filter(|&i| maps.with(i, |m| m.counts().dirty + m.counts().unstable > 0))
+            .collect();
+        for inode in files {
+            self.record_error(inode, IoError { errno: errno::EIO });
+        }
+        let waiting: Vec<RequestId> = self
+            .fsyncs
+            .iter()
+            .filter(|(_, f)| matches!(f.phase, FsyncPhase::Retrying))
+            .filter(|(_, f)| self.inodes.get(&f.inode).is_some_and(|m| m.backend == b))
+            .map(|(&r, _)| r)
+            .collect();
+        for request in waiting {
+            self.fsync_answer(request, maps);
+        }
+        // Syncs waiting to retry this backend's part: one more pass, which ends with EIO.
+        let mut retries = Vec::new();
+        for (&request, state) in &mut self.syncs {
+            if state.retry_at.remove(&b).is_some() {
+                state.outage.insert(b);
+                retries.push(request);
+            }
+        }
+        for request in retries {
+            self.queue_sync_work(b, request);
+        }
+        // Writers paused against this backend re-check, and fail.
+        let paused: Vec<WriterId> = self.waiters.keys().copied().collect();
+        for w in paused {
+            if self.waiters.get(&w) != Some(&WaitReason::OwnWriteback) {
+                self.waiters.remove(&w);
+                self.emit(Action::Resume { writer: w });
+            }
+        }
+    }
+
+    pub(super) fn wake_page_waiters(&mut self, inode: InodeId) {
+        if let Some(meta) = self.inodes.get_mut(&inode)
+            && !meta.page_waiters.is_empty()
+        {
+            let waiters = std::mem::take(&mut meta.page_waiters);
+            for w in waiters {
+                if self.waiters.remove(&w).is_some() {
+                    self.actions.push_back(Action::Resume { writer: w });
+                }
+            }
+        }
+    }
+
+    /// A writer found a page under writeback: it waits for that file's next completion.
+    pub fn wait_for_page<M: PageMaps>(
+        &mut self,
+        now: Instant,
+        w: &mut Writer,
+        inode: InodeId,
+        page: u64,
+        maps: &mut M,
+    ) -> crate::Verdict {
+        self.advance(now);
+        let busy = maps
+            .with(inode, |m| m.page(page).is_some_and(|p| p.state == crate::PageState::Writeback));
+        if !busy {
+            return crate::Verdict::Proceed { stalled: Duration::ZERO, throttled: false };
+        }
+        w.call = crate::writer::CallState::Blocked;
+        w.call_start = now;
+        self.waiters.insert(w.id, WaitReason::Page(inode));
+        self.inodes.get_mut(&inode).expect("known inode").page_waiters.push(w.id);
+        crate::Verdict::Wait
+    }
+
+    // ----- commits (two-phase backends) -----
+
+    /// Sends a COMMIT for `inode` when one is due (a writepages call's writes have all
+    /// completed, or `commit_now`) and unstable pages no COMMIT in flight covers exist.
+    /// Returns the pages it covers (0: none sent).
+    pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) -> u64 {
+        let Some(meta) = self.inodes.get_mut(&inode) else { return 0 };
+        let mut due = std::mem::take(&mut meta.commit_now);
+        while let Some(&mark) = meta.commit_marks.front() {
+            if meta.inflight.range(..=mark).next().is_some() {
+                break;
+            }
+            meta.commit_marks.pop_front();
+            due = true;
+        }
+        if !due {
+            return 0;
+        }
+        let b = meta.backend;
+        let batch = maps.with(inode, |m| {
+            if m.counts().unstable > 0 { m.begin_commit() } else { CommitBatch::default() }
+        });
+        let pages = batch.pages();
+        if pages == 0 {
+            return 0;
+        }
+        let io = self.new_io();
+        self.inodes.get_mut(&inode).expect("known").commits_inflight.insert(io);
+        self.ios.insert(
+            io,
+            IoRecord { backend: b, inode, kind: IoKind::Commit { batch }, issued: self.now },
+        );
+        self.stats.commits += 1;
+        self.stats.commit_pages += pages;
+        self.record(TraceEvent::Commit { bdi: b, inode, pages });
+        self.emit(Action::Commit { io, backend: b, inode, pages });
+        pages
+    }
+
+    pub(super) fn commit_done<M: PageMaps>(
+        &mut self,
+        io: IoId,
+        result: Result<u64, IoError>,
+        maps: &mut M,
+    ) {
+        let record =
+            self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
+        let (b, inode) = (record.backend, record.inode);
+        let IoKind::Commit { batch } = record.kind else { panic!("io {io} is not a commit") };
+        self.inodes.get_mut(&inode).expect("known").commits_inflight.remove(&io);
+        let out = match result {
+            Ok(verifier) => {
+                let verifiers = &self.wbs[b.index()].verifiers;
+                maps.with(inode, |m| {
+                    m.resolve_commit(&batch, |slot| {
+                        verifiers.get(usize::from(slot)) == Some(&verifier)
+                    })
+                })
+            }
+            Err(e) => {
+                self.write_failed(b, inode, e);
+                // The server may have lost the data: write it again.
+                maps.with(inode, |m| m.resolve_commit(&batch, |_| false))
+            }
+        };
+        if result.is_ok() {
+            self.backend_reached(b);
+        }
+        self.stats.verifier_redirtied += out.redirtied;
+        if out.redirtied > 0 {
+            for f in self.fsyncs.values_mut().filter(|f| f.inode == inode) {
+                f.rewrite = true;
+            }
+            for state in self.syncs.values_mut() {
+                state.rewrite.insert(b);
+            }
+        }
+        let delta = Counters {
+            unstable: -((out.cleaned + out.redirtied) as i64),
+            dirty: out.redirtied as i64,
+            ..Counters::default()
+        };
+        self.account(inode, delta);
+        if out.inode_became_dirty {
+            self.mark_inode_dirty(inode);
+        }
+        self.maybe_commit(inode, maps);
+        self.fsync_progress(inode, maps);
+        self.sync_progress(b, maps);
+        self.wake_memory_waiters(maps);
+    }
+}
