@@ -30,7 +30,7 @@ const LINES_MAX: usize = 800;
 
 /// Files over [`LINES_MAX`] not split yet, with the most lines they may have: they may shrink,
 /// not grow past it, and must leave this list once under the budget (issue 19).
-const RATCHET: &[(&str, usize)] = &[("crates/ebb-core/src/reclaim.rs", 900)];
+const RATCHET: &[(&str, usize)] = &[];
 
 /// Constants a table names that are not defined yet (each must leave the list once defined).
 const CONSTANTS_MISSING: &[(&str, &str)] = &[];
