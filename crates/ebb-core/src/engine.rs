@@ -655,6 +655,12 @@ impl Engine {
         self.mark_inode_dirty(inode);
     }
 
+    /// The metadata of a file the engine knows (opened, never forgotten while it has pages or
+    /// IO); a file it does not know here is a bug in the engine, not the driver's input.
+    pub(crate) fn inode_mut(&mut self, inode: InodeId) -> &mut InodeMeta {
+        self.inodes.get_mut(&inode).expect("a known inode")
+    }
+
     pub(crate) fn mark_inode_dirty(&mut self, inode: InodeId) {
         let now = self.now;
         let Some(meta) = self.inodes.get_mut(&inode) else {

@@ -277,7 +277,7 @@ impl Engine {
                     issued: now,
                 },
             );
-            let meta = self.inodes.get_mut(&sub.inode).expect("known inode");
+            let meta = self.inode_mut(sub.inode);
             meta.inflight.insert(io);
             meta.writeback_index = run.end();
             self.wbs[b.index()].inflight += 1;
@@ -394,7 +394,7 @@ impl Engine {
         // its writes have completed; a call that wrote nothing commits at once (its completion
         // object has nothing to wait for). With no write of the file in flight, the file's
         // write_inode step commits too, and what it commits counts as progress.
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inode_mut(inode);
         let idle = meta.inflight.is_empty();
         match meta.inflight.last().copied() {
             Some(last) if sub.written > 0 => meta.commit_marks.push_back(last),
@@ -402,7 +402,7 @@ impl Engine {
         }
         let committed = self.maybe_commit(inode, maps);
         let progress = if idle { committed } else { 0 };
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inode_mut(inode);
         meta.syncing = None;
         if counts.dirty == 0 {
             // Unstable pages or COMMITs in flight keep the file dirty (I_DIRTY_DATASYNC).
@@ -420,7 +420,7 @@ impl Engine {
         let retry_gated = meta.retry_at.is_some_and(|t| t > now);
         if sub.chunk_left == 0 && !retry_gated {
             self.unlist(b, inode);
-            self.inodes.get_mut(&inode).expect("known").list = InodeList::MoreIo;
+            self.inode_mut(inode).list = InodeList::MoreIo;
             self.wbs[b.index()].flusher.more_io.push_back(inode);
         } else {
             self.redirty_tail(b, inode);
@@ -430,7 +430,7 @@ impl Engine {
 
     /// Takes a file off whichever list it is on.
     pub(crate) fn unlist(&mut self, b: BackendId, inode: InodeId) {
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inodes.get_mut(&inode).expect("a known inode");
         let f = &mut self.wbs[b.index()].flusher;
         match meta.list {
             InodeList::None => {}
@@ -449,7 +449,7 @@ impl Engine {
         let now = self.now;
         let newest = self.wbs[b.index()].flusher.dirty.keys().next_back().map(|k| k.0);
         self.dirty_seq += 1;
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inodes.get_mut(&inode).expect("a known inode");
         if newest.is_some_and(|t| meta.dirtied_when < t) {
             meta.dirtied_when = now;
         }
@@ -473,7 +473,7 @@ impl Engine {
             expired.push(inode);
         }
         for inode in postponed.into_iter().chain(expired) {
-            self.inodes.get_mut(&inode).expect("known").list = InodeList::Io;
+            self.inode_mut(inode).list = InodeList::Io;
             self.wbs[b.index()].flusher.io.push_back(inode);
             moved += 1;
         }
@@ -671,7 +671,7 @@ impl Engine {
     fn pick_inode(&mut self, b: BackendId) -> Option<InodeId> {
         let now = self.now;
         while let Some(inode) = self.wbs[b.index()].flusher.io.pop_front() {
-            let meta = self.inodes.get_mut(&inode).expect("known");
+            let meta = self.inodes.get_mut(&inode).expect("a known inode");
             if meta.list != InodeList::Io {
                 continue;
             }
@@ -697,7 +697,7 @@ impl Engine {
     fn start_chunk<M: PageMaps>(&mut self, b: BackendId, inode: InodeId, maps: &mut M) {
         let work = self.wbs[b.index()].flusher.current.clone().expect("work");
         let chunk = self.chunk_size(b, &work);
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inode_mut(inode);
         meta.syncing = Some(Issuer::Flusher);
         // A due retry of held pages takes them too, from the start of the file.
         let retry_held = std::mem::take(&mut meta.retry_held);
@@ -756,7 +756,7 @@ impl Engine {
             self.queue_io(b, self.now);
         }
         let Some(inode) = self.pick_inode(b) else { return false };
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inode_mut(inode);
         meta.syncing = Some(Issuer::Writer(w));
         let next_index = meta.writeback_index;
         self.stats.writepages_calls += 1;

@@ -622,7 +622,7 @@ impl Engine {
                 issued: now,
             },
         );
-        let meta = self.inodes.get_mut(&inode).expect("known inode");
+        let meta = self.inode_mut(inode);
         meta.inflight.insert(io);
         let wb = &mut self.wbs[b.index()];
         wb.inflight += 1;

@@ -274,7 +274,7 @@ impl Engine {
         w.call = crate::writer::CallState::Blocked;
         w.call_start = now;
         self.waiters.insert(w.id, WaitReason::Page(inode));
-        self.inodes.get_mut(&inode).expect("known inode").page_waiters.push(w.id);
+        self.inode_mut(inode).page_waiters.push(w.id);
         crate::Verdict::Wait
     }
 
@@ -305,7 +305,7 @@ impl Engine {
             return 0;
         }
         let io = self.new_io();
-        self.inodes.get_mut(&inode).expect("known").commits_inflight.insert(io);
+        self.inode_mut(inode).commits_inflight.insert(io);
         self.ios.insert(
             io,
             IoRecord { backend: b, inode, kind: IoKind::Commit { batch }, issued: self.now },
@@ -327,7 +327,7 @@ impl Engine {
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
         let (b, inode) = (record.backend, record.inode);
         let IoKind::Commit { batch } = record.kind else { panic!("io {io} is not a commit") };
-        self.inodes.get_mut(&inode).expect("known").commits_inflight.remove(&io);
+        self.inode_mut(inode).commits_inflight.remove(&io);
         let out = match result {
             Ok(verifier) => {
                 let verifiers = &self.wbs[b.index()].verifiers;

@@ -139,7 +139,7 @@ impl Engine {
         }
         if counts.unstable > 0 {
             // Commit what no COMMIT in flight covers, then wait for all of them.
-            self.inodes.get_mut(&inode).expect("known").commit_now = true;
+            self.inode_mut(inode).commit_now = true;
             self.maybe_commit(inode, maps);
         }
         if let Some(&last) = self.inodes[&inode].commits_inflight.last() {
@@ -226,7 +226,7 @@ impl Engine {
                 unstable.iter().any(|i| !self.inodes[i].commits_inflight.is_empty());
             if !unstable.is_empty() || pending_commit {
                 for i in unstable {
-                    self.inodes.get_mut(&i).expect("known").commit_now = true;
+                    self.inode_mut(i).commit_now = true;
                     self.maybe_commit(i, maps);
                 }
                 // Keep waiting: the commits' completions call back here. Track them by the

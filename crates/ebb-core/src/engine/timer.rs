@@ -37,7 +37,7 @@ impl Engine {
             .collect();
         for inode in due {
             let held = maps.with(inode, |m| m.counts().held);
-            let meta = self.inodes.get_mut(&inode).expect("known");
+            let meta = self.inode_mut(inode);
             if meta.retry_at.is_some_and(|t| t <= now) {
                 meta.retry_at = None;
             }

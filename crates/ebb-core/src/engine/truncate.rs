@@ -42,7 +42,7 @@ impl Engine {
         );
         // Truncating away held pages is how a user gives up on data a permanent error keeps.
         let (dirty, held) = maps.with(inode, |m| (m.counts().dirty, m.counts().held));
-        let meta = self.inodes.get_mut(&inode).expect("known");
+        let meta = self.inode_mut(inode);
         if dirty == 0 {
             meta.retry_at = None;
         }
