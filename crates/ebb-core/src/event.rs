@@ -25,6 +25,8 @@ pub mod errno {
     pub const ENOENT: i32 = 2;
     /// I/O error.
     pub const EIO: i32 = 5;
+    /// Bad file descriptor: a read of a file the engine does not know.
+    pub const EBADF: i32 = 9;
     /// Try again (a server asking the client to back off: NFS3ERR_JUKEBOX, S3 SlowDown).
     pub const EAGAIN: i32 = 11;
     /// Out of memory.

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The first readahead window on a sequential read, in pages (16 KiB).
+pub(crate) const READAHEAD_MIN_PAGES: u64 = 4;
+/// The largest readahead window, in pages: the kernel's default `read_ahead_kb` of 128.
+pub(crate) const READAHEAD_MAX_PAGES: u64 = 32;
+
 impl Engine {
     pub(super) fn read_start<M: PageMaps>(
         &mut self,
@@ -13,14 +18,18 @@ impl Engine {
         maps: &mut M,
     ) {
         let Some(meta) = self.inodes.get_mut(&inode) else {
-            self.emit(Action::ReadDone { request, result: Err(IoError { errno: 9 }) });
+            self.emit(Action::ReadDone { request, result: Err(IoError { errno: errno::EBADF }) });
             return;
         };
         // Readahead (the kernel's on-demand readahead, simplified): on sequential reads keep a
-        // window of up to 32 pages (read_ahead_kb = 128) in flight beyond the request, so the
+        // window, doubling up to READAHEAD_MAX_PAGES, in flight beyond the request, so the
         // next read usually finds its pages resident or on their way; a seek resets it.
         let sequential = meta.last_read_end == first;
-        meta.readahead = if sequential { (meta.readahead * 2).clamp(4, 32) } else { 0 };
+        meta.readahead = if sequential {
+            (meta.readahead * 2).clamp(READAHEAD_MIN_PAGES, READAHEAD_MAX_PAGES)
+        } else {
+            0
+        };
         meta.last_read_end = first + pages;
         let span = pages + meta.readahead;
         let b = meta.backend;

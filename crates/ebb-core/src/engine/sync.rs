@@ -51,7 +51,7 @@ impl Engine {
         maps: &mut M,
     ) {
         let Some(&(inode, _)) = self.handles.get(&handle) else {
-            let result = Err(IoError { errno: 9 });
+            let result = Err(IoError { errno: errno::EBADF });
             self.emit(if closing {
                 Action::CloseDone { request, result }
             } else {
