@@ -545,6 +545,21 @@ impl S3File {
 mod tests {
     use super::*;
 
+    /// Every part, the doubled ones past the first 1000 included, fits in one request, so the
+    /// runtime never splits a part's write-back (a part written in two requests would be
+    /// uploaded twice with a commit between).
+    #[test]
+    fn every_part_is_one_request() {
+        for part_size in [5 << 20, 8 << 20, 64 << 20] {
+            let layout = PartLayout::new(part_size).unwrap();
+            let max = capabilities(&layout).max_io_bytes;
+            for part in [1, 1000, 1001, 5000, layout::PARTS_MAX] {
+                let range = layout.range(part);
+                assert!(range.end - range.start <= max, "part {part} of {part_size}-byte parts");
+            }
+        }
+    }
+
     // A completion retried after its reply was lost finds the upload gone; it must count as
     // done when the object has the ETag that completion gives, and only then (versitygw
     // answers success to completing an aborted upload and leaves the object as it was).
