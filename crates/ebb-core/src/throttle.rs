@@ -344,25 +344,7 @@ impl Engine {
             strict_limit: strict,
         };
         let pos_ratio = position::wb_position_ratio(&inputs);
-        let setpoint = inputs.setpoint();
-        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp)
-            >= bandwidth_interval_jiffies(hz)
-        {
-            let (dirty_cmp, setpoint_cmp) = if strict {
-                let sp =
-                    if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
-                (wbd.dirty, sp)
-            } else {
-                (g.dirty, setpoint)
-            };
-            self.update_bandwidth(
-                b,
-                now_j,
-                Some((pos_ratio, dirty_cmp, setpoint_cmp)),
-                g.thresh,
-                g.dirty,
-            );
-        }
+        self.bdp_update_bandwidth(b, now_j, &g, &wbd, &inputs, pos_ratio);
         let rates = &self.wbs[b.index()].rates;
         let dirty_ratelimit = rates.dirty_ratelimit;
         let avg_bw = rates.avg_write_bandwidth;
@@ -438,6 +420,39 @@ impl Engine {
             CallState::IolessPaused
         };
         Verdict::Sleep { until: self.now + Duration::from_jiffies(pause as u64, hz) }
+    }
+
+    /// The bandwidth and ratelimit update a throttled writer runs once `BANDWIDTH_INTERVAL` has
+    /// passed since the last (the kernel's `wb_update_bandwidth` from `balance_dirty_pages`):
+    /// the ratelimit follows the position against the backend's own setpoint under
+    /// `strict_limit`, the global setpoint otherwise.
+    fn bdp_update_bandwidth(
+        &mut self,
+        b: BackendId,
+        now_j: u64,
+        g: &Global,
+        wbd: &Backend,
+        inputs: &PositionInputs,
+        pos_ratio: u64,
+    ) {
+        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp)
+            < bandwidth_interval_jiffies(self.hz)
+        {
+            return;
+        }
+        let (dirty_cmp, setpoint_cmp) = if inputs.strict_limit {
+            let sp = if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
+            (wbd.dirty, sp)
+        } else {
+            (g.dirty, inputs.setpoint())
+        };
+        self.update_bandwidth(
+            b,
+            now_j,
+            Some((pos_ratio, dirty_cmp, setpoint_cmp)),
+            g.thresh,
+            g.dirty,
+        );
     }
 
     #[expect(
