@@ -53,6 +53,12 @@ fn read_under_write_leaves_nothing_behind() {
     let out = ebb(&[&args[..], &["--memory", "16M"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(names(dir.path()), Vec::<String>::new());
+    // Each mode says how long its reader waited for a CPU per read.
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (mode, figures) in result["modes"].as_object().unwrap() {
+        let wait = figures["reader_run_delay_us_per_read"].as_f64();
+        assert!(wait.is_some_and(|us| us >= 0.0), "{mode}: {figures}");
+    }
     let out = ebb(&[&args[..], &["--memory", "16M", "--keep-read-file"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(names(dir.path()), ["ebb-bench-read"]);

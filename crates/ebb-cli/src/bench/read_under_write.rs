@@ -59,6 +59,23 @@ pub(crate) struct ModeResult {
     /// The writer: bytes over the time from its first write to the end of its fsync (0 when
     /// there is no writer).
     pub(crate) write_mb_s: f64,
+    /// Time the reader thread spent runnable but waiting for a CPU, per read, microseconds
+    /// (`run_delay` of `/proc/thread-self/schedstat`; 0 where the kernel does not show it):
+    /// how much of a read's latency is CPU contention rather than IO.
+    pub(crate) reader_run_delay_us_per_read: f64,
+}
+
+/// What one reader measured: its read latencies, and its time waiting for a CPU.
+struct Reads {
+    latencies: Histogram<u64>,
+    run_delay_ns: u64,
+}
+
+/// The calling thread's time spent runnable but not running, nanoseconds (schedstat's second
+/// field), if the kernel shows it.
+fn run_delay_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// What [`read_under_write`] measured.
@@ -76,9 +93,10 @@ pub(crate) struct ReadUnderWriteResult {
     pub(crate) wbt_lat_usec: u64,
 }
 
-fn mode_result(h: &Histogram<u64>, write_mb_s: f64) -> ModeResult {
+fn mode_result(h: &Histogram<u64>, write_mb_s: f64, run_delay_ns: u64) -> ModeResult {
     let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
     ModeResult {
+        reader_run_delay_us_per_read: run_delay_ns as f64 / 1e3 / h.len().max(1) as f64,
         read_lat_us_p50: q(0.5),
         read_lat_us_p90: q(0.9),
         read_lat_us_p99: q(0.99),
@@ -95,8 +113,9 @@ fn reader(
     pages: u64,
     stop: &AtomicBool,
     mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
-) -> io::Result<Histogram<u64>> {
+) -> io::Result<Reads> {
     let mut h = Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
+    let delay_before = run_delay_ns();
     let mut buf = AlignedBuf::zeroed(4096);
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     while !stop.load(Ordering::Relaxed) {
@@ -108,7 +127,11 @@ fn reader(
         read(&mut buf, off)?;
         let _ = h.record((t.elapsed().as_micros() as u64).max(1));
     }
-    Ok(h)
+    let run_delay_ns = match (delay_before, run_delay_ns()) {
+        (Some(before), Some(after)) => after.saturating_sub(before),
+        _ => 0,
+    };
+    Ok(Reads { latencies: h, run_delay_ns })
 }
 
 /// A streaming writer of 1 MiB blocks for `seconds`, then `finish`; returns MB/s.
@@ -138,7 +161,7 @@ fn reader_beside_writer(
     read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
     write: impl FnMut(&[u8], u64) -> io::Result<()>,
     sync: impl FnOnce() -> io::Result<()>,
-) -> io::Result<(Histogram<u64>, f64)> {
+) -> io::Result<(Reads, f64)> {
     let stop = AtomicBool::new(false);
     let (h, mb_s) = std::thread::scope(|s| {
         let r = s.spawn(|| reader(pages, &stop, read));
@@ -207,16 +230,18 @@ fn measure(
 ) -> io::Result<ReadUnderWriteResult> {
     let pages = size / 4096;
     let secs = opts.seconds;
-    // Per mode: the merged read latencies and each round's writer MB/s.
-    let mut runs: BTreeMap<&str, (Histogram<u64>, Vec<f64>)> = BTreeMap::new();
-    let mut add = |mode: &'static str, h: Histogram<u64>, mb_s: f64| -> io::Result<()> {
+    // Per mode: the merged read latencies, the reader's total run delay and each round's
+    // writer MB/s.
+    let mut runs: BTreeMap<&str, (Histogram<u64>, u64, Vec<f64>)> = BTreeMap::new();
+    let mut add = |mode: &'static str, reads: Reads, mb_s: f64| -> io::Result<()> {
         match runs.entry(mode) {
             std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert((h, vec![mb_s]));
+                v.insert((reads.latencies, reads.run_delay_ns, vec![mb_s]));
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
-                let (merged, rates) = o.get_mut();
-                merged.add(&h).map_err(|e| io::Error::other(e.to_string()))?;
+                let (merged, delay, rates) = o.get_mut();
+                merged.add(&reads.latencies).map_err(|e| io::Error::other(e.to_string()))?;
+                *delay += reads.run_delay_ns;
                 rates.push(mb_s);
             }
         }
@@ -281,9 +306,9 @@ fn measure(
     }
     let modes = runs
         .into_iter()
-        .map(|(mode, (h, mb_s))| {
+        .map(|(mode, (h, delay, mb_s))| {
             let mean = mb_s.iter().sum::<f64>() / mb_s.len().max(1) as f64;
-            (mode.to_owned(), mode_result(&h, mean))
+            (mode.to_owned(), mode_result(&h, mean, delay))
         })
         .collect();
     Ok(ReadUnderWriteResult {
