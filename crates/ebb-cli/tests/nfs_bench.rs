@@ -101,7 +101,7 @@ fn nfs_stream_and_read_under_write_run_against_the_export() {
         &["read-under-write", "--seconds", "1", "--read-size", "8MiB", "--memory", "16MiB"],
     );
     let modes: Vec<&String> = readers["modes"].as_object().unwrap().keys().collect();
-    assert_eq!(modes, ["ebb_wbt_off", "ebb_wbt_on", "idle"], "{readers}");
+    assert_eq!(modes, ["ebb_wbt_ebb", "ebb_wbt_off", "ebb_wbt_on", "idle"], "{readers}");
     for mode in modes {
         assert!(0 < readers["modes"][mode]["reads"].as_u64().unwrap(), "{mode}: {readers}");
     }

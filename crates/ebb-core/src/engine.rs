@@ -372,12 +372,7 @@ impl Engine {
                 verifiers: Vec::new(),
                 last_completion: now,
                 bw_update_at: None,
-                wbt: crate::wbt::Wbt::new(
-                    b.hw_queue_depth,
-                    b.wbt_target_usec(),
-                    b.wbt_window_usec,
-                    b.write_cache,
-                ),
+                wbt: crate::wbt::Wbt::for_backend(b),
                 write_inflight: 0,
                 outage_since: None,
                 outage_reported: false,

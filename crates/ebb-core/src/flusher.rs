@@ -249,8 +249,11 @@ impl Engine {
             let sub = self.wbs[b.index()].submitters.get(&issuer).expect("ready submitter").clone();
             let tail_budget =
                 if issuer == Issuer::Flusher { self.tail_budget(b, sub.inode) } else { None };
+            // ebb's wbt variant writes smaller in the background while reads are active.
+            let write =
+                class.map_or(max_write, |c| self.wbs[b.index()].wbt.write_pages(c, max_write, now));
             let backend = &self.cfg.backends[b.index()];
-            let max = max_write.min(sub.chunk_left);
+            let max = write.min(sub.chunk_left);
             let (run, unheld) = maps.with(sub.inode, |m| {
                 let run = granules::take_run(m, backend, &sub, max, tail_budget);
                 (run, m.take_unheld())

@@ -290,6 +290,9 @@ impl TraceEvent {
                         e.wb_normal,
                         e.max_depth
                     ));
+                    if let Some(pages) = e.write_pages {
+                        line.push_str(&format!(", write_pages={pages}"));
+                    }
                 }
                 line.push_str(&format!(
                     "\nwbt_timer: {}: status={}, step={}, inflight={}",

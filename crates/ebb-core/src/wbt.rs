@@ -58,6 +58,9 @@
 use crate::memory::isqrt;
 use crate::time::{Duration, Instant};
 
+pub mod adaptive;
+use adaptive::Adaptive;
+
 /// Default depth limit.
 pub const RWB_DEF_DEPTH: u32 = 16;
 /// Minimum writes per window for a valid sample.
@@ -107,6 +110,8 @@ struct Window {
     read_min_ns: u64,
     read_max_ns: u64,
     read_sum_ns: u64,
+    /// Reads that took longer than the target (ebb's variant judges these).
+    reads_over: u64,
     writes: u64,
     write_min_ns: u64,
     write_max_ns: u64,
@@ -142,6 +147,8 @@ pub struct Evaluation {
     pub wb_normal: u32,
     /// New background limit.
     pub wb_background: u32,
+    /// ebb's variant: the largest background write while reads are active, pages.
+    pub write_pages: Option<u64>,
 }
 
 /// The writeback throttle of one device.
@@ -167,6 +174,8 @@ pub struct Wbt {
     last_read_min_ns: u64,
     /// Set when the in-flight writes reached their limit; cleared by the wakeup rule.
     holding: bool,
+    /// ebb's variant (`wbt = ebb`), if selected.
+    adaptive: Option<Adaptive>,
 }
 
 impl Wbt {
@@ -191,9 +200,50 @@ impl Wbt {
             last_bdp_wait: None,
             last_read_min_ns: 0,
             holding: false,
+            adaptive: None,
         };
         wbt.calc_limits();
         wbt
+    }
+
+    /// The throttle a backend's knobs ask for (`wbt`, `wbt_lat_usec`, `wbt_window_usec`,
+    /// `hw_queue_depth`, `write_cache`; `max_write_pages` and `wbt_min_write_pages` for ebb's
+    /// variant).
+    pub fn for_backend(b: &crate::config::BackendConfig) -> Wbt {
+        let wbt = Wbt::new(b.hw_queue_depth, b.wbt_target_usec(), b.wbt_window_usec, b.write_cache);
+        match b.wbt {
+            crate::config::WbtMode::Ebb => wbt.with_adaptive(
+                b.wbt_lat_usec.is_some(),
+                u64::from(b.max_write_pages),
+                u64::from(b.wbt_min_write_pages),
+            ),
+            _ => wbt,
+        }
+    }
+
+    /// Selects ebb's variant ([`adaptive`]) for a backend whose writes are at most
+    /// `max_write_pages` and, while reads are active, at least `min_write_pages`;
+    /// `explicit_target`: the target given is the user's, keep it.
+    pub fn with_adaptive(
+        mut self,
+        explicit_target: bool,
+        max_write_pages: u64,
+        min_write_pages: u64,
+    ) -> Wbt {
+        self.adaptive = Some(Adaptive::new(explicit_target, max_write_pages, min_write_pages));
+        self
+    }
+
+    /// The largest write of `class` to issue now, for a backend whose largest is
+    /// `max_write_pages`: smaller only for background writes of ebb's variant while reads
+    /// are active.
+    pub fn write_pages(&self, class: WbtClass, max_write_pages: u64, now: Instant) -> u64 {
+        match self.adaptive {
+            Some(a) if self.enabled() && class == WbtClass::Background && self.close_io(now) => {
+                a.write_pages().min(max_write_pages)
+            }
+            _ => max_write_pages,
+        }
     }
 
     /// Whether the throttle is active.
@@ -325,6 +375,9 @@ impl Wbt {
         w.read_max_ns = w.read_max_ns.max(ns);
         w.read_sum_ns += ns;
         w.reads += 1;
+        if ns > self.min_lat_nsec {
+            w.reads_over += 1;
+        }
         self.arm(now);
     }
 
@@ -344,10 +397,21 @@ impl Wbt {
     pub fn on_timer(&mut self, now: Instant, inflight: u32) -> Evaluation {
         self.timer = None;
         let status = self.status(now, inflight);
-        let before = (self.scale_step, self.max_depth);
+        let before = (self.scale_step, self.max_depth, self.size_shift());
         match status {
-            Status::Exceeded => self.scale_down(true),
-            Status::Ok | Status::UnknownWrites => self.scale_up(),
+            // ebb's variant halves the writes and the depth together (either may be what
+            // delays reads), and restores the size before the depth.
+            Status::Exceeded => {
+                if let Some(a) = &mut self.adaptive {
+                    a.shrink();
+                }
+                self.scale_down(true)
+            }
+            Status::Ok | Status::UnknownWrites => {
+                if !self.adaptive.as_mut().is_some_and(Adaptive::grow) {
+                    self.scale_up()
+                }
+            }
             Status::Unknown => {
                 self.unknown_cnt += 1;
                 if self.unknown_cnt >= RWB_UNKNOWN_BUMP {
@@ -359,7 +423,7 @@ impl Wbt {
                 }
             }
         }
-        let scaled = before != (self.scale_step, self.max_depth);
+        let scaled = before != (self.scale_step, self.max_depth, self.size_shift());
         self.cur_win_nsec = if self.scale_step > 0 {
             self.win_nsec * 16 / isqrt(((self.scale_step as u64) + 1) * 256)
         } else {
@@ -369,8 +433,11 @@ impl Wbt {
         self.window = Window::default();
         if w.reads > 0 {
             self.last_read_min_ns = w.read_min_ns;
+            if let Some(target) = self.adaptive.as_mut().and_then(|a| a.learn(w.read_min_ns)) {
+                self.min_lat_nsec = target;
+            }
         }
-        if self.scale_step != 0 || inflight > 0 {
+        if self.scale_step != 0 || self.size_shift() != 0 || inflight > 0 {
             self.timer = Some(now + Duration::from_nanos(self.cur_win_nsec));
         }
         Evaluation {
@@ -387,7 +454,12 @@ impl Wbt {
             max_depth: self.max_depth,
             wb_normal: self.wb_normal,
             wb_background: self.wb_background,
+            write_pages: self.adaptive.map(|a| a.write_pages()),
         }
+    }
+
+    fn size_shift(&self) -> u32 {
+        self.adaptive.map_or(0, |a| a.size_shift)
     }
 
     fn status(&self, now: Instant, inflight: u32) -> Status {
@@ -405,7 +477,11 @@ impl Wbt {
                 Status::Unknown
             };
         }
-        if w.read_min_ns > self.min_lat_nsec { Status::Exceeded } else { Status::Ok }
+        let exceeded = match self.adaptive {
+            Some(_) => Adaptive::tail_exceeded(w.reads, w.reads_over),
+            None => w.read_min_ns > self.min_lat_nsec,
+        };
+        if exceeded { Status::Exceeded } else { Status::Ok }
     }
 
     fn scale_up(&mut self) {

@@ -5,7 +5,7 @@
 //!   sequential writes to the same filesystem (the ceiling ebb's writeback can reach); or,
 //!   with `--backend nfs://...`, through ebb to an NFSv3 export beside a raw NFS client.
 //! * [`read_under_write`]: a random 4 KiB `O_DIRECT` reader of one file while a streaming
-//!   writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with wbt off,
+//!   writer writes another, in five modes: the reader alone, ebb with wbt on, ebb and off,
 //!   and the kernel's path (the writer's buffered writes through the page cache); on an NFS
 //!   export the reader sends READs and there is no kernel mode (this machine has no kernel
 //!   NFS client).
@@ -77,8 +77,8 @@ pub(crate) enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// A random 4 KiB reader beside a streaming writer: idle, ebb with wbt on and off, and
-    /// the kernel's buffered path.
+    /// A random 4 KiB reader beside a streaming writer: idle, ebb with wbt on (the kernel's
+    /// algorithm), ebb (ebb's variant) and off, and the kernel's buffered path.
     ReadUnderWrite {
         /// Directory on the filesystem to test.
         #[arg(long, required_unless_present = "backend", conflicts_with = "backend")]

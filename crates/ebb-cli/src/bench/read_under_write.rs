@@ -1,6 +1,6 @@
 //! `ebb bench read-under-write`: a random 4 KiB `O_DIRECT` reader of one file while a
-//! streaming writer writes another, in four modes: the reader alone, ebb with wbt on, ebb with
-//! wbt off, and the kernel's path (the writer's buffered writes through the page cache). On an
+//! streaming writer writes another, in five modes: the reader alone, ebb with wbt on (the
+//! kernel's algorithm), with wbt=ebb (ebb's variant), with wbt off, and the kernel's path (the writer's buffered writes through the page cache). On an
 //! NFS export the reader sends READs (in the ebb modes through ebb's direct reads, on the
 //! reader's own thread and the connection the writeback uses) and there is no kernel mode.
 
@@ -33,7 +33,7 @@ pub(crate) struct ReadUnderWriteOptions {
     pub(crate) keep_read_file: bool,
     /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
     pub(crate) knobs: Vec<(String, String)>,
-    /// Rounds: the modes take turns (idle, ebb wbt on, ebb wbt off, kernel, then again), and
+    /// Rounds: the modes take turns (idle, ebb with each wbt, kernel, then again), and
     /// each mode's reads of every round make one histogram, so that every mode samples the
     /// machine's slow moments alike.
     pub(crate) rounds: u32,
@@ -81,7 +81,7 @@ fn run_delay_ns() -> Option<u64> {
 /// What [`read_under_write`] measured.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct ReadUnderWriteResult {
-    /// `idle`, `ebb_wbt_on`, `ebb_wbt_off`, `kernel` (not on NFS).
+    /// `idle`, `ebb_wbt_on`, `ebb_wbt_ebb`, `ebb_wbt_off`, `kernel` (not on NFS).
     pub(crate) modes: BTreeMap<String, ModeResult>,
     /// Seconds per mode and round.
     pub(crate) seconds: f64,
@@ -199,7 +199,7 @@ fn prepare_read_file(target: &Target, size: u64) -> io::Result<Arc<dyn BackendFi
     Ok(f)
 }
 
-/// Runs the four modes one after the other, then removes the read file unless asked to keep
+/// Runs the five modes one after the other, then removes the read file unless asked to keep
 /// it (also when a mode failed).
 pub(crate) fn read_under_write(
     opts: &ReadUnderWriteOptions,
@@ -260,7 +260,7 @@ fn measure(
         })?;
         add("idle", h, 0.0)?;
 
-        for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_off", "off")] {
+        for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_ebb", "ebb"), ("ebb_wbt_off", "off")] {
             progress(&format!("round {round}: {mode}"));
             let builder =
                 builder_with(opts.memory, &opts.knobs)?.knob("wbt", wbt).map_err(config_error)?;

@@ -44,9 +44,10 @@
 //! | `hw_queue_depth` | backend | requests | 32 | 1..=65536 | The device's own command queue depth (NCQ tags), which sizes wbt's limits. |
 //! | `rotational` | backend |  | 0 | 0 or 1 | Whether the device rotates (selects the wbt latency default). |
 //! | `write_cache` | backend |  | 0 | 0 or 1 | Whether the device has a volatile write cache (wbt drains fully before waking writers). |
-//! | `wbt` | backend |  | on | off, on | Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt) on or off. |
+//! | `wbt` | backend |  | on | off, on, ebb | Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt): off, on (the kernel's algorithm) or ebb (its target learned from the device, smaller writes while reads are active). |
 //! | `wbt_lat_usec` | backend | us | unset | 0..=10000000 | wbt read-latency target (0 disables wbt); unset takes the kernel default for the device kind: 2000 solid state, 75000 rotating. |
 //! | `wbt_window_usec` | backend | us | 100000 | 1000..=10000000 | wbt window (the kernel's 100 ms default). |
+//! | `wbt_min_write_pages` | backend | pages | 32 | 1..=65536 | The smallest background write of `wbt = ebb` while reads are active (ebb's own). |
 //! | `initial_write_bandwidth` | backend | bytes/s | unset | 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's 100 MB/s). |
 //! | `retry_timeout_secs` | backend | s | 60 | 0..=31536000 | How long the backend may stay unreachable before fsync and close report EIO (ebb's own; the NFS client's `timeo` x `retrans` of a soft mount plays this role). |
 //! | `flush_on_close` | backend |  | 0 | 0 or 1 | Close writes the file back and commits it before it returns, as an NFS client does for close-to-open consistency (ebb's own for other backends). |
@@ -116,13 +117,19 @@ pub enum CounterReads {
     Reordered,
 }
 
-/// Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt) on or off for a backend.
+/// Writeback throttling (docs/mechanisms.md#5-writeback-throttling-wbt) for a backend: off,
+/// the kernel's algorithm, or ebb's variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WbtMode {
     /// No limit on in-flight background writes beyond the queue depth.
     Off,
-    /// The latency-targeted limit of blk-wbt.
+    /// The kernel's blk-wbt: a limit on in-flight background writes, scaled by the minimum
+    /// read latency of each window against a fixed target.
     On,
+    /// ebb's variant (`crate::wbt::adaptive`): the kernel's depth control with a target
+    /// learned from the device's idle read latency, the window's p99 as the signal, and
+    /// smaller background writes while reads are active.
+    Ebb,
 }
 
 macro_rules! named_enum {
@@ -170,7 +177,7 @@ macro_rules! named_enum {
 named_enum!(ThrottlePolicy, "throttle", Legacy => "legacy", Bandwidth2010 => "bandwidth-2010", Ioless => "ioless");
 named_enum!(ReclaimPolicy, "reclaim", Legacy => "legacy", FlusherOnly => "flusher-only");
 named_enum!(UnstableAccounting, "unstable_accounting", Legacy2020 => "legacy-2020", Fixed => "fixed");
-named_enum!(WbtMode, "wbt", Off => "off", On => "on");
+named_enum!(WbtMode, "wbt", Off => "off", On => "on", Ebb => "ebb");
 named_enum!(CounterReads, "throttle_counter_reads", Pre2009 => "pre-2009", Reordered => "reordered");
 
 /// A setting that cannot be honoured, with the knob that holds it.

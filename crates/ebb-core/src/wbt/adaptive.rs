@@ -1,0 +1,255 @@
+//! ebb's own writeback-throttling variant (`wbt = ebb`): the kernel's depth control, plus a
+//! target learned from the device, a tail signal, and smaller background writes while reads
+//! are active (docs/wbt.md#ebbs-variant).
+//!
+//! # Goal
+//! Keep the body and the tail of read latency near the device's idle latency beside
+//! background writeback, also on a device where writes are few and large (one write in
+//! flight at a time, as ebb's per-file lanes issue them), which the kernel's algorithm cannot
+//! see: it judges the window's minimum read latency, which stays near idle there, and it can
+//! only lower the depth, which is already 1.
+//!
+//! # Signals
+//! Per window: the reads, and how many of them took longer than the target; the minimum read
+//! latency of each window with reads (the device's idle latency: the fastest read of a window
+//! is one that found nothing ahead of it).
+//!
+//! # Control law
+//! ```text
+//! idle      = lowest window minimum seen; a window minimum above it raises it by 1/16 of
+//!             the difference (a device that got slower is learned in a few seconds)
+//! target    = max(IDLE_FACTOR * idle, TARGET_FLOOR)          (wbt_lat_usec, if set, instead)
+//! window    : EXCEEDED as the kernel's (a read stuck for a window), or when more than
+//!             1 read in TAIL_ONE_IN took longer than the target (the window's p99 above it)
+//! EXCEEDED  : size_shift += 1 (until the size is wbt_min_write_pages) and the kernel's
+//!             scale-down (depth halves): either may be what delays reads
+//! OK        : size_shift -= 1 while above 0, then the kernel's scale-up
+//! background write, while a read completed or was issued in the last 100 ms:
+//!             at most max(max_write_pages >> size_shift, wbt_min_write_pages) pages
+//! ```
+//! Writes of the other classes, and background writes while nobody reads, keep the
+//! backend's `max_write_pages`: the variant costs nothing when there is nothing to protect.
+//!
+//! # Constants
+//! | name | value | unit | provenance |
+//! |---|---|---|---|
+//! | IDLE_FACTOR | 2 | x idle latency | ebb: a read may wait for about one more read's service |
+//! | TARGET_FLOOR_NS | 20000 | ns | ebb: below it timer and scheduling noise dominate |
+//! | TAIL_ONE_IN | 100 | reads | ebb: the window's p99 |
+//! | IDLE_RISE_SHIFT | 4 | 1/16 per window | ebb |
+//!
+//! # Insufficient data
+//! Before any read the target is the kernel's default for the device kind (2 ms solid state,
+//! 75 ms rotating) and writes are full size. Windows with too few samples are judged as the
+//! kernel's (UNKNOWN and UNKNOWN_WRITES), and an UNKNOWN window does not change the size.
+
+/// The target is this many times the idle read latency.
+pub const IDLE_FACTOR: u64 = 2;
+/// The lowest target, ns.
+pub const TARGET_FLOOR_NS: u64 = 20_000;
+/// A window is EXCEEDED when more than one read in this many missed the target.
+pub const TAIL_ONE_IN: u64 = 100;
+/// A window minimum above the idle estimate raises it by 1/2^this of the difference.
+pub const IDLE_RISE_SHIFT: u32 = 4;
+
+/// The variant's state beside the kernel's.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Adaptive {
+    /// The user set `wbt_lat_usec`: keep it rather than learning one.
+    explicit_target: bool,
+    /// The idle read latency, ns (0: no read seen yet).
+    idle_ns: u64,
+    /// Halvings of the background write size while reads are active.
+    pub(super) size_shift: u32,
+    /// The backend's largest write, pages.
+    max_write_pages: u64,
+    /// The smallest write, pages (`wbt_min_write_pages`, at most `max_write_pages`).
+    min_write_pages: u64,
+    /// The halvings that reach `min_write_pages`.
+    max_shift: u32,
+}
+
+impl Adaptive {
+    pub(super) fn new(
+        explicit_target: bool,
+        max_write_pages: u64,
+        min_write_pages: u64,
+    ) -> Adaptive {
+        let min_write_pages = min_write_pages.clamp(1, max_write_pages.max(1));
+        let mut max_shift = 0;
+        while (max_write_pages >> max_shift) > min_write_pages {
+            max_shift += 1;
+        }
+        Adaptive {
+            explicit_target,
+            idle_ns: 0,
+            size_shift: 0,
+            max_write_pages,
+            min_write_pages,
+            max_shift,
+        }
+    }
+
+    /// Learns from a window whose fastest read took `read_min_ns`; returns the new target,
+    /// if the target is learned.
+    pub(super) fn learn(&mut self, read_min_ns: u64) -> Option<u64> {
+        if self.idle_ns == 0 || read_min_ns < self.idle_ns {
+            self.idle_ns = read_min_ns;
+        } else {
+            self.idle_ns += (read_min_ns - self.idle_ns) >> IDLE_RISE_SHIFT;
+        }
+        (!self.explicit_target).then(|| (IDLE_FACTOR * self.idle_ns).max(TARGET_FLOOR_NS))
+    }
+
+    /// Whether a window with `reads` reads, `over` of them above the target, missed it.
+    pub(super) fn tail_exceeded(reads: u64, over: u64) -> bool {
+        over * TAIL_ONE_IN > reads
+    }
+
+    /// The largest background write while reads are active, pages.
+    pub(super) fn write_pages(&self) -> u64 {
+        (self.max_write_pages >> self.size_shift).max(self.min_write_pages)
+    }
+
+    /// Halves the write size; false when it is already at `min_write_pages`.
+    pub(super) fn shrink(&mut self) -> bool {
+        let shrunk = self.size_shift < self.max_shift;
+        self.size_shift += u32::from(shrunk);
+        shrunk
+    }
+
+    /// Grows the write size one step; false when it is already whole.
+    pub(super) fn grow(&mut self) -> bool {
+        if self.size_shift == 0 {
+            return false;
+        }
+        self.size_shift -= 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{Duration, Instant};
+    use crate::wbt::{Wbt, WbtClass};
+
+    /// A device that serves one write at a time, 2 us per page, and serves a read in 25 us
+    /// once the write in service (if any) is done: a read waits behind at most one write, as
+    /// beside ebb's per-file lane on a virtio disk. A writer keeps one background write in
+    /// flight, as large as wbt lets it (256 pages at most); a reader reads every `read_every`
+    /// us while `reading`.
+    struct Lane {
+        wbt: Wbt,
+        write: Option<(u64, u64)>,
+        reads: Vec<(u64, u64, u64)>,
+        next_read: u64,
+        read_id: u64,
+    }
+
+    impl Lane {
+        fn new(wbt: Wbt) -> Lane {
+            Lane { wbt, write: None, reads: Vec::new(), next_read: 0, read_id: 0 }
+        }
+
+        /// Runs from `from` to `to` us; returns the read latencies (us) and the write sizes.
+        fn run(&mut self, from: u64, to: u64, reading: bool) -> (Vec<u64>, Vec<u64>) {
+            let at = |us: u64| Instant::ZERO + Duration::from_micros(us);
+            let (mut latencies, mut sizes) = (Vec::new(), Vec::new());
+            for t in (from..to).step_by(5) {
+                if let Some((issued, end)) = self.write.filter(|&(_, end)| end <= t) {
+                    self.write = None;
+                    self.wbt.on_write_done(at(end), Duration::from_micros(end - issued), 0);
+                }
+                self.reads.sort_by_key(|r| std::cmp::Reverse(r.1));
+                while let Some(&(issued, done, id)) = self.reads.last().filter(|r| r.1 <= t) {
+                    self.reads.pop();
+                    latencies.push(done - issued);
+                    let latency = Duration::from_micros(done - issued);
+                    self.wbt.on_read_done(at(done), latency, Some(id));
+                }
+                if self.wbt.timer().is_some_and(|due| due <= at(t)) {
+                    self.wbt.on_timer(at(t), u32::from(self.write.is_some()));
+                }
+                if reading && t >= self.next_read {
+                    self.read_id += 1;
+                    let start = self.write.map_or(t, |(_, end)| end.max(t));
+                    self.reads.push((t, start + 25, self.read_id));
+                    self.wbt.on_read_issue(at(t), self.read_id);
+                    self.next_read = t + 1_000;
+                }
+                if self.write.is_none() && self.wbt.may_issue(WbtClass::Background, 0, at(t)) {
+                    let pages = self.wbt.write_pages(WbtClass::Background, 256, at(t));
+                    sizes.push(pages);
+                    self.write = Some((t, t + 2 * pages));
+                    self.wbt.on_write_issue(at(t));
+                }
+            }
+            (latencies, sizes)
+        }
+    }
+
+    fn p99(mut v: Vec<u64>) -> u64 {
+        v.sort_unstable();
+        v[v.len() * 99 / 100]
+    }
+
+    /// Beside one large write at a time the kernel's algorithm sees a low minimum and does
+    /// nothing, so the reads' p99 is a whole write's service (about 500 us); ebb's variant
+    /// learns the idle latency (25 us: target 50 us), sees the p99 miss it, and shrinks the
+    /// background writes to 16 pages, which brings the p99 under 100 us. When the reads stop,
+    /// the writes are whole again 100 ms later; when they come back, small again within a second.
+    #[test]
+    fn smaller_writes_while_reads_are_active_cut_the_tail() {
+        let mut kernel = Lane::new(Wbt::new(32, 2_000, 100_000, false));
+        let (reads, sizes) = kernel.run(0, 3_000_000, true);
+        assert!(sizes.iter().all(|&p| p == 256), "the kernel's algorithm keeps the size");
+        assert!(p99(reads[1_000..].to_vec()) > 400, "a read waits for a whole write");
+
+        let mut ebb = Lane::new(Wbt::new(32, 2_000, 100_000, false).with_adaptive(false, 256, 16));
+        let (reads, sizes) = ebb.run(0, 3_000_000, true);
+        assert_eq!(ebb.wbt.min_lat_nsec(), 50_000, "target: twice the idle latency");
+        assert_eq!(*sizes.last().unwrap(), 16, "writes shrunk to the floor");
+        let tail = p99(reads[1_000..].to_vec());
+        assert!(tail < 100, "p99 {tail} us beside 16-page writes");
+
+        ebb.run(3_000_000, 3_101_000, false);
+        let (_, sizes) = ebb.run(3_101_000, 3_500_000, false);
+        assert!(sizes.iter().all(|&p| p == 256), "no read for 100 ms: whole writes");
+        let (reads, sizes) = ebb.run(3_500_000, 5_000_000, true);
+        assert_eq!(*sizes.last().unwrap(), 16);
+        assert!(p99(reads[1_000..].to_vec()) < 100);
+    }
+
+    /// A target the user set is kept (100 us: the size settles between 32 pages, whose reads
+    /// meet it, and 64, whose do not), and writes other than background ones keep their size.
+    #[test]
+    fn explicit_target_and_other_classes() {
+        let mut ebb = Lane::new(Wbt::new(32, 100, 100_000, false).with_adaptive(true, 256, 16));
+        ebb.run(0, 2_000_000, true);
+        assert_eq!(ebb.wbt.min_lat_nsec(), 100_000);
+        let now = Instant::ZERO + Duration::from_micros(2_000_000);
+        assert_eq!(ebb.wbt.write_pages(WbtClass::Sync, 256, now), 256);
+        assert_eq!(ebb.wbt.write_pages(WbtClass::Normal, 256, now), 256);
+        assert!(ebb.wbt.write_pages(WbtClass::Background, 256, now) <= 64);
+    }
+
+    /// The size floor is the backend's own largest write when that is smaller.
+    #[test]
+    fn floor_and_growth() {
+        let mut a = Adaptive::new(false, 8, 16);
+        assert!(!a.shrink());
+        assert_eq!(a.write_pages(), 8);
+        let mut a = Adaptive::new(false, 256, 16);
+        for _ in 0..4 {
+            assert!(a.shrink());
+        }
+        assert!(!a.shrink(), "at the floor");
+        assert_eq!((a.size_shift, a.write_pages()), (4, 16));
+        assert!(a.grow());
+        assert_eq!(a.write_pages(), 32);
+        assert_eq!(a.learn(30_000), Some(60_000));
+        assert_eq!(a.learn(5_000), Some(TARGET_FLOOR_NS), "never under the floor");
+        assert_eq!(a.learn(21_000), Some(20_000), "rises by 1/16 of the difference");
+    }
+}
