@@ -5,7 +5,8 @@
 //! both through `ebb_sim::reproduce`; they print each published figure beside ours and the
 //! path of `report.html`. `ebb mount` serves a directory through ebb with FUSE until SIGINT or
 //! SIGTERM (`ebb_fuse::run`), and `ebb stat` prints a running mount's stats (JSON, read from
-//! the `user.ebb.stats` extended attribute of the mount's root).
+//! the `user.ebb.stats` extended attribute of the mount's root). `ebb swarm` runs seeded
+//! simulated worlds with random faults under the simulator's checkers (`ebb_sim::swarm`).
 //!
 //! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
 //! report could not be completed; 2 for usage and configuration errors (bad arguments, an
@@ -18,6 +19,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 
 mod bench;
+mod swarm;
 
 use clap::{Args, Parser, Subcommand};
 use ebb_core::config::{self, Knob, Setting};
@@ -45,6 +47,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Show the live stats of a mount.
     Stat(StatArgs),
+    /// Many seeded simulated runs with random faults, checked for safety and liveness.
+    Swarm(swarm::SwarmArgs),
 }
 
 #[derive(Args, Debug)]
@@ -223,6 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(command) => bench::run(command),
+        Command::Swarm(args) => swarm::run(args),
         Command::Stat(args) => {
             let stats = ebb_fuse::read_stats(&args.mountpoint)?;
             print_out(&format!("{stats}\n"))?;

@@ -38,6 +38,7 @@ fn main() {
             steady_from: Duration::from_secs(20),
             trace_dir: None,
             faults: Vec::new(),
+            crash: None,
         };
         let t = WallClock::now();
         let r = run(&spec, &mut |_| {}).expect("run");

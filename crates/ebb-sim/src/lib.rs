@@ -18,3 +18,4 @@ pub mod queue;
 pub mod report;
 pub mod reproduce;
 pub mod run;
+pub mod swarm;

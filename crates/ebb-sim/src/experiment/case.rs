@@ -7,6 +7,7 @@ use ebb_core::config::{self, Knob, Scope, Setting};
 use ebb_core::{BackendConfig, Config, Duration};
 
 use super::build::is_plain_name;
+use super::faults::{build_crash, build_fault};
 use super::schema::{RawBackend, RawCase};
 use super::units::{duration_value, size_value};
 use super::workload::{build_workload, raw_workload_ctx};
@@ -93,7 +94,24 @@ pub(super) fn build_case(
             &config,
         )?);
     }
+    let names: Vec<&str> = raw.backends.iter().map(|b| b.name.as_str()).collect();
+    let faults = raw
+        .faults
+        .iter()
+        .enumerate()
+        .map(|(f, fault)| {
+            build_fault(fault, &names).map_err(|(field, r)| fail(&format!("fault[{f}].{field}"), r))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let crash = match &raw.crash {
+        Some(crash) => {
+            Some(build_crash(crash).map_err(|(field, r)| fail(&format!("crash.{field}"), r))?)
+        }
+        None => None,
+    };
     Ok(Case {
+        faults,
+        crash,
         name: raw.name,
         config,
         devices,

@@ -75,6 +75,26 @@
 //! `legacy-2020`), and `<knob>-<value>` otherwise (`wbt-on`, `dirty_ratio-10`); a variant may
 //! be written with that prefix. The compared knob cannot also be set by a case.
 //!
+//! # Faults
+//!
+//! A case may declare fault windows and a crash (what the swarm's reproducers use):
+//!
+//! ```toml
+//! [[case.fault]]
+//! backend = "sda"                           # optional when the case has one backend
+//! from = "200ms"
+//! until = "2s"                              # optional: the fault lasts forever
+//! errno = "EIO"                             # optional: writes completing in the window fail
+//! delay = "1500ms"                          # optional: completions arrive this much later
+//!
+//! [case.crash]                              # optional: the runs end here
+//! at = "3s"
+//! power_cut = true                          # volatile write caches are lost too
+//! ```
+//!
+//! `errno` is a number or one of the names `faults.rs` lists (EIO, ENOSPC, EROFS, EDQUOT,
+//! ETIMEDOUT, ECONNREFUSED, ...).
+//!
 //! # Check expressions
 //!
 //! ```text
@@ -115,6 +135,7 @@ mod check;
 mod embedded;
 mod error;
 mod expr;
+mod faults;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -132,10 +153,11 @@ pub use check::{Check, CheckOutcome, CompareOp, Template, format_number};
 pub use embedded::FILES as EMBEDDED_FILES;
 pub use error::ExperimentError;
 pub use expr::{EvalError, Expr};
+pub use faults::{ERRNO_NAMES, errno_name};
 pub use units::parse_duration;
 pub use verdict::{PublishedValue, Tolerance, Verdict, judge};
 
-use crate::run::{DeviceSpec, RunSpec, Workload};
+use crate::run::{Crash, DeviceSpec, Fault, RunSpec, Workload};
 use build::is_plain_name;
 use case::knob_text;
 
@@ -231,6 +253,10 @@ pub struct Case {
     pub steady_from: Duration,
     /// Time series interval.
     pub sample_interval: Duration,
+    /// Fault windows (`[[case.fault]]`).
+    pub faults: Vec<Fault>,
+    /// The crash that ends the runs, if any (`crash`).
+    pub crash: Option<Crash>,
 }
 
 /// How `--quick` (and the test suite) shortens an experiment.
@@ -448,7 +474,8 @@ impl Experiment {
                     sample_interval: case.sample_interval,
                     steady_from,
                     trace_dir,
-                    faults: Vec::new(),
+                    faults: case.faults.clone(),
+                    crash: case.crash,
                 });
             }
         }

@@ -55,6 +55,31 @@ pub(super) struct RawCase {
     pub(super) backends: Vec<RawBackend>,
     #[serde(rename = "workload")]
     pub(super) workloads: Vec<RawWorkload>,
+    #[serde(default, rename = "fault")]
+    pub(super) faults: Vec<RawFault>,
+    pub(super) crash: Option<RawCrash>,
+}
+
+/// A `[[case.fault]]`: a window in which one backend's writes fail with an errno or its
+/// completions arrive late (`run::Fault`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFault {
+    pub(super) backend: Option<String>,
+    pub(super) from: toml::Value,
+    /// Absent: the fault lasts forever.
+    pub(super) until: Option<toml::Value>,
+    /// An errno number or name (`"EIO"`, `"ENOSPC"`, ...).
+    pub(super) errno: Option<toml::Value>,
+    pub(super) delay: Option<toml::Value>,
+}
+
+/// A case's `crash`: the run ends at a crash of ebb or a power cut (`run::Crash`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCrash {
+    pub(super) at: toml::Value,
+    pub(super) power_cut: Option<bool>,
 }
 
 /// A `[[case.backend]]`: its device, and per-backend knobs by name (checked against the

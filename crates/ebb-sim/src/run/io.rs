@@ -3,10 +3,14 @@
 
 use ebb_core::{Action, BackendId, Duration, Event, InodeId, IoClass, IoError, IoId, Stability};
 
+use super::checks::Landing;
 use super::readers::DIRECT_READ_BIT;
 use super::writers::WriterState;
-use super::{Ev, PAGE, Sim, SimError, faults};
+use super::{Ev, PAGE, PlantedBug, Sim, SimError, faults};
 use crate::device::{DeviceRequest, IoOp};
+
+/// Identities of the cache flushes that follow an fsync (`Sim::driver_flush`).
+const DRIVER_FLUSH_BIT: u64 = 1 << 61;
 
 pub(super) enum IoPending {
     Write(IoId),
@@ -31,6 +35,9 @@ impl Sim<'_> {
                     );
                     self.ios.insert(io.0, IoPending::Write(io));
                     self.device_pages += pages;
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.write_submitted(io.0, inode, first_page, pages);
+                    }
                 }
                 Action::Read { io, backend, inode, first_page, pages } => {
                     self.submit(backend, io.0, IoOp::Read, inode, first_page, pages, true);
@@ -42,12 +49,21 @@ impl Sim<'_> {
                     // nfs-server model a flush is a COMMIT.
                     self.submit(backend, io.0, IoOp::Flush, inode, 0, 0, true);
                     self.ios.insert(io.0, IoPending::Commit(io));
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.flush_submitted(io.0, backend.index());
+                    }
                 }
                 Action::Resume { writer } => {
                     let i = writer.0 as usize;
                     self.queue.push(self.now, Ev::Resume(i));
                 }
                 Action::FsyncDone { request, result } => {
+                    if result.is_ok() && self.driver_flush(request) {
+                        continue;
+                    }
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.answered(self.now, request, result);
+                    }
                     if let Err(e) = result {
                         self.fsync_errors += 1;
                         self.fsync_errno = e.errno;
@@ -71,7 +87,16 @@ impl Sim<'_> {
                         self.queue.push(self.now, Ev::Step(i));
                     }
                 }
-                Action::SyncDone { .. } | Action::CloseDone { .. } => {}
+                Action::CloseDone { request, result } => {
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.answered(self.now, request, result);
+                    }
+                }
+                Action::SyncDone { request, .. } => {
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.sync_answered(request);
+                    }
+                }
             }
         }
         if let Some(t) = self.engine.poll_timeout()
@@ -123,6 +148,10 @@ impl Sim<'_> {
                 self.direct_read_done(c.id, c.latency);
                 continue;
             }
+            if c.id & DRIVER_FLUSH_BIT != 0 {
+                self.driver_flush_done(c.id);
+                continue;
+            }
             // A two-phase backend (NFS) reports the verifier; a local device reports none.
             let event = match self.ios.remove(&c.id) {
                 Some(IoPending::Write(io)) => {
@@ -135,10 +164,13 @@ impl Sim<'_> {
                         Some(errno) => Err(IoError { errno }),
                         None => Ok(stability),
                     };
-                    Event::WriteDone { io, result }
+                    Event::WriteDone { io, result: self.check_write(b, io.0, result) }
                 }
                 Some(IoPending::Read(io)) => Event::ReadDone { io, result: Ok(()) },
                 Some(IoPending::Commit(io)) => {
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.flush_completed(io.0, c.verifier);
+                    }
                     Event::CommitDone { io, result: Ok(c.verifier.unwrap_or(0)) }
                 }
                 None => continue,
@@ -151,8 +183,79 @@ impl Sim<'_> {
                 self.queue.push(self.now + spike, Ev::Delayed(self.next_delayed));
                 continue;
             }
-            self.engine.handle(self.now, event, &mut self.maps);
+            self.deliver(event);
         }
         self.reschedule(b);
+    }
+
+    /// In a checked run, an fsync the engine answered on a local device is followed by a
+    /// cache flush of the device, as the runtime's `File::fsync` follows the engine's fsync
+    /// with the backend's `sync` (fdatasync); the fsync returns when the flush completes.
+    /// (Unchecked runs, the published experiments, do not flush: their figures predate this.)
+    /// Returns true if a flush was started.
+    fn driver_flush(&mut self, request: ebb_core::RequestId) -> bool {
+        let Some(i) = self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
+        else {
+            return false;
+        };
+        let b = self.writers[i].backend;
+        let Some(check) = self.check.as_deref_mut() else { return false };
+        if matches!(self.devices[b].params(), crate::device::DeviceParams::Nfs(_)) {
+            return false;
+        }
+        let id = DRIVER_FLUSH_BIT | request.0;
+        check.flush_submitted(id, b);
+        let inode = self.writers[i].inode;
+        self.submit(ebb_core::BackendId(b as u32), id, IoOp::Flush, inode, 0, 0, true);
+        true
+    }
+
+    fn driver_flush_done(&mut self, id: u64) {
+        let request = ebb_core::RequestId(id & !DRIVER_FLUSH_BIT);
+        if let Some(check) = self.check.as_deref_mut() {
+            check.flush_completed(id, None);
+            check.answered(self.now, request, Ok(()));
+        }
+        if let Some(i) = self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
+        {
+            self.finish_writer(i);
+        }
+    }
+
+    /// Files where a completed write's pages landed (checked runs), and plants a driver bug
+    /// if asked: returns the result the engine is told.
+    fn check_write(
+        &mut self,
+        b: usize,
+        io: u64,
+        result: Result<Stability, IoError>,
+    ) -> Result<Stability, IoError> {
+        let Some(check) = self.check.as_deref_mut() else { return result };
+        let landing = match result {
+            Ok(Stability::Stable) => {
+                let bytes = check.write_bytes(io);
+                Some(Landing::Stable(self.devices[b].params().write_landing(bytes.max(1))))
+            }
+            Ok(Stability::Unstable { verifier }) => Some(Landing::Unstable(verifier)),
+            Err(_) => None,
+        };
+        check.write_completed(io, b, landing);
+        match (check.planted, result) {
+            (Some(PlantedBug::SwallowWriteError), Err(_)) => Ok(Stability::Stable),
+            _ => result,
+        }
+    }
+
+    /// Hands a completion to the engine (the checkers see failed writes reach it).
+    pub(super) fn deliver(&mut self, event: Event) {
+        if let (Some(check), Event::WriteDone { io, result }) = (self.check.as_deref_mut(), &event)
+        {
+            if check.planted == Some(PlantedBug::LoseCompletion) {
+                check.planted = None;
+                return;
+            }
+            check.delivered(io.0, result.err());
+        }
+        self.engine.handle(self.now, event, &mut self.maps);
     }
 }

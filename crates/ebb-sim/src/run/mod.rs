@@ -13,6 +13,7 @@
 //! `readers.rs` (O_DIRECT readers), `io.rs` (actions to devices, completions to the engine),
 //! `faults.rs` (fault windows), `metrics.rs` (series and metrics), `trace.rs` (trace files).
 
+mod checks;
 mod faults;
 mod io;
 mod metrics;
@@ -28,13 +29,15 @@ use std::io::Write;
 
 use ebb_core::{Duration, Engine, Event, InodeId, Instant, MapStore, RequestId};
 
+pub use checks::{CheckReport, PlantedBug};
 pub use faults::Fault;
-pub use spec::{DeviceSpec, RunSpec, Workload};
+pub use spec::{Crash, DeviceSpec, RunSpec, Workload};
 
 use crate::device::Device;
 use crate::prng::Prng;
 use crate::queue::EventQueue;
 use crate::report::hist::LatencyHistogram;
+use checks::Checker;
 use io::IoPending;
 use readers::Reader;
 use trace::Tracer;
@@ -123,6 +126,8 @@ enum Ev {
     ReaderStep(usize),
     /// A completion a latency spike held back (key into `Sim::delayed`).
     Delayed(u64),
+    /// `RunSpec::crash`: the run ends.
+    Crash,
 }
 
 struct Sim<'a> {
@@ -167,6 +172,8 @@ struct Sim<'a> {
     /// Completions held back by a latency spike, by key.
     delayed: BTreeMap<u64, Event>,
     next_delayed: u64,
+    /// The checkers of a checked run.
+    check: Option<Box<Checker>>,
 }
 
 /// Runs one simulation. `progress` receives the fraction of the workload done, now and then.
@@ -174,6 +181,29 @@ pub fn run(spec: &RunSpec, progress: &mut dyn FnMut(f64)) -> Result<RunResult, S
     let mut sim = Sim::new(spec)?;
     sim.run(progress)?;
     Ok(sim.finish())
+}
+
+/// Runs one simulation under the checkers of `checks.rs` (the swarm's): the engine's
+/// accounting after every event, the durability of what fsync acknowledged after a crash and
+/// at the end, errseq, and the pause bound of the `ioless` throttle. The first violation ends
+/// the run. Each writer that finishes closes its file, so the close's error report is checked
+/// too. `planted` plants a driver bug (the swarm's own tests).
+pub fn run_checked(
+    spec: &RunSpec,
+    planted: Option<PlantedBug>,
+) -> Result<(RunResult, CheckReport), SimError> {
+    let mut sim = Sim::new(spec)?;
+    let max_sleep = (spec.config.throttle == ebb_core::ThrottlePolicy::Ioless).then(|| {
+        ebb_core::position::MAX_PAUSE + Duration::from_nanos(1_000_000_000 / spec.config.hz)
+    });
+    sim.check = Some(Box::new(Checker::new(max_sleep, planted)));
+    sim.run(&mut |_| {})?;
+    let mut check = sim.check.take().expect("set above");
+    if !check.failed() && !check.report.crashed {
+        check.check_durable(sim.now, false, "at the end");
+    }
+    let report = check.finish();
+    Ok((sim.finish(), report))
 }
 
 impl Sim<'_> {
@@ -214,8 +244,12 @@ impl Sim<'_> {
                 Ev::ReaderStep(r) => self.reader_step(r),
                 Ev::Delayed(key) => {
                     if let Some(event) = self.delayed.remove(&key) {
-                        self.engine.handle(self.now, event, &mut self.maps);
+                        self.deliver(event);
                     }
+                }
+                Ev::Crash => {
+                    self.crash();
+                    break;
                 }
                 Ev::Sample => {
                     self.sample();
@@ -231,12 +265,36 @@ impl Sim<'_> {
                 }
             }
             self.drain()?;
+            if self.check_event() {
+                break;
+            }
         }
         progress(1.0);
         if let Some(t) = &mut self.trace {
             t.txt.flush().map_err(SimError::Io)?;
         }
         Ok(())
+    }
+
+    /// The checkers after an event: true if the run must end (a violation).
+    fn check_event(&mut self) -> bool {
+        let Some(check) = self.check.as_deref_mut() else { return false };
+        check.report.events += 1;
+        let writers: Vec<&ebb_core::Writer> = self.writers.iter().map(|w| &w.w).collect();
+        if let Err(e) = self.engine.check_accounting(&self.maps, &writers) {
+            check.fail(self.now, "accounting", e);
+        }
+        check.failed()
+    }
+
+    /// `RunSpec::crash`: ebb stops here; the checkers look at the durable image.
+    fn crash(&mut self) {
+        let power_cut = self.spec.crash.is_some_and(|c| c.power_cut);
+        if let Some(check) = self.check.as_deref_mut() {
+            check.report.crashed = true;
+            let when = if power_cut { "after a power cut" } else { "after ebb crashed" };
+            check.check_durable(self.now, !power_cut, when);
+        }
     }
 
     fn request(&mut self) -> RequestId {

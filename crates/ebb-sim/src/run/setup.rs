@@ -75,6 +75,7 @@ impl<'a> Sim<'a> {
             writepages_at_end: None,
             delayed: BTreeMap::new(),
             next_delayed: 0,
+            check: None,
         };
         for (i, workload) in spec.workloads.iter().enumerate() {
             sim.add_workload(i, workload)?;
@@ -83,6 +84,9 @@ impl<'a> Sim<'a> {
             sim.queue.push(Instant::ZERO + reader.start, Ev::ReaderStep(r));
         }
         sim.queue.push(Instant::ZERO, Ev::Sample);
+        if let Some(crash) = spec.crash {
+            sim.queue.push(Instant::ZERO + crash.at, Ev::Crash);
+        }
         sim.trace = Tracer::create(spec)?;
         sim.writer_series = vec![Vec::new(); sim.writers.len()];
         Ok(sim)

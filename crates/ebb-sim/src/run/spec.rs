@@ -99,4 +99,20 @@ pub struct RunSpec {
     pub trace_dir: Option<PathBuf>,
     /// Faults injected by the environment (never by the engine).
     pub faults: Vec<Fault>,
+    /// The run ends at this crash, if any.
+    pub crash: Option<Crash>,
+}
+
+/// A crash that ends a run: ebb and its applications stop at `at`, with all cached state;
+/// the devices keep what they hold durably. A checked run ([`super::run_checked`]) verifies
+/// there that every byte an fsync acknowledged is in the durable image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crash {
+    /// When, from the start of the run.
+    pub at: Duration,
+    /// The machine loses power: the devices' volatile write caches are lost too (an NFS
+    /// server's memory is not, the server is another machine, but only what it committed
+    /// counts as durable). Otherwise only ebb's process dies and the devices destage their
+    /// caches.
+    pub power_cut: bool,
 }

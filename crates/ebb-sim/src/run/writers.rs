@@ -129,7 +129,10 @@ impl Sim<'_> {
                         let sw = &mut self.writers[i];
                         self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
                         sw.state = WriterState::Fsyncing(request);
-                        let handle = sw.handle;
+                        let (handle, inode) = (sw.handle, sw.inode);
+                        if let Some(check) = self.check.as_deref_mut() {
+                            check.issued(request, inode, handle, true);
+                        }
                         self.engine.handle(
                             self.now,
                             Event::Fsync { handle, request },
@@ -157,6 +160,9 @@ impl Sim<'_> {
             let sw = &mut self.writers[i];
             let (inode, pos, left) = (sw.inode, sw.pos, sw.left);
             let step = self.maps.with(inode, |m| write_pages(&mut sw.w, inode, m, pos, left));
+            if let Some(check) = self.check.as_deref_mut() {
+                check.wrote(inode, pos, step.consumed);
+            }
             sw.pos += step.consumed;
             sw.left -= step.consumed;
             self.pages_done += step.consumed;
@@ -202,6 +208,9 @@ impl Sim<'_> {
                 true
             }
             Verdict::Sleep { until } => {
+                if let Some(check) = self.check.as_deref_mut() {
+                    check.slept(self.now, until, i);
+                }
                 self.writers[i].state = WriterState::Blocked;
                 self.queue.push(until, Ev::Resume(i));
                 false
@@ -231,9 +240,23 @@ impl Sim<'_> {
         sw.state = WriterState::Done;
         sw.finished = Some(self.now);
         self.engine.writer_exit(self.now, &mut sw.w, &mut self.maps);
+        if self.check.is_some() && !self.writers[i].planned {
+            // A checked run closes a stream's file, so errseq is checked at close too.
+            let (handle, inode) = (self.writers[i].handle, self.writers[i].inode);
+            self.close(inode, handle);
+        }
         if self.writers.iter().all(|w| w.state == WriterState::Done) {
             let stats = self.engine.stats();
             self.writepages_at_end = Some((stats.writepages_calls, stats.writepages_pages));
+            if self.check.is_some() {
+                // A checked run ends with a sync (the runtime's drain): liveness requires it
+                // to return and leave nothing unwritten that a fault does not hold.
+                let request = self.request();
+                if let Some(check) = self.check.as_deref_mut() {
+                    check.sync_issued(request);
+                }
+                self.engine.handle(self.now, Event::Sync { request }, &mut self.maps);
+            }
         }
     }
 
@@ -324,8 +347,16 @@ impl Sim<'_> {
             sw.files_done += 1;
         }
         self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
+        let (handle, inode) = (self.writers[i].handle, self.writers[i].inode);
+        self.close(inode, handle);
+    }
+
+    /// Closes `handle` of `inode`.
+    fn close(&mut self, inode: InodeId, handle: HandleId) {
         let request = self.request();
-        let handle = self.writers[i].handle;
+        if let Some(check) = self.check.as_deref_mut() {
+            check.issued(request, inode, handle, false);
+        }
         self.engine.handle(self.now, Event::Close { handle, request }, &mut self.maps);
     }
 

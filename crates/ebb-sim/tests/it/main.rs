@@ -775,6 +775,7 @@ mod runs {
             steady_from: Duration::from_secs(2),
             trace_dir: Some(dir.to_path_buf()),
             faults: Vec::new(),
+            crash: None,
         }
     }
 
@@ -1063,6 +1064,7 @@ mod nfs {
             steady_from: Duration::from_secs(1),
             trace_dir: None,
             faults: Vec::new(),
+            crash: None,
         }
     }
 

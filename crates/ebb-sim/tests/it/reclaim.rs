@@ -41,6 +41,7 @@ fn spec(
         steady_from: Duration::ZERO,
         trace_dir: None,
         faults: Vec::new(),
+        crash: None,
     }
 }
 

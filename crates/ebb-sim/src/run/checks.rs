@@ -1,0 +1,379 @@
+//! The checkers of a checked run ([`super::run_checked`], what the swarm runs): safety,
+//! accounting, errseq and pause bounds, verified as the run goes.
+//!
+//! The device models keep no bytes, so the checker keeps a shadow of the data: every page the
+//! application writes gets a stamp (a counter, one per write call), a write the engine submits
+//! carries the stamps its pages had at submission, and the write's completion puts them where
+//! the device model's rules say the data now is:
+//!
+//! * on the media (a device without a volatile cache, or a write larger than it): durable;
+//! * in a volatile write cache: durable once a flush submitted after the completion completes
+//!   (a power cut before that loses it; an ebb crash does not, the device destages it);
+//! * in an NFS server's memory under a verifier: durable once a COMMIT submitted after the
+//!   reply returns the same verifier (a different one means the server restarted and lost it).
+//!
+//! A failed write puts nothing anywhere. A successful fsync acknowledges the stamps its file
+//! had when the fsync was issued; after a crash and at the end of the run, every acknowledged
+//! stamp must be in the durable image (a newer stamp of the page counts, an older one or none
+//! is a lost acknowledged write).
+//!
+//! After every event the engine's counters must equal a recount of the page maps and the
+//! frames must fit the memory budget (`Engine::check_accounting`). Errors follow errseq: an
+//! fsync or close reports an error only if a write of its file failed since the handle last
+//! heard of one, and a write that failed (other than with an outage error, reported only after
+//! the backend's retry timeout) before an fsync or close is issued is reported by it or by the
+//! handle's earlier report. With the `ioless` throttle no sleep exceeds `MAX_PAUSE` (plus one
+//! tick of rounding). The first violation ends the run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ebb_core::{Duration, ErrorClass, HandleId, InodeId, Instant, IoError, RequestId};
+
+use crate::device::WriteLanding;
+
+/// Where a completed write put its pages, as the checker files it.
+pub(super) enum Landing {
+    /// Stable, on the media or in a volatile cache (the device model's rule).
+    Stable(WriteLanding),
+    /// UNSTABLE in a server's memory under this verifier.
+    Unstable(u64),
+}
+
+/// Pages of one write, not yet durable.
+struct Landed {
+    backend: usize,
+    /// Order of landing (flushes and COMMITs cover what landed before their submission).
+    seq: u64,
+    verifier: Option<u64>,
+    inode: InodeId,
+    first: u64,
+    stamps: Vec<u64>,
+}
+
+/// An fsync or close between issue and answer.
+struct Pending {
+    inode: InodeId,
+    handle: HandleId,
+    stamps: Vec<u64>,
+    /// Non-outage failures of the file when it was issued.
+    failures_at_issue: u64,
+    fsync: bool,
+}
+
+/// Failed writes of one file delivered to the engine.
+#[derive(Clone, Copy, Default)]
+struct Failures {
+    /// All failures.
+    all: u64,
+    /// Failures of a class reported without a timeout (not [`ErrorClass::Outage`]).
+    reported: u64,
+}
+
+/// A driver-side bug the swarm's own tests plant to show the checkers catch it (never set
+/// outside them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// A failed write is reported to the engine as a success (an error swallowed on one
+    /// completion path): the engine frees pages the device never stored.
+    SwallowWriteError,
+    /// The first write completion of the run never reaches the engine (a lost wake-up): its
+    /// pages stay under writeback forever.
+    LoseCompletion,
+    /// Flushes and COMMITs complete without making anything durable (a cache flush skipped).
+    SkipFlush,
+}
+
+/// What the checkers found and saw.
+#[derive(Clone, Debug, Default)]
+pub struct CheckReport {
+    /// The first violation: its checker (`accounting`, `durability`, `errseq`, `pause`) and
+    /// what it found, with the virtual time.
+    pub violation: Option<(&'static str, String)>,
+    /// Events checked.
+    pub events: u64,
+    /// fsyncs acknowledged as successful, and pages they acknowledged.
+    pub fsyncs_ok: u64,
+    /// Pages acknowledged by successful fsyncs (counted once per fsync).
+    pub acked_pages: u64,
+    /// fsyncs, closes and the final sync issued but never answered at the end of the run.
+    pub unanswered: u64,
+    /// Whether the run ended at a crash (`RunSpec::crash`).
+    pub crashed: bool,
+    /// Whether the sync issued once every writer had finished returned.
+    pub synced: bool,
+}
+
+pub(super) struct Checker {
+    written: BTreeMap<InodeId, Vec<u64>>,
+    stamp: u64,
+    inflight: BTreeMap<u64, (InodeId, u64, Vec<u64>)>,
+    /// The file of each write until its completion reaches the engine.
+    io_inodes: BTreeMap<u64, InodeId>,
+    durable: BTreeMap<InodeId, Vec<u64>>,
+    landed: Vec<Landed>,
+    seq: u64,
+    flushes: BTreeMap<u64, (usize, u64)>,
+    pending: BTreeMap<RequestId, Pending>,
+    syncs: BTreeSet<RequestId>,
+    acked: BTreeMap<InodeId, Vec<u64>>,
+    failures: BTreeMap<InodeId, Failures>,
+    /// Per handle: the file's failures when the handle last heard of an error.
+    heard: BTreeMap<HandleId, Failures>,
+    max_sleep: Option<Duration>,
+    pub(super) planted: Option<PlantedBug>,
+    pub(super) report: CheckReport,
+}
+
+fn set_stamps(v: &mut Vec<u64>, first: u64, stamps: &[u64]) {
+    let end = first as usize + stamps.len();
+    if v.len() < end {
+        v.resize(end, 0);
+    }
+    v[first as usize..end].copy_from_slice(stamps);
+}
+
+impl Checker {
+    /// `max_sleep`: the longest sleep a throttle verdict may ask for, if bounded.
+    pub(super) fn new(max_sleep: Option<Duration>, planted: Option<PlantedBug>) -> Checker {
+        Checker {
+            written: BTreeMap::new(),
+            stamp: 0,
+            inflight: BTreeMap::new(),
+            io_inodes: BTreeMap::new(),
+            durable: BTreeMap::new(),
+            landed: Vec::new(),
+            seq: 0,
+            flushes: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            syncs: BTreeSet::new(),
+            acked: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            heard: BTreeMap::new(),
+            max_sleep,
+            planted,
+            report: CheckReport::default(),
+        }
+    }
+
+    pub(super) fn fail(&mut self, now: Instant, checker: &'static str, what: String) {
+        if self.report.violation.is_none() {
+            self.report.violation = Some((checker, format!("at {now}: {what}")));
+        }
+    }
+
+    pub(super) fn failed(&self) -> bool {
+        self.report.violation.is_some()
+    }
+
+    /// The application wrote pages `[first, first + count)` of `inode`.
+    pub(super) fn wrote(&mut self, inode: InodeId, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.stamp += 1;
+        let v = self.written.entry(inode).or_default();
+        let end = (first + count) as usize;
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[first as usize..end].fill(self.stamp);
+    }
+
+    fn stamps_of(&self, inode: InodeId, first: u64, pages: u64) -> Vec<u64> {
+        let v = self.written.get(&inode).map_or(&[][..], |v| &v[..]);
+        (first..first + pages).map(|p| v.get(p as usize).copied().unwrap_or(0)).collect()
+    }
+
+    /// The engine asked for a write of `[first, first + pages)`.
+    pub(super) fn write_submitted(&mut self, io: u64, inode: InodeId, first: u64, pages: u64) {
+        let stamps = self.stamps_of(inode, first, pages);
+        self.inflight.insert(io, (inode, first, stamps));
+        self.io_inodes.insert(io, inode);
+    }
+
+    /// Pages of write `io`, for the device's landing rule.
+    pub(super) fn write_bytes(&self, io: u64) -> u64 {
+        self.inflight.get(&io).map_or(0, |w| w.2.len() as u64 * ebb_core::PAGE_SIZE)
+    }
+
+    /// Write `io` completed on `backend` (`None`: it failed).
+    pub(super) fn write_completed(&mut self, io: u64, backend: usize, landing: Option<Landing>) {
+        let Some((inode, first, stamps)) = self.inflight.remove(&io) else { return };
+        let verifier = match landing {
+            None => return,
+            Some(Landing::Stable(WriteLanding::Media)) => {
+                set_stamps(self.durable.entry(inode).or_default(), first, &stamps);
+                return;
+            }
+            Some(Landing::Stable(_)) => None,
+            Some(Landing::Unstable(verifier)) => Some(verifier),
+        };
+        self.seq += 1;
+        self.landed.push(Landed { backend, seq: self.seq, verifier, inode, first, stamps });
+    }
+
+    /// A flush (COMMIT on a two-phase backend) was submitted on `backend`.
+    pub(super) fn flush_submitted(&mut self, io: u64, backend: usize) {
+        self.flushes.insert(io, (backend, self.seq));
+    }
+
+    /// Flush `io` completed; a COMMIT returns the server's verifier.
+    pub(super) fn flush_completed(&mut self, io: u64, verifier: Option<u64>) {
+        let Some((backend, upto)) = self.flushes.remove(&io) else { return };
+        if self.planted == Some(PlantedBug::SkipFlush) {
+            return;
+        }
+        let (covered, rest): (Vec<Landed>, Vec<Landed>) = std::mem::take(&mut self.landed)
+            .into_iter()
+            .partition(|l| l.backend == backend && l.seq <= upto);
+        self.landed = rest;
+        for l in covered {
+            // A verifier that changed means the server restarted: the write is lost (the
+            // engine sees the change and writes the pages again).
+            if l.verifier.is_none() || l.verifier == verifier {
+                set_stamps(self.durable.entry(l.inode).or_default(), l.first, &l.stamps);
+            }
+        }
+    }
+
+    /// The completion of write `io` reaches the engine (`Some`: the write failed).
+    pub(super) fn delivered(&mut self, io: u64, error: Option<IoError>) {
+        let Some(inode) = self.io_inodes.remove(&io) else { return };
+        if let Some(e) = error {
+            let f = self.failures.entry(inode).or_default();
+            f.all += 1;
+            if e.class() != ErrorClass::Outage {
+                f.reported += 1;
+            }
+        }
+    }
+
+    /// An fsync (`fsync`) or close of `handle` on `inode` was issued as `request`.
+    pub(super) fn issued(
+        &mut self,
+        request: RequestId,
+        inode: InodeId,
+        handle: HandleId,
+        fsync: bool,
+    ) {
+        let stamps = self.written.get(&inode).cloned().unwrap_or_default();
+        let failures_at_issue = self.failures.get(&inode).map_or(0, |f| f.reported);
+        self.pending.insert(request, Pending { inode, handle, stamps, failures_at_issue, fsync });
+    }
+
+    /// The answer to an fsync or close: errseq, and a successful fsync's acknowledgement.
+    pub(super) fn answered(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        result: Result<(), IoError>,
+    ) {
+        let Some(p) = self.pending.remove(&request) else { return };
+        let what = if p.fsync { "fsync" } else { "close" };
+        let f = self.failures.get(&p.inode).copied().unwrap_or_default();
+        let heard = self.heard.get(&p.handle).copied().unwrap_or_default();
+        match result {
+            Err(e) => {
+                if f.all <= heard.all {
+                    self.fail(
+                        now,
+                        "errseq",
+                        format!(
+                            "{what} of inode {} reported errno {} with no write failed since \
+                             handle {} last heard of one (reported twice or invented)",
+                            p.inode, e.errno, p.handle
+                        ),
+                    );
+                }
+                self.heard.insert(p.handle, f);
+            }
+            Ok(()) => {
+                if p.failures_at_issue > heard.reported {
+                    self.fail(
+                        now,
+                        "errseq",
+                        format!(
+                            "{what} of inode {} returned success though {} write(s) of it failed \
+                             before it was issued and handle {} never heard of them",
+                            p.inode,
+                            p.failures_at_issue - heard.reported,
+                            p.handle
+                        ),
+                    );
+                }
+                if p.fsync {
+                    self.report.fsyncs_ok += 1;
+                    self.report.acked_pages += p.stamps.iter().filter(|&&s| s > 0).count() as u64;
+                    let acked = self.acked.entry(p.inode).or_default();
+                    if acked.len() < p.stamps.len() {
+                        acked.resize(p.stamps.len(), 0);
+                    }
+                    for (a, s) in acked.iter_mut().zip(&p.stamps) {
+                        *a = (*a).max(*s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The final sync was issued.
+    pub(super) fn sync_issued(&mut self, request: RequestId) {
+        self.syncs.insert(request);
+    }
+
+    /// A sync returned.
+    pub(super) fn sync_answered(&mut self, request: RequestId) {
+        if self.syncs.remove(&request) {
+            self.report.synced = true;
+        }
+    }
+
+    /// A throttle verdict asked writer `writer` to sleep until `until`.
+    pub(super) fn slept(&mut self, now: Instant, until: Instant, writer: usize) {
+        if let Some(max) = self.max_sleep
+            && until.saturating_since(now) > max
+        {
+            self.fail(
+                now,
+                "pause",
+                format!(
+                    "writer {writer} paused {} ms, over the maximum pause {} ms",
+                    until.saturating_since(now).as_millis_f64(),
+                    max.as_millis_f64()
+                ),
+            );
+        }
+    }
+
+    /// Checks every acknowledged stamp against the durable image; with `cached`, what sits in
+    /// volatile write caches counts (an ebb crash: the devices keep running).
+    pub(super) fn check_durable(&mut self, now: Instant, cached: bool, when: &str) {
+        let mut image = self.durable.clone();
+        if cached {
+            for l in self.landed.iter().filter(|l| l.verifier.is_none()) {
+                set_stamps(image.entry(l.inode).or_default(), l.first, &l.stamps);
+            }
+        }
+        for (inode, acked) in &self.acked {
+            let have = image.get(inode).map_or(&[][..], |v| &v[..]);
+            for (page, &want) in acked.iter().enumerate() {
+                let got = have.get(page).copied().unwrap_or(0);
+                if want > got {
+                    let what = format!(
+                        "{when}: page {page} of inode {inode} was acknowledged by fsync (write \
+                         {want}) but the durable image has {}",
+                        if got == 0 { "nothing".to_owned() } else { format!("write {got}") }
+                    );
+                    self.fail(now, "durability", what);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// fsyncs, closes and syncs never answered.
+    pub(super) fn finish(&mut self) -> CheckReport {
+        self.report.unanswered = (self.pending.len() + self.syncs.len()) as u64;
+        std::mem::take(&mut self.report)
+    }
+}
