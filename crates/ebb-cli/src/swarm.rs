@@ -111,11 +111,12 @@ pub(crate) fn run(args: SwarmArgs) -> anyhow::Result<ExitCode> {
             std::fs::write(&path, small.to_toml())?;
             text.push_str(&format!(
                 "  shrunk in {runs} runs: {} workload(s), {} fault(s){}: {}\n  reproducer: {} \
-                 (ebb sim {0})\n",
+                 (ebb sim {})\n",
                 small.workloads.len(),
                 small.faults.len(),
                 if small.crash.is_some() { ", a crash" } else { "" },
                 failure.message,
+                path.display(),
                 path.display()
             ));
         }

@@ -321,9 +321,20 @@ impl Engine {
         // unconditionally; with the fix (`fixed`, "writeback scheduled only above the
         // thresholds", the posting `004_*`) only while the reclaimable pages exceed thresh, so
         // a client full of unstable pages waits for COMMITs instead of writing tiny batches.
+        // Under `strict_limit` the writer is throttled by its backend's own counters, so the
+        // backend's reclaimable pages over its own threshold need writeback too: comparing
+        // only the global ones left a writer past a fresh backend's tiny threshold, with
+        // global dirty under the background threshold and no periodic writeback, throttled
+        // forever (swarm seed 155).
         let legacy_accounting =
             self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
-        if !self.writeback_in_progress(b) && (legacy_accounting || g.reclaimable > g.thresh) {
+        let wb_over = wbd.is_some_and(|d| {
+            let c = &self.wbs[b.index()].counters;
+            c.writable() + if legacy_accounting { c.unstable() } else { 0 } > d.thresh
+        });
+        if !self.writeback_in_progress(b)
+            && (legacy_accounting || g.reclaimable > g.thresh || wb_over)
+        {
             self.wake_flusher(b);
         }
         let wbd = match wbd {

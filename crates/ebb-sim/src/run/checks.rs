@@ -53,6 +53,7 @@ struct Landed {
 /// An fsync or close between issue and answer.
 struct Pending {
     inode: InodeId,
+    backend: usize,
     handle: HandleId,
     stamps: Vec<u64>,
     /// Non-outage failures of the file when it was issued.
@@ -107,8 +108,11 @@ pub(super) struct Checker {
     written: BTreeMap<InodeId, Vec<u64>>,
     stamp: u64,
     inflight: BTreeMap<u64, (InodeId, u64, Vec<u64>)>,
-    /// The file of each write until its completion reaches the engine.
-    io_inodes: BTreeMap<u64, InodeId>,
+    /// The file and backend of each write until its completion reaches the engine.
+    io_inodes: BTreeMap<u64, (InodeId, usize)>,
+    /// Per backend: outage-class failures (an outage past the retry timeout reports EIO to
+    /// every file of the backend with unwritten data, failed or not).
+    outages: BTreeMap<usize, u64>,
     durable: BTreeMap<InodeId, Vec<u64>>,
     landed: Vec<Landed>,
     seq: u64,
@@ -117,8 +121,9 @@ pub(super) struct Checker {
     syncs: BTreeSet<RequestId>,
     acked: BTreeMap<InodeId, Vec<u64>>,
     failures: BTreeMap<InodeId, Failures>,
-    /// Per handle: the file's failures when the handle last heard of an error.
-    heard: BTreeMap<HandleId, Failures>,
+    /// Per handle: the file's failures and its backend's outage failures when the handle
+    /// last heard of an error.
+    heard: BTreeMap<HandleId, (Failures, u64)>,
     max_sleep: Option<Duration>,
     pub(super) planted: Option<PlantedBug>,
     pub(super) report: CheckReport,
@@ -140,6 +145,7 @@ impl Checker {
             stamp: 0,
             inflight: BTreeMap::new(),
             io_inodes: BTreeMap::new(),
+            outages: BTreeMap::new(),
             durable: BTreeMap::new(),
             landed: Vec::new(),
             seq: 0,
@@ -185,10 +191,17 @@ impl Checker {
     }
 
     /// The engine asked for a write of `[first, first + pages)`.
-    pub(super) fn write_submitted(&mut self, io: u64, inode: InodeId, first: u64, pages: u64) {
+    pub(super) fn write_submitted(
+        &mut self,
+        io: u64,
+        backend: usize,
+        inode: InodeId,
+        first: u64,
+        pages: u64,
+    ) {
         let stamps = self.stamps_of(inode, first, pages);
         self.inflight.insert(io, (inode, first, stamps));
-        self.io_inodes.insert(io, inode);
+        self.io_inodes.insert(io, (inode, backend));
     }
 
     /// Pages of write `io`, for the device's landing rule.
@@ -238,12 +251,14 @@ impl Checker {
 
     /// The completion of write `io` reaches the engine (`Some`: the write failed).
     pub(super) fn delivered(&mut self, io: u64, error: Option<IoError>) {
-        let Some(inode) = self.io_inodes.remove(&io) else { return };
+        let Some((inode, backend)) = self.io_inodes.remove(&io) else { return };
         if let Some(e) = error {
             let f = self.failures.entry(inode).or_default();
             f.all += 1;
             if e.class() != ErrorClass::Outage {
                 f.reported += 1;
+            } else {
+                *self.outages.entry(backend).or_default() += 1;
             }
         }
     }
@@ -252,13 +267,14 @@ impl Checker {
     pub(super) fn issued(
         &mut self,
         request: RequestId,
-        inode: InodeId,
+        (inode, backend): (InodeId, usize),
         handle: HandleId,
         fsync: bool,
     ) {
         let stamps = self.written.get(&inode).cloned().unwrap_or_default();
         let failures_at_issue = self.failures.get(&inode).map_or(0, |f| f.reported);
-        self.pending.insert(request, Pending { inode, handle, stamps, failures_at_issue, fsync });
+        let p = Pending { inode, backend, handle, stamps, failures_at_issue, fsync };
+        self.pending.insert(request, p);
     }
 
     /// The answer to an fsync or close: errseq, and a successful fsync's acknowledgement.
@@ -271,21 +287,23 @@ impl Checker {
         let Some(p) = self.pending.remove(&request) else { return };
         let what = if p.fsync { "fsync" } else { "close" };
         let f = self.failures.get(&p.inode).copied().unwrap_or_default();
-        let heard = self.heard.get(&p.handle).copied().unwrap_or_default();
+        let (heard, heard_outages) = self.heard.get(&p.handle).copied().unwrap_or_default();
+        let outages = self.outages.get(&p.backend).copied().unwrap_or(0);
         match result {
             Err(e) => {
-                if f.all <= heard.all {
+                if f.all <= heard.all && outages <= heard_outages {
                     self.fail(
                         now,
                         "errseq",
                         format!(
-                            "{what} of inode {} reported errno {} with no write failed since \
-                             handle {} last heard of one (reported twice or invented)",
+                            "{what} of inode {} reported errno {} with no write of it failed \
+                             and no outage of its backend since handle {} last heard of one \
+                             (reported twice or invented)",
                             p.inode, e.errno, p.handle
                         ),
                     );
                 }
-                self.heard.insert(p.handle, f);
+                self.heard.insert(p.handle, (f, outages));
             }
             Ok(()) => {
                 if p.failures_at_issue > heard.reported {

@@ -36,7 +36,7 @@ impl Sim<'_> {
                     self.ios.insert(io.0, IoPending::Write(io));
                     self.device_pages += pages;
                     if let Some(check) = self.check.as_deref_mut() {
-                        check.write_submitted(io.0, inode, first_page, pages);
+                        check.write_submitted(io.0, backend.index(), inode, first_page, pages);
                     }
                 }
                 Action::Read { io, backend, inode, first_page, pages } => {

@@ -129,9 +129,9 @@ impl Sim<'_> {
                         let sw = &mut self.writers[i];
                         self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
                         sw.state = WriterState::Fsyncing(request);
-                        let (handle, inode) = (sw.handle, sw.inode);
+                        let (handle, inode, b) = (sw.handle, sw.inode, sw.backend);
                         if let Some(check) = self.check.as_deref_mut() {
-                            check.issued(request, inode, handle, true);
+                            check.issued(request, (inode, b), handle, true);
                         }
                         self.engine.handle(
                             self.now,
@@ -243,7 +243,7 @@ impl Sim<'_> {
         if self.check.is_some() && !self.writers[i].planned {
             // A checked run closes a stream's file, so errseq is checked at close too.
             let (handle, inode) = (self.writers[i].handle, self.writers[i].inode);
-            self.close(inode, handle);
+            self.close(i, inode, handle);
         }
         if self.writers.iter().all(|w| w.state == WriterState::Done) {
             let stats = self.engine.stats();
@@ -348,14 +348,15 @@ impl Sim<'_> {
         }
         self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
         let (handle, inode) = (self.writers[i].handle, self.writers[i].inode);
-        self.close(inode, handle);
+        self.close(i, inode, handle);
     }
 
-    /// Closes `handle` of `inode`.
-    fn close(&mut self, inode: InodeId, handle: HandleId) {
+    /// Closes `handle` of `inode`, a file of writer `i`'s backend.
+    fn close(&mut self, i: usize, inode: InodeId, handle: HandleId) {
         let request = self.request();
+        let b = self.writers[i].backend;
         if let Some(check) = self.check.as_deref_mut() {
-            check.issued(request, inode, handle, false);
+            check.issued(request, (inode, b), handle, false);
         }
         self.engine.handle(self.now, Event::Close { handle, request }, &mut self.maps);
     }

@@ -14,6 +14,7 @@ use ebb_sim::reproduce::{self, Options, Progress};
 use ebb_sim::run::{RunResult, TimeSeries, Workload};
 
 mod backend;
+mod swarm;
 
 fn experiments_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")

@@ -1,0 +1,103 @@
+//! The fault swarm: its reproducers (tests/swarm/*.toml) stay fixed, a planted bug is found
+//! within the CI seed budget, and a run of seeds across all policies passes every checker.
+
+use std::path::Path;
+use std::time::Instant;
+
+use ebb_sim::run::PlantedBug;
+use ebb_sim::swarm::{self, Draw, SwarmOptions, check_toml};
+
+/// Every shrunk reproducer the swarm found passes every checker now (each file says the bug
+/// it found and its fix).
+#[test]
+fn reproducers_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/swarm");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/swarm")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no reproducers in {}", dir.display());
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("read");
+        let name = path.display().to_string();
+        if let Err(f) = check_toml(&name, &text, None, None) {
+            panic!("{name}: {} failed: {}", f.checker, f.message);
+        }
+    }
+}
+
+/// A seed's world is a valid experiment file, the same every time, and differs by seed.
+#[test]
+fn a_seed_draws_one_world() {
+    let a = Draw::generate(7, "ioless");
+    assert_eq!(a, Draw::generate(7, "ioless"));
+    assert_ne!(a, Draw::generate(8, "ioless"));
+    for seed in 0..200 {
+        let text = Draw::generate(seed, &swarm::policy_of(seed, None)).to_toml();
+        ebb_sim::experiment::Experiment::parse(Path::new("w.toml"), &text)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+    }
+}
+
+/// Seeds the planted-bug tests may spend: the CI budget of one swarm test.
+const PLANTED_SEEDS: u64 = 60;
+
+/// The first seed below the budget that fails with `bug` planted, and its checker.
+fn finds(bug: PlantedBug) -> Option<(u64, String)> {
+    (0..PLANTED_SEEDS).find_map(|seed| {
+        let policy = swarm::policy_of(seed, None);
+        swarm::check_seed(seed, &policy, Some(bug), None).err().map(|f| (seed, f.checker))
+    })
+}
+
+/// A driver that tells the engine a failed write succeeded loses acknowledged data: the
+/// durability checker finds it, and the shrunk world still fails the same way.
+#[test]
+fn planted_swallowed_write_error_is_found() {
+    let (seed, checker) = finds(PlantedBug::SwallowWriteError).expect("found within the budget");
+    assert_eq!(checker, "durability", "seed {seed}");
+    let draw = Draw::generate(seed, &swarm::policy_of(seed, None));
+    let failure =
+        swarm::check_toml("s.toml", &draw.to_toml(), Some(PlantedBug::SwallowWriteError), None)
+            .expect_err("the seed fails");
+    let (small, again, _) = swarm::shrink(&draw, &failure, Some(PlantedBug::SwallowWriteError));
+    assert_eq!(again.checker, "durability");
+    assert!(
+        small.workloads.len() <= draw.workloads.len() && small.faults.len() <= draw.faults.len()
+    );
+}
+
+/// A lost write completion leaves pages under writeback forever: liveness finds it.
+#[test]
+fn planted_lost_completion_is_found() {
+    let (seed, checker) = finds(PlantedBug::LoseCompletion).expect("found within the budget");
+    assert_eq!(checker, "liveness", "seed {seed}");
+}
+
+/// A cache flush that makes nothing durable: a power cut (or the end) finds fsync-acknowledged
+/// pages missing.
+#[test]
+fn planted_skipped_flush_is_found() {
+    let (seed, checker) = finds(PlantedBug::SkipFlush).expect("found within the budget");
+    assert_eq!(checker, "durability", "seed {seed}");
+}
+
+/// Seeds across the three throttle policies pass every checker. .ci/run runs 500 with the
+/// release binary (`ebb swarm --seeds 500`); this debug-build test runs fewer.
+#[test]
+fn seeds_across_policies_pass() {
+    let started = Instant::now();
+    let options = SwarmOptions { from: 0, seeds: 90, jobs: 2, ..Default::default() };
+    let outcomes = swarm::run_swarm(&options, &|_| {});
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| {
+            let f = o.result.as_ref().err()?;
+            Some(format!("seed {} ({}): {}: {}", o.seed, o.policy, f.checker, f.message))
+        })
+        .collect();
+    eprintln!("{} seeds in {:.1} s", outcomes.len(), started.elapsed().as_secs_f64());
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
