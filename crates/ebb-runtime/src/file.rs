@@ -311,6 +311,7 @@ impl File {
                     let now = shared.now();
                     let pause = until.saturating_since(now);
                     let _ = ws.pauses.record(pause.as_micros().max(1));
+                    shared.pauses.lock().record(std::time::Instant::now(), pause.as_micros());
                     let pause = std::time::Duration::from_nanos(pause.as_nanos());
                     if !sleep_for(pause, interrupted) {
                         return Throttled::Interrupted;

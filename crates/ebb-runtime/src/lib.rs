@@ -23,6 +23,7 @@
 mod device;
 mod file;
 mod frames;
+mod pauses;
 mod shared;
 mod stats;
 
@@ -38,6 +39,7 @@ use parking_lot::Mutex;
 
 pub use device::DeviceInfo;
 pub use file::{File, Interrupt, ThrottleStats};
+pub use pauses::{BUCKETS_US, PauseStats, RecentPauses};
 pub use stats::{DrainProgress, RuntimeStats};
 
 use shared::{BackendSlot, FileKey, FileState, Shared, from_io_error, handle_id};
@@ -455,8 +457,9 @@ impl Ebb {
         // and the engine lock is then held only for the engine's own figures.
         let backend_counters =
             self.shared().backends.iter().map(|b| b.backend.counters()).collect();
+        let pauses = self.shared().pauses.lock().stats(std::time::Instant::now());
         let core = self.shared().core.lock();
-        stats::collect(&core.engine, backend_counters)
+        stats::collect(&core.engine, backend_counters, pauses)
     }
 }
 

@@ -208,6 +208,8 @@ pub(crate) struct Shared {
     pub(crate) direct_reads: crossbeam::queue::SegQueue<Event>,
     /// Spare write buffers for lanes.
     bufs: Mutex<Vec<AlignedBuf>>,
+    /// Every writer's throttle pauses (for the stats), recorded as a writer goes to sleep.
+    pub(crate) pauses: Mutex<crate::pauses::Pauses>,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -268,6 +270,7 @@ impl Shared {
             open_lock: Mutex::new(()),
             direct_reads: crossbeam::queue::SegQueue::new(),
             bufs: Mutex::new(Vec::new()),
+            pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
         });
         let mut threads = Vec::new();
         for i in 0..io_threads.max(1) {

@@ -12,10 +12,12 @@ use ebb_core::{BackendId, BdiStats, Engine, MemInfo, PAGE_SIZE, Stats};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
+use crate::pauses::PauseStats;
+
 const KB_PER_PAGE: u64 = PAGE_SIZE / 1024;
 
 /// Everything `Ebb::stats` reports. Serialized as `{"meminfo": {..}, "bdi": [..], "counters":
-/// {..}}`: meminfo and each bdi entry under the kernel's names in kB, each bdi entry with its
+/// {..}, "pauses": {..}}`: meminfo and each bdi entry under the kernel's names in kB, each bdi entry with its
 /// backend's `name` and `backend` counters, the counters under their field names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
@@ -29,6 +31,9 @@ pub struct RuntimeStats {
     pub backend_counters: Vec<BTreeMap<String, u64>>,
     /// The engine's event counters.
     pub counters: Stats,
+    /// Every writer's throttle pauses: percentiles since the start and over the last seconds,
+    /// cumulative buckets.
+    pub pauses: PauseStats,
 }
 
 impl Serialize for RuntimeStats {
@@ -39,10 +44,11 @@ impl Serialize for RuntimeStats {
             .enumerate()
             .map(|(i, stats)| BdiEntry { stats, backend: self.backend_counters.get(i) })
             .collect();
-        let mut map = serializer.serialize_map(Some(3))?;
+        let mut map = serializer.serialize_map(Some(4))?;
         map.serialize_entry("meminfo", &Figures(&self.meminfo.figures()))?;
         map.serialize_entry("bdi", &bdi)?;
         map.serialize_entry("counters", &Figures(&self.counters.figures()))?;
+        map.serialize_entry("pauses", &self.pauses)?;
         map.end()
     }
 }
@@ -112,6 +118,7 @@ pub struct DrainProgress {
 pub(crate) fn collect(
     engine: &Engine,
     backend_counters: Vec<Vec<(&'static str, u64)>>,
+    pauses: PauseStats,
 ) -> RuntimeStats {
     let backends = engine.config().backends.len();
     let mut backend_counters: Vec<BTreeMap<String, u64>> = backend_counters
@@ -124,6 +131,7 @@ pub(crate) fn collect(
         bdi: (0..backends).map(|i| engine.bdi_stats(BackendId(i as u32))).collect(),
         backend_counters,
         counters: engine.stats().clone(),
+        pauses,
     }
 }
 
@@ -222,5 +230,11 @@ mod tests {
         // Counters are counts, pages included: shown as they are.
         assert_eq!(json["counters"]["write_pages"], 11);
         assert_eq!(json["counters"]["reclaim_stall_ns"], 0);
+        for key in ["count", "sum_us", "p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"] {
+            assert!(json["pauses"][key].is_u64(), "pauses lack {key}: {json}");
+        }
+        for key in ["window_ms", "count", "p50_us", "p99_us", "max_us"] {
+            assert!(json["pauses"]["recent"][key].is_u64(), "recent pauses lack {key}: {json}");
+        }
     }
 }

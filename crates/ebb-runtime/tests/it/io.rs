@@ -98,8 +98,8 @@ fn random_operations_match_a_model() {
     f.close().unwrap();
 }
 
-/// Several threads stream into their own files through a small cache: all data arrives, and
-/// the cache never held more than its budget.
+/// Several threads stream into their own files through a small cache: all data arrives, the
+/// cache never held more than its budget, and the cache's pause figures count every pause.
 #[test]
 fn concurrent_writers_through_a_small_cache() {
     let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
@@ -122,10 +122,22 @@ fn concurrent_writers_through_a_small_cache() {
             })
         })
         .collect();
+    let mut pauses = 0;
+    let mut longest = 0;
     for t in threads {
         let (stats, _peak) = t.join().unwrap();
         assert_eq!(stats.pages_dirtied, 128 * 16);
+        pauses += stats.pauses;
+        longest = longest.max(stats.pause_us_max);
     }
+    // The cache's pause figures (ebb stat's) count every writer's pauses.
+    let cache = ebb.stats().pauses;
+    assert!(pauses > 0, "32 MiB through an 8 MiB cache paused no writer");
+    assert_eq!(cache.count, pauses);
+    assert_eq!(cache.max_us, longest);
+    assert!(cache.recent.count <= pauses, "{cache:?}");
+    assert_eq!(cache.buckets.last().copied(), Some(pauses), "no pause is over 5 s");
+    assert!(cache.p50_us <= cache.p99_us && cache.p99_us <= cache.max_us, "{cache:?}");
     for t in 0..4 {
         let bytes = backend_bytes(&*backend, &format!("f{t}"));
         assert_eq!(bytes.len(), 128 * 65536);
