@@ -116,9 +116,21 @@ struct MountArgs {
     /// the knob flags). Sizes: 64M or 64MiB is 64 MiB, 64MB is 64,000,000 bytes.
     #[arg(long, value_name = "NAME=VALUE", value_parser = knob_setting)]
     knob: Vec<Setting>,
+    /// Serve the stats as Prometheus metrics at http://ADDR/metrics: `PORT` (on 127.0.0.1)
+    /// or `HOST:PORT` (e.g. `127.0.0.1:9187`; another host's address exposes them to it).
+    #[arg(long, value_name = "[HOST:]PORT", value_parser = metrics_addr)]
+    metrics: Option<std::net::SocketAddr>,
     /// Serve file data with plain buffered IO on DIR instead of through ebb (for comparisons).
     #[arg(long, hide = true)]
     passthrough: bool,
+}
+
+/// `--metrics`: a port on the loopback address, or an address and port.
+fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| format!("{text:?} is neither a port nor HOST:PORT (127.0.0.1:9187)"))
 }
 
 #[derive(Args, Debug)]
@@ -431,6 +443,7 @@ fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
         } else {
             ebb_fuse::DataMode::Ebb
         },
+        metrics: args.metrics,
     })
 }
 
@@ -449,6 +462,18 @@ mod tests {
     /// Every knob has its flag (dashes or underscores), a flag alone turns a boolean on, the
     /// `--knob` list comes after the flags, and sizes follow the one convention (64MB is
     /// 64,000,000 bytes, 64M is 64 MiB).
+    /// `--metrics PORT` listens on the loopback address only; other addresses are explicit.
+    #[test]
+    fn metrics_port_alone_is_loopback() {
+        let args = mount_args(&["/mnt", "--metrics", "9187"]);
+        assert_eq!(args.metrics, Some(([127, 0, 0, 1], 9187).into()));
+        let args = mount_args(&["/mnt", "--metrics", "[::1]:9100"]);
+        assert_eq!(args.metrics.map(|a| a.to_string()), Some("[::1]:9100".to_owned()));
+        let argv = ["ebb", "mount", "--backend", "/srv", "/mnt", "--metrics", "localhost"];
+        let error = Cli::try_parse_from(argv).expect_err("a host name is refused").to_string();
+        assert!(error.contains("neither a port nor HOST:PORT"), "{error}");
+    }
+
     #[test]
     fn knob_flags_come_from_the_registry() {
         let args = mount_args(&[

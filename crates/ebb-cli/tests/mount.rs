@@ -311,3 +311,144 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     let length = std::fs::metadata(dir.join("f")).unwrap().len();
     assert!(length >= 2 << 20, "what was written before the kill drains: {length} bytes");
 }
+
+/// A free port on the loopback address (bound, then let go for the mount to take).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `GET /metrics`, parsed: each sample's `name{labels}` and value.
+fn scrape(port: u16) -> std::collections::BTreeMap<String, f64> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').unwrap();
+            (name.to_owned(), value.parse().unwrap_or_else(|_| panic!("{line}")))
+        })
+        .collect()
+}
+
+/// `ebb stat`'s JSON.
+fn ebb_stat(mnt: &Path) -> serde_json::Value {
+    let stat = Command::new(EBB).arg("stat").arg(mnt).output().unwrap();
+    assert!(stat.status.success(), "{}", String::from_utf8_lossy(&stat.stderr));
+    serde_json::from_slice(&stat.stdout).unwrap()
+}
+
+/// Every figure of `ebb stat` (a section's figures, `label` for a backend's) as the metrics
+/// show it: `(stat name, metric, stat value in the metric's unit)`.
+fn figures_of(
+    stat: &serde_json::Value,
+    figures: Vec<(ebb_core::stats::Figure, ebb_core::stats::Value)>,
+    label: Option<&str>,
+) -> Vec<(String, String, f64)> {
+    use ebb_core::stats::Unit;
+    let labels = label.map_or(String::new(), |name| format!("{{backend=\"{name}\"}}"));
+    figures
+        .into_iter()
+        .map(|(figure, _)| {
+            let shown = stat[figure.name].as_f64().unwrap_or_else(|| panic!("{}", figure.name));
+            let kb = matches!(figure.unit, Unit::Pages | Unit::PagesPerSecond);
+            let value = if kb { shown * 1024.0 } else { shown };
+            let metric = format!("{}{labels}", ebb_runtime::prometheus_name(&figure));
+            (figure.name.to_owned(), metric, value)
+        })
+        .collect()
+}
+
+/// All of `ebb stat`'s figures, counters and pause totals, with their metrics.
+fn all_figures(stat: &serde_json::Value) -> Vec<(String, String, f64)> {
+    let mut all = figures_of(&stat["meminfo"], ebb_core::MemInfo::default().figures(), None);
+    let bdi = &stat["bdi"][0];
+    let name = bdi["name"].as_str().unwrap();
+    all.extend(figures_of(bdi, ebb_core::BdiStats::default().figures(), Some(name)));
+    for (counter, value) in stat["counters"].as_object().unwrap() {
+        all.push((counter.clone(), format!("ebb_{counter}_total"), value.as_f64().unwrap()));
+    }
+    let pauses = &stat["pauses"];
+    let metric = "ebb_balance_dirty_pages_pause_seconds_count".to_owned();
+    all.push(("pauses.count".to_owned(), metric, pauses["count"].as_f64().unwrap()));
+    all
+}
+
+// `ebb mount --metrics PORT` serves the figures of `ebb stat` under the kernel's names: while a
+// writer streams, each scrape's counters lie between the `ebb stat`s taken before and after
+// it; once the writer is done, the two show the same values.
+#[test]
+fn metrics_agree_with_ebb_stat_during_writes() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let port = free_port();
+    let args = ["--memory", "64MiB", "--metrics", &port.to_string()];
+    let _running = Running::start(&dir, &mnt, &args);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, path) = (stop.clone(), mnt.join("f"));
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut file = std::fs::File::create(path).unwrap();
+            let block = pattern(1 << 20, 5);
+            let mut written = 0u64;
+            // At least 128 MiB (twice the cache), and on until the scrapes are done.
+            while written < 128 << 20 || !stop.load(std::sync::atomic::Ordering::Acquire) {
+                file.write_all(&block).unwrap();
+                written += block.len() as u64;
+            }
+            file.sync_all().unwrap();
+        })
+    };
+    // Counters only grow; gauges (dirty, writeback, ...) may move either way between the two.
+    let monotonic = |name: &str, metric: &str| {
+        metric.ends_with("_total")
+            || metric.ends_with("_count")
+            || ["Dirtied", "Written", "BdiDirtied", "BdiWritten"].contains(&name)
+    };
+    let mut dirty_seen = false;
+    for _ in 0..10 {
+        let before = all_figures(&ebb_stat(&mnt));
+        let metrics = scrape(port);
+        let after = all_figures(&ebb_stat(&mnt));
+        for ((name, metric, low), (_, _, high)) in before.iter().zip(&after) {
+            let value = *metrics.get(metric).unwrap_or_else(|| panic!("no {metric} for {name}"));
+            if monotonic(name, metric) {
+                assert!(*low <= value && value <= *high, "{metric} {value} not in {low}..={high}");
+            }
+        }
+        dirty_seen |= metrics["ebb_dirty_bytes"] > 0.0;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    writer.join().unwrap();
+    assert!(dirty_seen, "no scrape saw the writer's dirty pages");
+    // Quiet now: the same values on both sides (tried again if a timer moved a figure).
+    let mut differing = Vec::new();
+    for _ in 0..50 {
+        let before = all_figures(&ebb_stat(&mnt));
+        let metrics = scrape(port);
+        if before != all_figures(&ebb_stat(&mnt)) {
+            continue;
+        }
+        differing = before
+            .iter()
+            .filter(|(_, metric, value)| metrics.get(metric) != Some(value))
+            .map(|(name, metric, value)| {
+                format!("{name}: {value} vs {metric} {:?}", metrics.get(metric))
+            })
+            .collect();
+        assert!(differing.is_empty(), "ebb stat and the metrics differ: {differing:#?}");
+        assert!(metrics["ebb_written_bytes"] >= (128 << 20) as f64);
+        return;
+    }
+    panic!("ebb stat never held still for a scrape: {differing:?}");
+}

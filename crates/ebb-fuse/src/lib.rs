@@ -79,6 +79,9 @@ pub struct MountConfig {
     pub knobs: Vec<(String, String)>,
     /// The data path.
     pub data: DataMode,
+    /// Serve the stats as Prometheus metrics at `http://ADDR/metrics`
+    /// (`ebb_runtime::Ebb::serve_metrics`); only with [`DataMode::Ebb`].
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// A mounted filesystem. Dropping it without [`Mount::unmount`] detaches the mount lazily and
@@ -130,6 +133,13 @@ impl Mount {
                     check_memory(memory)?;
                 }
                 Arc::new(runtime::EbbData::new(config, &namespace)?)
+            }
+            DataMode::Passthrough if config.metrics.is_some() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the metrics endpoint serves ebb's stats, which the passthrough data path \
+                     does not have",
+                ));
             }
             DataMode::Passthrough if backend.capabilities().alignment > 1 => {
                 return Err(io::Error::new(

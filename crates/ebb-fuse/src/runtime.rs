@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use ebb_backend::Namespace;
 use ebb_core::BackendConfig;
-use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File};
+use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File, MetricsServer};
 
 use crate::MountConfig;
 use crate::data::{DataFile, DataPath, FileReport, Interrupt, Opener};
 
 /// ebb's cache and writeback in front of the backend's files.
 pub(crate) struct EbbData {
+    /// Declared first, so it stops before the cache is dropped.
+    _metrics: Option<MetricsServer>,
     ebb: Ebb,
     /// The name of the backend in the runtime.
     backend: String,
@@ -23,7 +25,7 @@ pub(crate) struct EbbData {
 impl EbbData {
     /// Starts the runtime with the namespace's backend and writeback settings (for a local
     /// directory, its block device's), the memory budget and the knobs (each bad knob is an
-    /// `InvalidInput` error naming it).
+    /// `InvalidInput` error naming it), and the metrics endpoint if asked for.
     pub(crate) fn new<N: Namespace>(config: &MountConfig, namespace: &N) -> io::Result<EbbData> {
         let mut builder = Builder::new();
         if let Some(memory) = config.memory {
@@ -41,7 +43,8 @@ impl EbbData {
         }
         namespace.writeback_settings(&mut settings);
         let ebb = builder.backend_with(&name, namespace.backend(), settings).build()?;
-        Ok(EbbData { ebb, backend: name })
+        let metrics = config.metrics.map(|addr| ebb.serve_metrics(addr)).transpose()?;
+        Ok(EbbData { _metrics: metrics, ebb, backend: name })
     }
 }
 

@@ -23,6 +23,7 @@
 mod device;
 mod file;
 mod frames;
+mod metrics;
 mod pauses;
 mod shared;
 mod stats;
@@ -39,6 +40,7 @@ use parking_lot::Mutex;
 
 pub use device::DeviceInfo;
 pub use file::{File, Interrupt, ThrottleStats};
+pub use metrics::{MetricsServer, prometheus_name, prometheus_value};
 pub use pauses::{BUCKETS_US, PauseStats, RecentPauses};
 pub use stats::{DrainProgress, RuntimeStats};
 

@@ -56,6 +56,7 @@ impl Fixture {
             memory,
             knobs: knobs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             data,
+            metrics: None,
         };
         let namespace = namespace(data, &dir);
         let mount = match kept_closed_files {
@@ -74,8 +75,7 @@ impl Fixture {
         let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
         let mnt = root.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
-        let config =
-            MountConfig { mountpoint: mnt.clone(), memory, knobs: Vec::new(), data: DataMode::Ebb };
+        let config = MountConfig { mountpoint: mnt.clone(), memory, ..MountConfig::default() };
         let mount = Mount::start(&config, namespace(DataMode::Ebb, dir)).expect("mount");
         Some(Fixture {
             mount: Some(mount),
@@ -98,8 +98,7 @@ impl Fixture {
         let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
         let mnt = root.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
-        let config =
-            MountConfig { mountpoint: mnt.clone(), memory, knobs: Vec::new(), data: DataMode::Ebb };
+        let config = MountConfig { mountpoint: mnt.clone(), memory, ..MountConfig::default() };
         let namespace = NfsNamespace::connect(server.url()).expect("mount the export");
         let mount = Mount::start(&config, namespace).expect("mount");
         let dir = server.export_dir();
@@ -378,6 +377,7 @@ fn start_error(backend: &Path, mountpoint: &Path, memory: Option<u64>) -> io::Er
         memory,
         knobs: Vec::new(),
         data: DataMode::Ebb,
+        metrics: None,
     };
     match DirNamespace::open(backend).and_then(|namespace| Mount::start(&config, namespace)) {
         Ok(mount) => {

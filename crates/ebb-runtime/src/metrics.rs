@@ -1,0 +1,302 @@
+//! The stats as Prometheus metrics, and a small HTTP endpoint that serves them
+//! ([`Ebb::serve_metrics`], `ebb mount --metrics`).
+//!
+//! The metrics are written from the same figure lists as `ebb stat`'s JSON (the core's
+//! `figures()`), so both always show the same fields: a figure shown as `Dirty` is
+//! `ebb_dirty_bytes`, `BdiWriteBandwidth` is `ebb_bdi_write_bandwidth` (bytes per second), a
+//! backend's figures carry the label `backend`, an engine counter such as `writes` is the
+//! counter `ebb_writes_total`, a backend's own counter such as `write_rpcs` is
+//! `ebb_backend_write_rpcs_total`, and the writers' pauses are the histogram
+//! `ebb_balance_dirty_pages_pause_seconds`. Pages are shown in bytes (4096 per page), rates in
+//! bytes per second, as Prometheus' conventions ask; `ebb stat` shows the same in kB.
+//!
+//! The endpoint answers `GET /metrics` (and `GET /`) with the text format 0.0.4, one request
+//! per connection, on one thread; it reads the stats as `ebb stat` does (the engine lock for
+//! a moment, never per page).
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use ebb_core::PAGE_SIZE;
+use ebb_core::stats::{Figure, Unit, Value};
+
+use crate::pauses::BUCKETS_US;
+use crate::{Ebb, Inner, RuntimeStats};
+
+/// How often the endpoint's thread looks whether it should stop, when no request comes.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The longest request head read.
+const REQUEST_MAX: usize = 8192;
+
+/// The Prometheus name of a figure `ebb stat` shows as `figure.name`: `ebb_`, the name in
+/// snake case, and `_bytes` for pages (`Dirty` is `ebb_dirty_bytes`, `NFS_Unstable`
+/// `ebb_nfs_unstable_bytes`, `BdiWriteBandwidth` `ebb_bdi_write_bandwidth`).
+pub fn prometheus_name(figure: &Figure) -> String {
+    let mut name = format!("ebb_{}", snake_case(figure.name));
+    if figure.unit == Unit::Pages {
+        name.push_str("_bytes");
+    }
+    name
+}
+
+/// The value Prometheus shows for a figure: pages and pages/s in bytes and bytes/s.
+pub fn prometheus_value(figure: &Figure, value: Value) -> f64 {
+    match (figure.unit, value) {
+        (Unit::Pages | Unit::PagesPerSecond, Value::Unsigned(pages)) => (pages * PAGE_SIZE) as f64,
+        (_, Value::Unsigned(n)) => n as f64,
+        (_, Value::Signed(n)) => n as f64,
+    }
+}
+
+/// `MemTotal` -> `mem_total`, `NFS_Unstable` -> `nfs_unstable`, `Active(file)` ->
+/// `active_file`, `WbtTargetUsec` -> `wbt_target_usec`.
+fn snake_case(name: &str) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_ascii_alphanumeric() {
+            if !out.is_empty() && !out.ends_with('_') {
+                out.push('_');
+            }
+            continue;
+        }
+        if c.is_ascii_uppercase() && i > 0 && !out.ends_with('_') {
+            let prev = chars[i - 1];
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            if prev.is_ascii_lowercase() || prev.is_ascii_digit() || next_lower {
+                out.push('_');
+            }
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out.trim_end_matches('_').to_owned()
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', r"\\").replace('"', r#"\""#).replace('\n', r"\n")
+}
+
+/// Writes the `# HELP` and `# TYPE` lines of a metric.
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn unit_help(figure: &Figure) -> &'static str {
+    match figure.unit {
+        Unit::Pages => "bytes",
+        Unit::PagesPerSecond => "bytes per second",
+        Unit::Number => "as ebb stat shows it",
+    }
+}
+
+impl RuntimeStats {
+    /// The stats in Prometheus' text format (see the module doc for the names).
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        for (figure, value) in self.meminfo.figures() {
+            let name = prometheus_name(&figure);
+            head(&mut out, &name, "gauge", &format!("{} ({}).", figure.name, unit_help(&figure)));
+            let _ = writeln!(out, "{name} {}", prometheus_value(&figure, value));
+        }
+        self.write_bdi(&mut out);
+        for (figure, value) in self.counters.figures() {
+            let name = format!("ebb_{}_total", figure.name);
+            head(&mut out, &name, "counter", &format!("The engine's {} counter.", figure.name));
+            let _ = writeln!(out, "{name} {}", prometheus_value(&figure, value));
+        }
+        self.write_pauses(&mut out);
+        out
+    }
+
+    /// Each backend's figures and own counters, labelled with its name; one `# TYPE` per
+    /// metric, its backends' samples after it.
+    fn write_bdi(&self, out: &mut String) {
+        let figures: Vec<Vec<(Figure, Value)>> = self.bdi.iter().map(|b| b.figures()).collect();
+        for (i, (figure, _)) in figures.first().into_iter().flatten().enumerate() {
+            let name = prometheus_name(figure);
+            head(out, &name, "gauge", &format!("{} ({}).", figure.name, unit_help(figure)));
+            for (bdi, list) in self.bdi.iter().zip(&figures) {
+                let (figure, value) = list[i];
+                let value = prometheus_value(&figure, value);
+                let _ = writeln!(out, "{name}{{backend=\"{}\"}} {value}", label(&bdi.name));
+            }
+        }
+        let keys: std::collections::BTreeSet<&String> =
+            self.backend_counters.iter().flat_map(|c| c.keys()).collect();
+        for key in keys {
+            let name = format!("ebb_backend_{}_total", snake_case(key));
+            head(out, &name, "counter", &format!("The backend client's {key} counter."));
+            for (bdi, counters) in self.bdi.iter().zip(&self.backend_counters) {
+                if let Some(value) = counters.get(key) {
+                    let _ = writeln!(out, "{name}{{backend=\"{}\"}} {value}", label(&bdi.name));
+                }
+            }
+        }
+    }
+
+    /// The pause histogram and the recent pauses' percentiles, in seconds.
+    fn write_pauses(&self, out: &mut String) {
+        let p = &self.pauses;
+        let seconds = |us: u64| us as f64 / 1e6;
+        let name = "ebb_balance_dirty_pages_pause_seconds";
+        head(out, name, "histogram", "Writers' throttle pauses (balance_dirty_pages sleeps).");
+        for (bound, count) in BUCKETS_US.iter().zip(&p.buckets) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {count}", seconds(*bound));
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", p.count);
+        let _ = writeln!(out, "{name}_sum {}", seconds(p.sum_us));
+        let _ = writeln!(out, "{name}_count {}", p.count);
+        let name = "ebb_balance_dirty_pages_recent_pause_seconds";
+        let help = "Writers' pauses over the last 5 to 10 s: median, 99th percentile, longest.";
+        head(out, name, "gauge", help);
+        let r = &p.recent;
+        for (q, us) in [("0.5", r.p50_us), ("0.99", r.p99_us), ("1", r.max_us)] {
+            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", seconds(us));
+        }
+    }
+}
+
+/// A running metrics endpoint; it stops when dropped (or when the cache is gone).
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// The address it listens on (the port chosen, if 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Ebb {
+    /// Serves the stats as Prometheus metrics at `http://ADDR/metrics` (see the module doc of
+    /// `metrics`) until the returned server is dropped. It does not keep the cache alive.
+    /// Errors: the address cannot be bound (in use, not local).
+    pub fn serve_metrics(&self, addr: SocketAddr) -> io::Result<MetricsServer> {
+        let listener = TcpListener::bind(addr).map_err(|error| {
+            io::Error::new(error.kind(), format!("metrics endpoint on {addr}: {error}"))
+        })?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let cache = Arc::downgrade(&self.inner);
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("ebb-metrics".to_owned())
+            .spawn(move || serve(&listener, &cache, &stopping))?;
+        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+    }
+}
+
+fn serve(listener: &TcpListener, cache: &Weak<Inner>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let Some(inner) = cache.upgrade() else { return };
+                let ebb = Ebb { inner };
+                let _ = answer(stream, &ebb);
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(STOP_POLL)
+            }
+            Err(_) => std::thread::sleep(STOP_POLL),
+        }
+    }
+}
+
+/// Reads one request head and answers it.
+fn answer(mut stream: TcpStream, ebb: &Ebb) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut parts = line.split_whitespace();
+    let (status, body) = match (parts.next(), parts.next()) {
+        (Some("GET"), Some("/metrics" | "/")) => ("200 OK", ebb.stats().prometheus()),
+        (Some("GET"), _) => ("404 Not Found", "not found: the metrics are at /metrics\n".into()),
+        _ => ("405 Method Not Allowed", "only GET is served\n".into()),
+    };
+    let reply = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(reply.as_bytes())?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names follow the kernel's: what an operator would search for.
+    #[test]
+    fn names_follow_the_kernels() {
+        let name = |name, unit| prometheus_name(&Figure { name, unit });
+        assert_eq!(name("Dirty", Unit::Pages), "ebb_dirty_bytes");
+        assert_eq!(name("Writeback", Unit::Pages), "ebb_writeback_bytes");
+        assert_eq!(name("NFS_Unstable", Unit::Pages), "ebb_nfs_unstable_bytes");
+        assert_eq!(name("Active(file)", Unit::Pages), "ebb_active_file_bytes");
+        assert_eq!(name("BdiWriteBandwidth", Unit::PagesPerSecond), "ebb_bdi_write_bandwidth");
+        assert_eq!(name("WbtTargetUsec", Unit::Number), "ebb_wbt_target_usec");
+        assert_eq!(name("DirtyRatelimit", Unit::PagesPerSecond), "ebb_dirty_ratelimit");
+    }
+
+    /// Every figure appears once with a `# TYPE`, in bytes, backends labelled (a quote in a
+    /// name escaped), and the pause histogram's buckets end with `+Inf` = count.
+    #[test]
+    fn text_has_every_figure_once() {
+        let mut stats = RuntimeStats::default();
+        stats.meminfo.dirty = 3;
+        for name in ["a", "b\"c"] {
+            let bdi =
+                ebb_core::BdiStats { name: name.into(), write_bandwidth: 2, ..Default::default() };
+            stats.bdi.push(bdi);
+            stats.backend_counters.push([("write_rpcs".to_owned(), 5)].into());
+        }
+        stats.pauses.count = 4;
+        stats.pauses.buckets = vec![1; BUCKETS_US.len()];
+        let text = stats.prometheus();
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
+        let unique: std::collections::BTreeSet<&&str> = types.iter().collect();
+        assert_eq!(types.len(), unique.len(), "a metric typed twice:\n{text}");
+        let figures = stats.meminfo.figures().len() + stats.counters.figures().len();
+        assert_eq!(types.len(), figures + stats.bdi[0].figures().len() + 1 + 2, "{text}");
+        assert!(text.contains("\nebb_dirty_bytes 12288\n"), "{text}");
+        assert!(text.contains("\nebb_bdi_write_bandwidth{backend=\"a\"} 8192\n"), "{text}");
+        assert!(text.contains("\nebb_bdi_write_bandwidth{backend=\"b\\\"c\"} 8192\n"), "{text}");
+        assert!(text.contains("\nebb_backend_write_rpcs_total{backend=\"a\"} 5\n"), "{text}");
+        assert!(text.contains("\nebb_writes_total 0\n"), "{text}");
+        let inf = "\nebb_balance_dirty_pages_pause_seconds_bucket{le=\"+Inf\"} 4\n";
+        assert!(text.contains(inf), "{text}");
+        assert!(text.contains("_bucket{le=\"0.2\"} 1\n"), "{text}");
+    }
+}
