@@ -120,6 +120,13 @@ struct MountArgs {
     /// or `HOST:PORT` (e.g. `127.0.0.1:9187`; another host's address exposes them to it).
     #[arg(long, value_name = "[HOST:]PORT", value_parser = metrics_addr)]
     metrics: Option<std::net::SocketAddr>,
+    /// Write the engine's tracepoint events (balance_dirty_pages, bdi_dirty_ratelimit,
+    /// writeback_*, wbt_*) to FILE in the kernel's text format; `ebb report FILE` draws them.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// The most the trace file may hold (default 1GiB); later events are counted, not written.
+    #[arg(long, value_name = "SIZE", requires = "trace")]
+    trace_max: Option<String>,
     /// Serve file data with plain buffered IO on DIR instead of through ebb (for comparisons).
     #[arg(long, hide = true)]
     passthrough: bool,
@@ -444,6 +451,13 @@ fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
             ebb_fuse::DataMode::Ebb
         },
         metrics: args.metrics,
+        trace: match args.trace {
+            Some(path) => {
+                let max = args.trace_max.as_deref().unwrap_or("1GiB");
+                Some((path, size_arg("--trace-max", max)?))
+            }
+            None => None,
+        },
     })
 }
 

@@ -181,6 +181,18 @@ impl TraceEvent {
         }
     }
 
+    /// The event as lines of a trace file in the kernel's text format (`trace_pipe`'s):
+    /// `TASK [000] SECONDS: name: fields`, one line per tracepoint (a wbt evaluation is up to
+    /// three), each ending in a newline. `task` is the kernel's `comm-pid`, `at` the time since
+    /// the trace began.
+    pub fn text_lines(&self, at: crate::Instant, task: &str, bdis: &[String]) -> String {
+        let mut out = String::new();
+        for line in self.render(bdis).lines() {
+            out.push_str(&format!("{task:>16} [000] {:>13.6}: {line}\n", at.as_secs_f64()));
+        }
+        out
+    }
+
     /// `name: fields` in the kernel's text format; `bdis` are the backend names.
     pub fn render(&self, bdis: &[String]) -> String {
         let bdi = |b: &BackendId| bdis.get(b.index()).map_or("?", |s| s.as_str()).to_string();

@@ -82,6 +82,9 @@ pub struct MountConfig {
     /// Serve the stats as Prometheus metrics at `http://ADDR/metrics`
     /// (`ebb_runtime::Ebb::serve_metrics`); only with [`DataMode::Ebb`].
     pub metrics: Option<std::net::SocketAddr>,
+    /// Write the engine's tracepoint events to this file, at most this many bytes
+    /// (`ebb_runtime::Builder::trace`); only with [`DataMode::Ebb`].
+    pub trace: Option<(PathBuf, u64)>,
 }
 
 /// A mounted filesystem. Dropping it without [`Mount::unmount`] detaches the mount lazily and
@@ -134,11 +137,10 @@ impl Mount {
                 }
                 Arc::new(runtime::EbbData::new(config, &namespace)?)
             }
-            DataMode::Passthrough if config.metrics.is_some() => {
+            DataMode::Passthrough if config.metrics.is_some() || config.trace.is_some() => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "the metrics endpoint serves ebb's stats, which the passthrough data path \
-                     does not have",
+                    "metrics and traces are ebb's, which the passthrough data path does not have",
                 ));
             }
             DataMode::Passthrough if backend.capabilities().alignment > 1 => {

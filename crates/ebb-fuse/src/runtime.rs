@@ -25,7 +25,7 @@ pub(crate) struct EbbData {
 impl EbbData {
     /// Starts the runtime with the namespace's backend and writeback settings (for a local
     /// directory, its block device's), the memory budget and the knobs (each bad knob is an
-    /// `InvalidInput` error naming it), and the metrics endpoint if asked for.
+    /// `InvalidInput` error naming it), the trace and the metrics endpoint if asked for.
     pub(crate) fn new<N: Namespace>(config: &MountConfig, namespace: &N) -> io::Result<EbbData> {
         let mut builder = Builder::new();
         if let Some(memory) = config.memory {
@@ -35,6 +35,9 @@ impl EbbData {
             builder = builder.knob(knob, value).map_err(|error| {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("knob {knob}={value}: {error}"))
             })?;
+        }
+        if let Some((path, max_bytes)) = &config.trace {
+            builder = builder.trace(path, *max_bytes);
         }
         let name = namespace.describe();
         let mut settings = BackendConfig::new(&name);

@@ -27,6 +27,7 @@ mod metrics;
 mod pauses;
 mod shared;
 mod stats;
+mod trace;
 
 use std::io;
 use std::path::Path;
@@ -52,6 +53,7 @@ pub struct Builder {
     knobs: Vec<Setting>,
     backends: Vec<AddedBackend>,
     io_threads: usize,
+    trace: Option<(std::path::PathBuf, u64)>,
 }
 
 /// A backend given to the [`Builder`].
@@ -73,7 +75,13 @@ impl Default for Builder {
 impl Builder {
     /// A cache of 256 MiB with the kernel's default knobs and no backend yet.
     pub fn new() -> Builder {
-        Builder { memory: 256 << 20, knobs: Vec::new(), backends: Vec::new(), io_threads: 8 }
+        Builder {
+            memory: 256 << 20,
+            knobs: Vec::new(),
+            backends: Vec::new(),
+            io_threads: 8,
+            trace: None,
+        }
     }
 
     /// The memory budget in bytes; the cache never holds more (at least 4 MiB). The IO threads'
@@ -190,6 +198,15 @@ impl Builder {
         self
     }
 
+    /// Writes the engine's tracepoint events (`balance_dirty_pages`, `bdi_dirty_ratelimit`,
+    /// `writeback_*`, `wbt_*`) to `path` in the kernel's text format as the cache runs, at
+    /// most `max_bytes` of them (later events are counted in a last line, not written);
+    /// `ebb report` draws them. The file is created (truncated) at `build`.
+    pub fn trace(mut self, path: impl Into<std::path::PathBuf>, max_bytes: u64) -> Builder {
+        self.trace = Some((path.into(), max_bytes));
+        self
+    }
+
     /// Starts the cache. Errors: `InvalidInput` naming the knob for impossible settings, or
     /// when no backend was added.
     pub fn build(self) -> io::Result<Ebb> {
@@ -223,9 +240,17 @@ impl Builder {
             setting.apply(&mut config);
         }
         config.validate().map_err(config_error)?;
+        config.trace = self.trace.is_some();
+        let trace = match &self.trace {
+            Some((path, max_bytes)) => {
+                let names = config.backends.iter().map(|b| b.name.clone()).collect();
+                Some(trace::Tracer::create(path, *max_bytes, names)?)
+            }
+            None => None,
+        };
         let clock = std::time::Instant::now();
         let engine = Engine::new(config, ebb_core::Instant::ZERO).map_err(config_error)?;
-        let (shared, threads) = Shared::start(engine, slots, self.io_threads, clock);
+        let (shared, threads) = Shared::start(engine, slots, self.io_threads, clock, trace);
         Ok(Ebb {
             inner: Arc::new(Inner {
                 shared,

@@ -210,6 +210,8 @@ pub(crate) struct Shared {
     bufs: Mutex<Vec<AlignedBuf>>,
     /// Every writer's throttle pauses (for the stats), recorded as a writer goes to sleep.
     pub(crate) pauses: Mutex<crate::pauses::Pauses>,
+    /// Where the engine's trace events go, if the cache is traced.
+    trace: Option<crate::trace::Tracer>,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -244,7 +246,9 @@ impl Shared {
         backends: Vec<BackendSlot>,
         io_threads: usize,
         clock: std::time::Instant,
+        trace: Option<(crate::trace::Tracer, crate::trace::TraceFile)>,
     ) -> (Arc<Shared>, Vec<std::thread::JoinHandle<()>>) {
+        let (tracer, trace_file) = trace.unzip();
         let (tx, rx) = crossbeam::channel::unbounded();
         let frames = FramePool::new(engine.config().memory_pages());
         let shared = Arc::new(Shared {
@@ -271,8 +275,17 @@ impl Shared {
             direct_reads: crossbeam::queue::SegQueue::new(),
             bufs: Mutex::new(Vec::new()),
             pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
+            trace: tracer,
         });
         let mut threads = Vec::new();
+        if let Some(file) = trace_file {
+            threads.push(
+                std::thread::Builder::new()
+                    .name("ebb-trace".into())
+                    .spawn(move || file.run())
+                    .expect("spawning the trace thread"),
+            );
+        }
         for i in 0..io_threads.max(1) {
             let (s, rx): (Arc<Shared>, Receiver<Job>) = (shared.clone(), rx.clone());
             threads.push(
@@ -300,6 +313,9 @@ impl Shared {
         }
         let _core = self.core.lock();
         self.timer_cv.notify_all();
+        if let Some(trace) = &self.trace {
+            trace.stop();
+        }
     }
 
     pub(crate) fn now(&self) -> ebb_core::Instant {
@@ -413,6 +429,9 @@ impl Shared {
     }
 
     fn dispatch(&self, core: &mut Core) {
+        if let Some(trace) = &self.trace {
+            trace.push(core.engine.drain_trace());
+        }
         while let Some(action) = core.engine.poll_action() {
             match action {
                 Action::Write { io, inode, first_page, pages, .. } => {

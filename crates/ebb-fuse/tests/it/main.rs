@@ -57,6 +57,7 @@ impl Fixture {
             knobs: knobs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             data,
             metrics: None,
+            trace: None,
         };
         let namespace = namespace(data, &dir);
         let mount = match kept_closed_files {
@@ -378,6 +379,7 @@ fn start_error(backend: &Path, mountpoint: &Path, memory: Option<u64>) -> io::Er
         knobs: Vec::new(),
         data: DataMode::Ebb,
         metrics: None,
+        trace: None,
     };
     match DirNamespace::open(backend).and_then(|namespace| Mount::start(&config, namespace)) {
         Ok(mount) => {

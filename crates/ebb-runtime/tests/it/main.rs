@@ -6,3 +6,4 @@ mod interrupt;
 mod io;
 mod nfs;
 mod s3;
+mod trace;

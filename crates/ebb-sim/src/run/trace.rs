@@ -39,13 +39,9 @@ impl Sim<'_> {
                 Some(w) => format!("dd-{}", w.0 + 1),
                 None => "kworker/u8:0-1".to_string(),
             };
-            writeln!(
-                tr.txt,
-                "{task:>16} [000] {:>13.6}: {}",
-                at.as_secs_f64(),
-                ev.render(&tr.names)
-            )
-            .map_err(SimError::Io)?;
+            tr.txt
+                .write_all(ev.text_lines(at, &task, &tr.names).as_bytes())
+                .map_err(SimError::Io)?;
             let ts_us = at.as_secs_f64() * 1e6;
             match ev {
                 // Every throttle policy's pauses, as spans on the writer's track (the legacy
