@@ -7,6 +7,8 @@
 //! SIGTERM (`ebb_fuse::run`), and `ebb stat` prints a running mount's stats (JSON, read from
 //! the `user.ebb.stats` extended attribute of the mount's root). `ebb swarm` runs seeded
 //! simulated worlds with random faults under the simulator's checkers (`ebb_sim::swarm`).
+//! the `user.ebb.stats` extended attribute of the mount's root); `ebb top` shows them live.
+//! `ebb report` draws a trace file (`ebb mount --trace`) with the simulator's report code.
 //!
 //! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
 //! report could not be completed; 2 for usage and configuration errors (bad arguments, an
@@ -20,6 +22,7 @@ use std::sync::Mutex;
 
 mod bench;
 mod swarm;
+mod top;
 
 use clap::{Args, Parser, Subcommand};
 use ebb_core::config::{self, Knob, Setting};
@@ -49,6 +52,29 @@ enum Command {
     Stat(StatArgs),
     /// Many seeded simulated runs with random faults, checked for safety and liveness.
     Swarm(swarm::SwarmArgs),
+    /// A live view of a mount (q quits): pages against the limits, bandwidth, pauses, wbt.
+    Top(TopArgs),
+    /// Draw a trace file (`ebb mount --trace`, or a simulated run's trace.txt): the
+    /// simulator's charts, report.html and trace.json for ui.perfetto.dev.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+struct TopArgs {
+    /// The mount to watch.
+    mountpoint: PathBuf,
+    /// Seconds between refreshes (at least 0.1).
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// The trace file (the kernel's tracepoint text format).
+    trace: PathBuf,
+    /// Output directory.
+    #[arg(long, default_value = "ebb-trace-report")]
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -247,6 +273,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(command) => bench::run(command),
         Command::Swarm(args) => swarm::run(args),
+        Command::Top(args) => {
+            let interval = std::time::Duration::from_secs_f64(args.interval.clamp(0.1, 3600.0));
+            top::top(&args.mountpoint, interval)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report(args) => {
+            let report = ebb_sim::report::trace_file::write_trace_report(&args.trace, &args.out)?;
+            let metrics = &report.result.metrics;
+            let figure = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
+            print_out(&format!(
+                "{} tracepoints over {:.1} s, {} writers, {} pauses (p99 {:.1} ms)\nreport: {}\n",
+                figure("tracepoints"),
+                figure("elapsed_s"),
+                figure("writers"),
+                figure("pause_count"),
+                figure("pause_ms_p99"),
+                report.files[0].display()
+            ))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Stat(args) => {
             let stats = ebb_fuse::read_stats(&args.mountpoint)?;
             print_out(&format!("{stats}\n"))?;

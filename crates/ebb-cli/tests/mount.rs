@@ -452,3 +452,119 @@ fn metrics_agree_with_ebb_stat_during_writes() {
     }
     panic!("ebb stat never held still for a scrape: {differing:?}");
 }
+
+// `ebb mount --trace FILE` records a real run's tracepoints and `ebb report FILE` draws them
+// with the simulator's charts: the dirty pages against the limits, the writer's pauses.
+#[test]
+fn a_traced_mount_is_drawn_by_ebb_report() {
+    if !fuse_available() {
+        return;
+    }
+    let (root, dir, mnt) = dirs();
+    let trace = root.path().join("mount.trace");
+    let args = ["--memory", "32MiB", "--trace", trace.to_str().unwrap()];
+    let mut running = Running::start(&dir, &mnt, &args);
+    std::fs::write(mnt.join("f"), pattern(128 << 20, 9)).unwrap();
+    running.signal("-TERM");
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.contains(": balance_dirty_pages: bdi="), "128 MiB through 32 MiB was throttled");
+    assert!(text.contains(": writeback_start: bdi "), "and written back by the flusher");
+    let out = root.path().join("report");
+    let report = Command::new(EBB)
+        .args(["report", trace.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    assert!(stdout.contains(" tracepoints over ") && stdout.contains("report.html"), "{stdout}");
+    for file in ["report.html", "trace.json", "dirty.png", "pauses.png"] {
+        assert!(out.join(file).exists(), "ebb report wrote no {file}: {stdout}");
+    }
+    let missing = Command::new(EBB).args(["report", "/nonexistent/trace"]).output().unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/trace"));
+}
+
+/// A tmux server of the test's own (its own socket), killed on drop.
+struct Tmux(String);
+
+impl Tmux {
+    /// A tmux of its own, or `None` (SKIPPED; a failure under CI) when tmux is missing.
+    fn start() -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            assert!(std::env::var_os("CI").is_none(), "tmux is missing, and CI is set");
+            eprintln!("SKIPPED: tmux is missing, so ebb top has no terminal to draw on");
+            return None;
+        }
+        Some(Tmux(format!("ebb-top-test-{}", std::process::id())))
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux").arg("-L").arg(&self.0).args(args).output().unwrap()
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// The number after `label` on the screen (`dirtied 12.0 MiB` -> 12.0).
+fn on_screen(screen: &str, label: &str) -> Option<String> {
+    let rest = &screen[screen.find(label)? + label.len()..];
+    Some(rest.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+}
+
+// `ebb top` in a terminal shows a live mount's fields and follows a writer; q quits it.
+#[test]
+fn ebb_top_shows_a_mount_live() {
+    if !fuse_available() {
+        return;
+    }
+    let Some(tmux) = Tmux::start() else { return };
+    let (_root, dir, mnt) = dirs();
+    let _running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
+    let command = format!("{EBB} top {} --interval 0.2", mnt.display());
+    let started = tmux.run(&["new-session", "-d", "-s", "top", "-x", "130", "-y", "45", &command]);
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    wait_until("ebb top's first screen", || tmux.screen().contains("writer pauses"));
+    let screen = tmux.screen();
+    let fields = [
+        "dirty ",
+        "writeback ",
+        "unstable ",
+        "held ",
+        "bg_thresh ",
+        "freerun ",
+        "setpoint ",
+        "limit ",
+        "write bandwidth ",
+        "dirty ratelimit ",
+        "wbt depth ",
+        "read min ",
+        "p50 ",
+        "p99 ",
+        "max ",
+        "client counters",
+        "last minute",
+    ];
+    for field in fields {
+        assert!(screen.contains(field), "ebb top shows no {field:?}:\n{screen}");
+    }
+    assert_eq!(on_screen(&screen, "dirtied ").as_deref(), Some("0 KiB"), "{screen}");
+    std::fs::write(mnt.join("f"), pattern(32 << 20, 1)).unwrap();
+    wait_until("ebb top to show the writer's 32 MiB", || {
+        on_screen(&tmux.screen(), "dirtied ").as_deref() == Some("32.0 MiB")
+    });
+    tmux.run(&["send-keys", "-t", "top", "q"]);
+    wait_until("ebb top to quit on q", || {
+        !tmux.run(&["has-session", "-t", "top"]).status.success()
+    });
+}

@@ -239,6 +239,12 @@ pub struct MemInfo {
     /// Hard limit (smoothed).
     #[figure("DirtyLimit", Pages)]
     pub limit: u64,
+    /// Freerun: below it writers are not throttled, (thresh + bg_thresh) / 2.
+    #[figure("DirtyFreerun", Pages)]
+    pub freerun: u64,
+    /// The throttling setpoint, where IO-less throttling settles: (freerun + limit) / 2.
+    #[figure("DirtySetpoint", Pages)]
+    pub setpoint: u64,
     /// Pages dirtied, ever.
     #[figure("Dirtied", Pages)]
     pub dirtied: u64,

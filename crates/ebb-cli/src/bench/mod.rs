@@ -76,6 +76,10 @@ pub(crate) enum BenchCommand {
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also stream through ebb traced into FILE (`ebb mount --trace`) each round, and
+        /// report the cost of tracing (`trace_cost`, the median of traced/untraced - 1).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
     },
     /// A random 4 KiB reader beside a streaming writer: idle, ebb with wbt on (the kernel's
     /// algorithm), ebb (ebb's variant) and off, and the kernel's buffered path.
@@ -162,7 +166,7 @@ pub(crate) enum BenchCommand {
 /// Runs one bench and prints its result as JSON (also written to `--json`).
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
-        BenchCommand::Stream { dir, backend, size, memory, rounds, warmup, knob, json } => {
+        BenchCommand::Stream { dir, backend, size, memory, rounds, warmup, knob, json, trace } => {
             let json = JsonOut::create(json)?;
             let opts = StreamOptions {
                 target: Target::new(dir, backend)?,
@@ -172,6 +176,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 rounds,
                 warmup: size_arg("--warmup", &warmup)?,
                 knobs: knob_texts(&knob),
+                trace,
             };
             let result = stream(&opts)?;
             json.write(&result)?;

@@ -33,7 +33,12 @@ pub(crate) struct StreamOptions {
     pub(crate) warmup: u64,
     /// Knobs for ebb (kernel names, plus ebb's `initial_write_bandwidth`).
     pub(crate) knobs: Vec<(String, String)>,
+    /// Also run ebb traced into this file (`Builder::trace`) each round, to measure the cost.
+    pub(crate) trace: Option<std::path::PathBuf>,
 }
+
+/// The bound of the benchmark's trace file (the mount's default).
+const TRACE_MAX_BYTES: u64 = 1 << 30;
 
 /// What [`stream`] measured.
 #[derive(Clone, Debug, Serialize)]
@@ -77,6 +82,16 @@ pub(crate) struct StreamResult {
     pub(crate) rounds: Vec<StreamRound>,
     /// Bytes streamed through the cache before each timed ebb run.
     pub(crate) warmup_bytes: u64,
+    /// With `--trace`: ebb traced (`Builder::trace`), MB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) traced_mb_s: Option<f64>,
+    /// With `--trace`: the median over rounds of traced over untraced MB/s, minus 1 (negative:
+    /// tracing cost that fraction of the throughput).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) trace_cost: Option<f64>,
+    /// With `--trace`: the size of the last traced run's trace file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) trace_bytes: Option<u64>,
 }
 
 /// One round of [`stream`], MB/s.
@@ -89,6 +104,9 @@ pub(crate) struct StreamRound {
     pub(crate) raw_static: Option<f64>,
     /// Through ebb.
     pub(crate) ebb: f64,
+    /// Through ebb, traced (with `--trace`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ebb_traced: Option<f64>,
 }
 
 /// Raw `O_DIRECT` sequential writes of `block` bytes; with `source`, each block is copied from
@@ -146,8 +164,15 @@ fn counters_between(before: &RuntimeStats, after: &RuntimeStats) -> BTreeMap<Str
         .collect()
 }
 
-fn ebb_stream(opts: &StreamOptions) -> io::Result<(f64, ThrottleStats, BTreeMap<String, u64>)> {
-    let ebb = opts.target.add_to(builder_with(opts.memory, &opts.knobs)?)?.build()?;
+fn ebb_stream(
+    opts: &StreamOptions,
+    trace: Option<&Path>,
+) -> io::Result<(f64, ThrottleStats, BTreeMap<String, u64>)> {
+    let mut builder = builder_with(opts.memory, &opts.knobs)?;
+    if let Some(path) = trace {
+        builder = builder.trace(path, TRACE_MAX_BYTES);
+    }
+    let ebb = opts.target.add_to(builder)?.build()?;
     let buf = source_block(opts.block);
     if opts.warmup > 0 {
         // Stream until the bandwidth estimate and the ratelimit have each moved less than 5% in
@@ -220,11 +245,26 @@ pub(crate) fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
     let source = source_block(opts.block);
     for _ in 0..opts.rounds.max(1) {
         let (raw, raw_static) = raw_round(opts, &source)?;
-        let (ebb, stats, counters) = ebb_stream(opts)?;
-        rounds.push(StreamRound { raw, raw_static, ebb });
+        let (ebb, stats, counters) = ebb_stream(opts, None)?;
+        let ebb_traced = match &opts.trace {
+            Some(path) => Some(ebb_stream(opts, Some(path))?.0),
+            None => None,
+        };
+        rounds.push(StreamRound { raw, raw_static, ebb, ebb_traced });
         pauses = Some(stats);
         ebb_counters = counters;
     }
+    let mut costs: Vec<f64> =
+        rounds.iter().filter_map(|r| Some(r.ebb_traced? / r.ebb - 1.0)).collect();
+    costs.sort_by(f64::total_cmp);
+    let trace_cost = (!costs.is_empty()).then(|| costs[costs.len() / 2]);
+    let traced: Vec<f64> = rounds.iter().filter_map(|r| r.ebb_traced).collect();
+    let traced_mb_s =
+        (!traced.is_empty()).then(|| traced.iter().sum::<f64>() / traced.len() as f64);
+    let trace_bytes = match &opts.trace {
+        Some(path) => Some(std::fs::metadata(path)?.len()),
+        None => None,
+    };
     let n = rounds.len() as f64;
     let raw_mb_s = rounds.iter().map(|r| r.raw).sum::<f64>() / n;
     let raw_static_mb_s = match &opts.target {
@@ -249,5 +289,8 @@ pub(crate) fn stream(opts: &StreamOptions) -> io::Result<StreamResult> {
         memory_bytes: opts.memory,
         rounds,
         warmup_bytes: opts.warmup,
+        traced_mb_s,
+        trace_cost,
+        trace_bytes,
     })
 }

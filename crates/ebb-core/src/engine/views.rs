@@ -7,6 +7,8 @@ impl Engine {
     /// The cache as a whole (`/proc/meminfo` style).
     pub fn meminfo(&self) -> MemInfo {
         let t = self.global_thresholds();
+        let limit = crate::limits::hard_limit(t.thresh, self.dirty_limit);
+        let freerun = crate::limits::freerun(t.thresh, t.bg_thresh);
         MemInfo {
             total: self.mem.total(),
             free: self.mem.free_pages(),
@@ -20,7 +22,9 @@ impl Engine {
             inactive: self.mem.list_len(List::Inactive),
             thresh: t.thresh,
             bg_thresh: t.bg_thresh,
-            limit: crate::limits::hard_limit(t.thresh, self.dirty_limit),
+            limit,
+            freerun,
+            setpoint: crate::limits::setpoint(freerun, limit),
             dirtied: self.global.dirtied,
             written: self.global.written,
         }

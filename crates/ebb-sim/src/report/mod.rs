@@ -18,6 +18,7 @@
 //! | [`plot`] | PNG line and point charts with an embedded font |
 //! | [`html`] | `report.html` |
 //! | [`text`] | aligned plain-text tables for terminals |
+//! | [`trace_file`] | the report of a trace file (`ebb report`): charts, `report.html`, `trace.json` |
 
 pub mod chrome_trace;
 pub mod compare_charts;
@@ -28,6 +29,7 @@ pub mod plot;
 pub mod run_charts;
 pub mod summary;
 pub mod text;
+pub mod trace_file;
 
 pub use error::ReportError;
 

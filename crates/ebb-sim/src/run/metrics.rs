@@ -18,8 +18,7 @@ impl Sim<'_> {
         let t = self.now.as_secs_f64();
         let m = self.engine.meminfo();
         let bdi = self.engine.bdi_stats(BackendId(0));
-        let freerun = (m.thresh + m.bg_thresh) / 2;
-        let setpoint = (freerun + m.limit) / 2;
+        let (freerun, setpoint) = (m.freerun, m.setpoint);
         let dirty = m.dirty + m.writeback + m.unstable;
         self.max_dirty = self.max_dirty.max(dirty);
         self.max_limit = self.max_limit.max(m.limit);
