@@ -152,6 +152,26 @@ pub enum TraceEvent {
         /// Reason name.
         reason: &'static str,
     },
+    /// `writeback:global_dirty_state` (the kernel's format while it counted unstable pages):
+    /// the cache's pages against its thresholds, pages.
+    GlobalDirtyState {
+        /// Dirty pages.
+        dirty: u64,
+        /// Pages under writeback.
+        writeback: u64,
+        /// Written, not yet committed.
+        unstable: u64,
+        /// Background threshold.
+        bg_thresh: u64,
+        /// Dirty threshold.
+        thresh: u64,
+        /// Hard limit.
+        limit: u64,
+        /// Pages dirtied, ever.
+        dirtied: u64,
+        /// Pages written, ever.
+        written: u64,
+    },
 }
 
 impl TraceEvent {
@@ -168,6 +188,7 @@ impl TraceEvent {
             TraceEvent::Commit { .. } => "nfs_initiate_commit",
             TraceEvent::QueueIo { .. } => "writeback_queue_io",
             TraceEvent::Wbt { .. } => "wbt_timer",
+            TraceEvent::GlobalDirtyState { .. } => "global_dirty_state",
         }
     }
 
@@ -315,6 +336,20 @@ impl TraceEvent {
                 ));
                 line
             }
+            TraceEvent::GlobalDirtyState {
+                dirty,
+                writeback,
+                unstable,
+                bg_thresh,
+                thresh,
+                limit,
+                dirtied,
+                written,
+            } => format!(
+                "global_dirty_state: dirty={dirty} writeback={writeback} unstable={unstable} \
+                 bg_thresh={bg_thresh} thresh={thresh} limit={limit} dirtied={dirtied} \
+                 written={written}"
+            ),
             TraceEvent::QueueIo { bdi: b, moved, reason } => {
                 format!(
                     "writeback_queue_io: bdi {}: moved={moved} reason={reason} cgroup_ino=1",

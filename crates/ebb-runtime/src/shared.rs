@@ -285,6 +285,13 @@ impl Shared {
                     .spawn(move || file.run())
                     .expect("spawning the trace thread"),
             );
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("ebb-trace-sample".into())
+                    .spawn(move || s.sample_loop())
+                    .expect("spawning the trace sampling thread"),
+            );
         }
         for i in 0..io_threads.max(1) {
             let (s, rx): (Arc<Shared>, Receiver<Job>) = (shared.clone(), rx.clone());
@@ -463,6 +470,14 @@ impl Shared {
             && core.timer_wake.is_some_and(|w| t < w)
         {
             self.timer_cv.notify_all();
+        }
+    }
+
+    /// While traced: the cache's state (`global_dirty_state`) every `SAMPLE_INTERVAL`.
+    fn sample_loop(&self) {
+        while !self.shutdown.load(Ordering::SeqCst) {
+            std::thread::sleep(crate::trace::SAMPLE_INTERVAL);
+            self.enter(|core, _, now| core.engine.trace_dirty_state(now));
         }
     }
 

@@ -30,6 +30,28 @@ impl Engine {
         }
     }
 
+    /// Records `global_dirty_state` (when tracing): the cache's pages against its thresholds
+    /// at `now`, for a driver that samples them (the runtime, every 100 ms while traced).
+    pub fn trace_dirty_state(&mut self, now: Instant) {
+        if !self.cfg.trace {
+            return;
+        }
+        let m = self.meminfo();
+        self.trace.push((
+            now,
+            TraceEvent::GlobalDirtyState {
+                dirty: m.dirty,
+                writeback: m.writeback,
+                unstable: m.unstable,
+                bg_thresh: m.bg_thresh,
+                thresh: m.thresh,
+                limit: m.limit,
+                dirtied: m.dirtied,
+                written: m.written,
+            },
+        ));
+    }
+
     /// One backend (`/sys/class/bdi` style).
     pub fn bdi_stats(&self, b: BackendId) -> BdiStats {
         let wb = &self.wbs[b.index()];

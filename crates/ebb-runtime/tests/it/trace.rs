@@ -20,11 +20,21 @@ fn traced_stream(path: &std::path::Path, max_bytes: u64) {
     for _ in 0..32 {
         f.write_all(&block).unwrap();
     }
+    f.fsync().unwrap();
+    // Open until the state was sampled (every 100 ms) once, if the bound leaves room for it: a
+    // hang detector, not a speed check.
+    let start = std::time::Instant::now();
+    while max_bytes > 1 << 20
+        && !std::fs::read_to_string(path).unwrap().contains("global_dirty_state")
+    {
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "never sampled");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     f.close().unwrap();
     drop(ebb);
 }
 
-/// The writer's throttling, the bandwidth estimate and the flusher's works are in the file,
+/// The writer's throttling, the flusher's works and the sampled state are in the file,
 /// each line `TASK [000] SECONDS: tracepoint: fields`, times not going back.
 #[test]
 fn a_traced_cache_writes_the_kernels_tracepoints() {
@@ -32,7 +42,12 @@ fn a_traced_cache_writes_the_kernels_tracepoints() {
     let path = dir.path().join("trace.txt");
     traced_stream(&path, 1 << 30);
     let text = std::fs::read_to_string(&path).unwrap();
-    for tracepoint in [": balance_dirty_pages: bdi=mem limit=", ": writeback_start: bdi mem:"] {
+    let tracepoints = [
+        ": balance_dirty_pages: bdi=mem limit=",
+        ": writeback_start: bdi mem:",
+        ": global_dirty_state: dirty=",
+    ];
+    for tracepoint in tracepoints {
         assert!(text.contains(tracepoint), "no {tracepoint:?} in the trace");
     }
     let mut last = 0.0;

@@ -8,11 +8,15 @@
 //!
 //! | tracepoint | series |
 //! |---|---|
-//! | `balance_dirty_pages` (IO-less) | `dirty`, `setpoint`, `limit` (pages), each writer's pauses and pages dirtied |
+//! | `global_dirty_state` | `dirty` (with writeback and unstable), `writeback`, `bg_thresh`, `limit` (pages) |
+//! | `balance_dirty_pages` (IO-less) | `dirty`, `setpoint`, `limit` (pages), each writer's pauses |
 //! | `balance_dirty_pages` (legacy, 2010) | pauses |
 //! | `bdi_dirty_ratelimit` | `dirty_ratelimit`, `write_bw`, `avg_write_bw` (KB/s) |
 //! | `wbt_step`, `wbt_stat` | `wbt_max_depth`, `wbt_background`, `wbt_read_min_us` |
 //! | `writeback_single_inode` | the writepages sizes |
+//!
+//! The pages each writer dirtied are not drawn: `balance_dirty_pages` fires only past freerun,
+//! so its `dirtied` counts miss what a writer dirtied below it.
 //!
 //! A line that is not a tracepoint line (a comment, a line of another tool) is skipped and
 //! counted; a file with no tracepoint at all is an error.
@@ -72,7 +76,6 @@ type Points = (&'static str, Vec<(f64, f64)>);
 struct Collector {
     series: BTreeMap<&'static str, Points>,
     writers: Vec<String>,
-    dirtied: Vec<(f64, Vec<(f64, f64)>)>,
     pauses: Vec<(f64, f64, u32)>,
     writepages_sizes: Vec<u64>,
     lines: u64,
@@ -92,7 +95,6 @@ impl Collector {
             Some(index) => index as u32,
             None => {
                 self.writers.push(task.to_owned());
-                self.dirtied.push((0.0, Vec::new()));
                 (self.writers.len() - 1) as u32
             }
         }
@@ -121,9 +123,6 @@ impl Collector {
                         .collect();
                     json.counter(1, "dirty pages", ts_us, &values)?;
                 }
-                let (sum, points) = &mut self.dirtied[writer as usize];
-                *sum += f.get("dirtied").copied().unwrap_or(0.0);
-                points.push((t, *sum));
                 let pause_ms = f.get("pause").copied().unwrap_or(0.0);
                 if pause_ms > 0.0 {
                     self.pauses.push((t, pause_ms, writer));
@@ -137,6 +136,20 @@ impl Collector {
                         &[],
                     )?;
                 }
+            }
+            "global_dirty_state" => {
+                let page = |key| f.get(key).copied().unwrap_or(0.0);
+                let dirty = page("dirty") + page("writeback") + page("unstable");
+                self.push("dirty", "pages", t, Some(dirty));
+                self.push("writeback", "pages", t, f.get("writeback").copied());
+                self.push("bg_thresh", "pages", t, f.get("bg_thresh").copied());
+                self.push("limit", "pages", t, f.get("limit").copied());
+                json.counter(
+                    1,
+                    "dirty pages",
+                    ts_us,
+                    &[("dirty", dirty), ("limit", page("limit"))],
+                )?;
             }
             "bdi_dirty_ratelimit" => {
                 self.push("dirty_ratelimit", "KB/s", t, f.get("dirty_ratelimit").copied());
@@ -177,19 +190,26 @@ impl Collector {
             let step = points.len().div_ceil(POINTS_MAX).max(1);
             points.into_iter().step_by(step).collect::<Vec<_>>()
         };
-        let mut series: Vec<TimeSeries> = self
+        // A tracepoint says when a value changed (wbt's limits, the ratelimit): it holds until
+        // the next one, so each series is drawn on to the end of the trace.
+        let end = self.last_seconds;
+        let held = |mut points: Vec<(f64, f64)>| {
+            if let Some(&(at, value)) = points.last()
+                && at < end
+            {
+                points.push((end, value));
+            }
+            points
+        };
+        let series: Vec<TimeSeries> = self
             .series
             .into_iter()
             .map(|(name, (unit, points))| TimeSeries {
                 name: name.into(),
                 unit: unit.into(),
-                points: thin(points),
+                points: held(thin(points)),
             })
             .collect();
-        for (index, (_, points)) in self.dirtied.into_iter().enumerate() {
-            let name = format!("writer{index}_dirtied");
-            series.push(TimeSeries { name, unit: "pages".into(), points: thin(points) });
-        }
         let pauses = SampleStats::new(self.pauses.iter().map(|&(_, ms, _)| ms).collect());
         let mut metrics = BTreeMap::from([
             ("tracepoints".to_owned(), self.lines as f64),
@@ -338,18 +358,24 @@ mod tests {
                  dirty_rate=1 dirty_ratelimit=50000 task_ratelimit=1 balanced_dirty_ratelimit=1\n"
             ));
         }
+        text.push_str(
+            "ebb-flush-0 [000] 2.5: global_dirty_state: dirty=10 writeback=5 unstable=1 \
+             bg_thresh=250 thresh=500 limit=600 dirtied=7 written=6\n",
+        );
         std::fs::write(&trace, text).expect("write");
         let out = dir.join("out");
         let report = write_trace_report(&trace, &out).expect("report");
         let r = &report.result;
-        assert_eq!(r.metrics["tracepoints"], 400.0);
+        assert_eq!(r.metrics["tracepoints"], 401.0);
+        assert_eq!(r.series("dirty").expect("dirty").points.last(), Some(&(2.5, 16.0)));
+        assert_eq!(r.series("bg_thresh").expect("bg_thresh").points, [(2.5, 250.0)]);
+        // Values hold until the trace's end (the last line, at 2.5 s).
+        assert_eq!(r.series("write_bw").expect("write_bw").points.last(), Some(&(2.5, 100000.0)));
         assert_eq!(r.metrics["lines_skipped"], 1.0);
         assert_eq!(r.metrics["writers"], 2.0);
         assert_eq!(r.pauses.len(), 133, "pauses of 1 and 2 ms, not 0");
-        assert_eq!(r.series("limit").expect("limit").points.len(), 200);
-        for file in
-            ["report.html", "trace.json", "dirty.png", "bandwidth.png", "pauses.png", "writers.png"]
-        {
+        assert_eq!(r.series("limit").expect("limit").points.len(), 201, "200 throttles, 1 sample");
+        for file in ["report.html", "trace.json", "dirty.png", "bandwidth.png", "pauses.png"] {
             assert!(out.join(file).exists(), "no {file}: {:?}", report.files);
         }
         let json: serde_json::Value =
