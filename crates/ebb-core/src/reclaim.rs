@@ -273,7 +273,7 @@ impl Engine {
         w.call_start = self.now;
         self.stats.reclaim_stalls += 1;
         self.stats.reclaim_stall_ns += until.saturating_since(self.now).as_nanos();
-        Some(Verdict::Sleep { until })
+        Some(w.note(Verdict::Sleep { until }))
     }
 
     /// A writer touches `pages` new pages of an anonymous mapping (page faults): takes frames

@@ -151,6 +151,7 @@ impl Engine {
         maps: &mut M,
     ) -> Verdict {
         self.advance(now);
+        w.sleep_until = None;
         self.apply_pending(w, maps);
         if w.frames.len() < FRAME_BATCH / 4 {
             let want = FRAME_BATCH - w.frames.len();
@@ -209,12 +210,17 @@ impl Engine {
     }
 
     /// A writer's sleep ended or it received [`Action::Resume`]: continue its throttle call.
+    /// A writer back before its sleep ended is told to sleep on, with no state changed.
     pub fn throttle_continue<M: PageMaps>(
         &mut self,
         now: Instant,
         w: &mut Writer,
         maps: &mut M,
     ) -> Verdict {
+        if let Some(sleep) = w.owed_sleep(now) {
+            return sleep;
+        }
+        w.sleep_until = None;
         self.advance(now);
         self.apply_pending(w, maps);
         self.completions.advance(now);
@@ -275,7 +281,7 @@ impl Engine {
                 self.stats.throttled_calls += 1;
             }
         }
-        verdict
+        w.note(verdict)
     }
 
     fn end_call(&mut self, w: &mut Writer) -> Verdict {

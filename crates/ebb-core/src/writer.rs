@@ -76,6 +76,8 @@ pub struct Writer {
     /// The file last written (its backend is the one throttled against).
     pub(crate) last_inode: Option<InodeId>,
     pub(crate) call: CallState,
+    /// The end of the sleep the last verdict asked for, while it is owed.
+    pub(crate) sleep_until: Option<Instant>,
     pub(crate) call_start: Instant,
     /// The current call went past the freerun point.
     pub(crate) call_throttled: bool,
@@ -103,6 +105,7 @@ impl Writer {
             scratch: Vec::new(),
             last_inode: None,
             call: CallState::Idle,
+            sleep_until: None,
             call_start: Instant::ZERO,
             call_throttled: false,
             dirty_share: Default::default(),
@@ -140,6 +143,30 @@ impl Writer {
     /// Pages dirtied but not yet folded into the shared counters.
     pub fn pending_dirtied(&self) -> u64 {
         self.pending.iter().map(|p| p.dirtied).sum()
+    }
+
+    /// The end of the sleep the writer's last verdict asked for, if its throttle call is still
+    /// open: a non-blocking writer that comes back earlier is told to sleep on (see
+    /// [`Writer::owed_sleep`]).
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.sleep_until
+    }
+
+    /// Records the verdict a throttle call returned (the sleep it asks for, if any) and
+    /// returns it.
+    pub(crate) fn note(&mut self, v: crate::Verdict) -> crate::Verdict {
+        self.sleep_until = match v {
+            crate::Verdict::Sleep { until } => Some(until),
+            _ => None,
+        };
+        v
+    }
+
+    /// The sleep a writer still owes at `now`: a writer continuing its throttle call before
+    /// the end of the sleep it was given gets the same sleep again and changes no state, so a
+    /// writer that polls (`File::try_write_at`) is throttled exactly as one that slept.
+    pub(crate) fn owed_sleep(&self, now: Instant) -> Option<crate::Verdict> {
+        self.sleep_until.filter(|&until| now < until).map(|until| crate::Verdict::Sleep { until })
     }
 
     /// Frames held in the writer's reserve.

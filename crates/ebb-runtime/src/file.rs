@@ -4,7 +4,8 @@
 //! Writes follow ebb-core's writer path: under the file's page-map lock alone, `write_pages`
 //! dirties pages against this handle's [`Writer`] and the bytes are copied into their frames;
 //! the engine is entered only when the writer owes a throttle check (every `nr_dirtied_pause`
-//! pages), and the calling thread then sleeps for the pause the engine decides. A page under
+//! pages), and the calling thread then sleeps for the pause the engine decides (a non-blocking
+//! write returns it instead, `file/throttle.rs`). A page under
 //! writeback is never modified: the writer waits for its write to end (stable pages), which is
 //! what lets IO threads copy frames out without a lock.
 
@@ -13,14 +14,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ebb_core::{
-    Event, GroupId, HandleId, InodeId, NextStep, PAGE_SIZE, Run, Verdict, Writer, WriterId,
-    write_pages,
+    Event, GroupId, HandleId, InodeId, NextStep, PAGE_SIZE, Run, Writer, WriterId, write_pages,
 };
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
 use crate::Ebb;
 use crate::shared::{FileState, PAGE, from_io_error, read_page_direct};
+
+mod throttle;
+
+pub(crate) use throttle::{Obey, Owed, Throttled};
+pub use throttle::{TryWrite, WriteAt};
 
 /// Pages one step of a write or read covers at most (bounds the time a page map is locked).
 const STEP_PAGES: u64 = 1024;
@@ -42,7 +47,7 @@ fn never() -> bool {
 }
 
 /// Waits for `slot`'s answer; `None` if `interrupted` said so first.
-fn wait_slot(
+pub(crate) fn wait_slot(
     slot: &crate::shared::Slot,
     interrupted: Interrupt<'_>,
 ) -> Option<Result<(), ebb_core::IoError>> {
@@ -82,6 +87,8 @@ pub(crate) struct WriterState {
     pub(crate) pauses: Histogram<u64>,
     /// Time spent waiting for pages under writeback or for memory, microseconds.
     pub(crate) waits: Histogram<u64>,
+    /// What a non-blocking write left owed: the rest of its throttle call.
+    pub(crate) owed: Option<Owed>,
 }
 
 /// What a handle's writer has been through: pause percentiles in microseconds.
@@ -141,6 +148,7 @@ impl File {
                 writer: Writer::new(writer, GroupId(0)),
                 pauses: hist(),
                 waits: hist(),
+                owed: None,
             }),
             pos: 0,
             closed: false,
@@ -186,8 +194,19 @@ impl File {
         offset: u64,
         interrupted: Interrupt<'_>,
     ) -> io::Result<usize> {
+        self.write_inner(buf, offset, Obey::Block(interrupted)).map(|(n, _)| n)
+    }
+
+    /// The write path of [`File::write_at`] and [`File::try_write_at`]: the bytes written, and
+    /// what the writer owes before it writes on (only under [`Obey::Poll`]).
+    pub(crate) fn write_inner(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        mode: Obey<'_>,
+    ) -> io::Result<(usize, Option<Owed>)> {
         if buf.is_empty() {
-            return Ok(0);
+            return Ok((0, None));
         }
         let shared = &self.ebb.inner.shared;
         if shared.draining.load(Ordering::Acquire) {
@@ -208,6 +227,12 @@ impl File {
             },
         )?;
         let mut ws = self.writer.lock();
+        match self.pay_owed(&mut ws, mode) {
+            Throttled::Go => {}
+            Throttled::Owes(owed) => return Ok((0, Some(owed))),
+            Throttled::Interrupted => return Err(interrupted_error("write")),
+            Throttled::Failed(error) => return Err(error),
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -274,61 +299,19 @@ impl File {
             }
             let outcome = match step.next {
                 NextStep::Done => Throttled::Go,
-                NextStep::Check => self.throttle(&mut ws, None, interrupted),
-                NextStep::Busy(page) => self.throttle(&mut ws, Some(page), interrupted),
+                NextStep::Check => self.throttle(&mut ws, None, mode),
+                NextStep::Busy(page) => self.throttle(&mut ws, Some(page), mode),
             };
             match outcome {
                 Throttled::Go => {}
+                Throttled::Owes(owed) => return Ok((done, Some(owed))),
                 // What was copied stays in the cache: a short write, as write(2) returns.
-                _ if done > 0 => return Ok(done),
+                _ if done > 0 => return Ok((done, None)),
                 Throttled::Interrupted => return Err(interrupted_error("write")),
                 Throttled::Failed(error) => return Err(error),
             }
         }
-        Ok(buf.len())
-    }
-
-    /// A throttle check (or a wait for a page under writeback), obeyed until it says proceed,
-    /// unless `interrupted` ends it first or the engine fails the write.
-    fn throttle(
-        &self,
-        ws: &mut WriterState,
-        busy: Option<u64>,
-        interrupted: Interrupt<'_>,
-    ) -> Throttled {
-        let shared = &self.ebb.inner.shared;
-        let inode = self.inode();
-        let (mut verdict, mut slot) =
-            shared.writer_call(&mut ws.writer, |e, now, w, maps| match busy {
-                None => e.balance_dirty_pages(now, w, maps),
-                Some(page) => e.wait_for_page(now, w, inode, page, maps),
-            });
-        loop {
-            match verdict {
-                Verdict::Proceed { .. } => return Throttled::Go,
-                Verdict::Fail { error } => return Throttled::Failed(from_io_error(error)),
-                Verdict::Sleep { until } => {
-                    let now = shared.now();
-                    let pause = until.saturating_since(now);
-                    let _ = ws.pauses.record(pause.as_micros().max(1));
-                    shared.pauses.lock().record(std::time::Instant::now(), pause.as_micros());
-                    let pause = std::time::Duration::from_nanos(pause.as_nanos());
-                    if !sleep_for(pause, interrupted) {
-                        return Throttled::Interrupted;
-                    }
-                }
-                Verdict::Wait => {
-                    let start = std::time::Instant::now();
-                    let answered = slot.take().is_none_or(|s| wait_slot(&s, interrupted).is_some());
-                    let _ = ws.waits.record((start.elapsed().as_micros() as u64).max(1));
-                    if !answered {
-                        return Throttled::Interrupted;
-                    }
-                }
-            }
-            (verdict, slot) = shared
-                .writer_call(&mut ws.writer, |e, now, w, maps| e.throttle_continue(now, w, maps));
-        }
+        Ok((buf.len(), None))
     }
 
     /// Reads into `buf` from `offset`; returns fewer bytes only at the end of the file. Pages not
@@ -649,16 +632,6 @@ impl File {
         shared.handle_closed(&self.fs);
         result
     }
-}
-
-/// How a writer's throttle call ended.
-enum Throttled {
-    /// Write on.
-    Go,
-    /// The caller gave up while it waited.
-    Interrupted,
-    /// The engine failed the write ([`Verdict::Fail`]).
-    Failed(io::Error),
 }
 
 /// Trims the backend file to the logical size and syncs it if it was written since.

@@ -20,6 +20,7 @@
 //! threads, real time and real IO. See `shared.rs` for the locks and threads.
 #![deny(unsafe_code)]
 
+mod alarm;
 mod device;
 mod file;
 mod frames;
@@ -40,7 +41,7 @@ use ebb_core::{BackendConfig, BackendId, Config, ConfigError, Engine, Event, PAG
 use parking_lot::Mutex;
 
 pub use device::DeviceInfo;
-pub use file::{File, Interrupt, ThrottleStats};
+pub use file::{File, Interrupt, ThrottleStats, TryWrite, WriteAt};
 pub use metrics::{MetricsServer, prometheus_name, prometheus_value};
 pub use pauses::{BUCKETS_US, PauseStats, RecentPauses};
 pub use stats::{DrainProgress, RuntimeStats};

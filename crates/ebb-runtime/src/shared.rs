@@ -20,8 +20,9 @@
 //!   write's buffer goes to the file's [`Lane`] instead, whose driver writes back to back.
 //! * The timer thread sleeps until the engine's `poll_timeout` (flusher periods, wbt windows,
 //!   retries) and delivers `Event::Timer`. Any entry that brings the timeout forward wakes it.
+//! * The alarm thread (`alarm.rs`) wakes futures whose throttle pause has ended.
 //! * Callers' threads are the writers and readers: they sleep for the pauses the engine decides
-//!   and wait for the answers to their requests.
+//!   (or return them, non-blocking writers) and wait for the answers to their requests.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -112,16 +113,36 @@ const SPARE_BUFS: usize = 8;
 pub(crate) struct Slot {
     done: Mutex<Option<Result<(), IoError>>>,
     cv: Condvar,
+    /// Futures waiting for the answer.
+    wakers: Mutex<Vec<std::task::Waker>>,
 }
 
 impl Slot {
     pub(crate) fn new() -> Arc<Slot> {
-        Arc::new(Slot { done: Mutex::new(None), cv: Condvar::new() })
+        Arc::new(Slot {
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+            wakers: Mutex::new(Vec::new()),
+        })
     }
 
-    fn set(&self, result: Result<(), IoError>) {
-        *self.done.lock() = Some(result);
+    pub(crate) fn set(&self, result: Result<(), IoError>) {
+        let wakers = {
+            let mut done = self.done.lock();
+            *done = Some(result);
+            std::mem::take(&mut *self.wakers.lock())
+        };
         self.cv.notify_all();
+        wakers.into_iter().for_each(std::task::Waker::wake);
+    }
+
+    /// The answer if there is one, else `waker` is woken when it comes.
+    pub(crate) fn poll(&self, waker: &std::task::Waker) -> Option<Result<(), IoError>> {
+        let done = self.done.lock();
+        if done.is_none() {
+            self.wakers.lock().push(waker.clone());
+        }
+        *done
     }
 
     pub(crate) fn wait(&self) -> Result<(), IoError> {
@@ -212,6 +233,8 @@ pub(crate) struct Shared {
     pub(crate) pauses: Mutex<crate::pauses::Pauses>,
     /// Where the engine's trace events go, if the cache is traced.
     trace: Option<crate::trace::Tracer>,
+    /// Wakers of futures waiting out a pause (the alarm thread's).
+    pub(crate) alarms: crate::alarm::Alarms,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -276,6 +299,7 @@ impl Shared {
             bufs: Mutex::new(Vec::new()),
             pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
             trace: tracer,
+            alarms: Default::default(),
         });
         let mut threads = Vec::new();
         if let Some(file) = trace_file {
@@ -309,12 +333,20 @@ impl Shared {
                 .spawn(move || s.timer_loop())
                 .expect("spawning the timer thread"),
         );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("ebb-alarm".into())
+                .spawn(move || s.alarms.run())
+                .expect("spawning the alarm thread"),
+        );
         (shared, threads)
     }
 
     /// Stops the threads (after the last user handle is gone).
     pub(crate) fn stop(&self, threads: usize) {
         self.shutdown.store(true, Ordering::SeqCst);
+        self.alarms.stop();
         for _ in 0..threads {
             let _ = self.jobs.send(Job::Stop);
         }

@@ -266,6 +266,7 @@ impl Engine {
         maps: &mut M,
     ) -> crate::Verdict {
         self.advance(now);
+        w.sleep_until = None;
         let busy = maps
             .with(inode, |m| m.page(page).is_some_and(|p| p.state == crate::PageState::Writeback));
         if !busy {

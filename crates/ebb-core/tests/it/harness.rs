@@ -29,6 +29,8 @@ impl FifoDevice {
 enum Ev {
     Step(usize),
     Resume(usize),
+    /// A non-blocking writer back before its sleep ended (`Harness::poll_early`).
+    EarlyPoll(usize, Instant),
     WriteDone(IoId),
     ReadDone(IoId),
     CommitDone(IoId),
@@ -74,6 +76,11 @@ pub struct Harness {
     pub unstable_backend: Option<u64>,
     /// Every write asked for: (file, first page, pages).
     pub writes: Vec<(InodeId, u64, u64)>,
+    /// Writers also continue their throttle call halfway through each sleep, as a
+    /// non-blocking writer polling early does.
+    pub poll_early: bool,
+    /// Every sleep a verdict asked for: (writer, from, until).
+    pub sleeps: Vec<(usize, Instant, Instant)>,
 }
 
 impl Harness {
@@ -105,6 +112,8 @@ impl Harness {
             check_every: 0,
             unstable_backend: None,
             writes: Vec::new(),
+            poll_early: false,
+            sleeps: Vec::new(),
         }
     }
 
@@ -211,6 +220,11 @@ impl Harness {
                         self.engine.throttle_continue(self.now, &mut self.dds[i].w, &mut self.maps);
                     self.obey(i, v);
                 }
+                Ev::EarlyPoll(i, until) => {
+                    let v =
+                        self.engine.throttle_continue(self.now, &mut self.dds[i].w, &mut self.maps);
+                    assert_eq!(v, Verdict::Sleep { until }, "an early continue sleeps on");
+                }
                 Ev::WriteDone(io) => {
                     let result = match self.unstable_backend {
                         Some(v) => Ok(Stability::Unstable { verifier: v }),
@@ -316,7 +330,13 @@ impl Harness {
             }
             Verdict::Sleep { until } => {
                 dd.waiting = true;
+                self.sleeps.push((i, self.now, until));
                 self.push(until, Ev::Resume(i));
+                if self.poll_early && until > self.now {
+                    let half =
+                        Duration::from_nanos(until.saturating_since(self.now).as_nanos() / 2);
+                    self.push(self.now + half, Ev::EarlyPoll(i, until));
+                }
             }
             Verdict::Wait => dd.waiting = true,
             Verdict::Fail { error } => panic!("dd {i} failed with {error}: no harness run fails"),

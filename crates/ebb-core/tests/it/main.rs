@@ -10,5 +10,6 @@ mod harness;
 mod dynamics;
 mod granules;
 mod invariants;
+mod nonblocking;
 mod reclaim;
 mod requests;

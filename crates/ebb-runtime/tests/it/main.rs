@@ -5,5 +5,6 @@ mod errors;
 mod interrupt;
 mod io;
 mod nfs;
+mod nonblocking;
 mod s3;
 mod trace;

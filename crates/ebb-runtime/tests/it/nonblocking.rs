@@ -1,0 +1,124 @@
+//! Non-blocking writes: `try_write_at` returns at once with the pause the throttle decided,
+//! and `write_at_async` waits it out without a thread; both leave the data as `write_at` does.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use ebb_backend::{Backend, FaultOp, FaultyBackend, MemBackend, OpenOptions};
+use ebb_runtime::{Builder, Ebb, TryWrite};
+
+const CREATE: OpenOptions = OpenOptions { create: true, truncate: false };
+const TOTAL: usize = 48 << 20;
+/// The engine's longest pause (MAX_PAUSE, 200 ms) and some scheduling slack.
+const MAX_PAUSE: Duration = Duration::from_millis(250);
+
+/// A cache of 16 MiB in front of a backend whose writes take 10 ms each, so a writer of
+/// 48 MiB is throttled.
+fn slow_cache() -> Ebb {
+    let faulty = Arc::new(FaultyBackend::new(MemBackend::new()));
+    faulty.plan().delay(FaultOp::Write, Duration::from_millis(10));
+    let backend: Arc<dyn Backend> = faulty;
+    Builder::new().memory(16 << 20).backend("slow", backend).build().unwrap()
+}
+
+fn data() -> Vec<u8> {
+    (0..TOTAL).map(|i| (i % 251) as u8).collect()
+}
+
+fn read_back(ebb: &Ebb) -> Vec<u8> {
+    let f = ebb.open("f", CREATE).unwrap();
+    let mut back = vec![0u8; TOTAL];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), TOTAL);
+    back
+}
+
+// A throttled writer polling `try_write_at`: it is told to wait (never longer than the
+// engine's longest pause), asking again before the pause ends is told to wait on for no
+// longer and records no new pause, and every byte arrives, through fsync, as written.
+#[test]
+fn try_write_at_returns_the_pause_instead_of_sleeping() {
+    let ebb = slow_cache();
+    let f = ebb.open("f", CREATE).unwrap();
+    let data = data();
+    let (mut done, mut would_block) = (0, 0);
+    while done < TOTAL {
+        match f.try_write_at(&data[done..], done as u64).unwrap() {
+            TryWrite::Written(n) => {
+                assert!(n > 0, "a write that did nothing must say WouldBlock");
+                done += n;
+            }
+            TryWrite::WouldBlock { retry_after } => {
+                would_block += 1;
+                assert!(retry_after <= MAX_PAUSE, "told to wait {retry_after:?}");
+                let pauses = f.throttle_stats().pauses;
+                match f.try_write_at(&data[done..], done as u64).unwrap() {
+                    TryWrite::WouldBlock { retry_after: again } => {
+                        assert!(again <= retry_after, "{again:?} after {retry_after:?}")
+                    }
+                    TryWrite::Written(n) => done += n,
+                }
+                assert_eq!(f.throttle_stats().pauses, pauses, "an early retry paused again");
+                std::thread::sleep(retry_after);
+            }
+        }
+    }
+    assert!(would_block > 0, "the writer was never throttled");
+    assert!(f.throttle_stats().pauses > 0);
+    f.fsync().unwrap();
+    drop(f);
+    assert!(read_back(&ebb) == data, "the data read back differs");
+}
+
+// A handle whose non-blocking write owes a pause pays it in its next blocking write, which
+// then writes everything.
+#[test]
+fn a_blocking_write_pays_what_a_try_left_owed() {
+    let ebb = slow_cache();
+    let f = ebb.open("f", CREATE).unwrap();
+    let data = data();
+    let mut done = 0;
+    while let TryWrite::Written(n) = f.try_write_at(&data[done..], done as u64).unwrap() {
+        done += n;
+        assert!(done < TOTAL, "the writer was never throttled");
+    }
+    assert_eq!(f.write_at(&data[done..], done as u64).unwrap(), TOTAL - done);
+    f.fsync().unwrap();
+    drop(f);
+    assert!(read_back(&ebb) == data, "the data read back differs");
+}
+
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+// The future writes everything with the thread parked between polls (the alarm thread wakes
+// it when a pause ends), and reports the pauses it waited out.
+#[test]
+fn write_at_async_waits_out_pauses_without_blocking() {
+    let ebb = slow_cache();
+    let f = ebb.open("f", CREATE).unwrap();
+    let data = data();
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(f.write_at_async(&data, 0));
+    let (mut polls, deadline) = (0u64, std::time::Instant::now() + Duration::from_secs(120));
+    let written = loop {
+        polls += 1;
+        if let Poll::Ready(r) = future.as_mut().poll(&mut cx) {
+            break r.unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "the future was never woken");
+        std::thread::park_timeout(Duration::from_secs(10));
+    };
+    assert_eq!(written, TOTAL);
+    assert!(polls > 1, "the future never waited");
+    assert!(f.throttle_stats().pauses > 0);
+    f.fsync().unwrap();
+    drop(f);
+    assert!(read_back(&ebb) == data, "the data read back differs");
+}
