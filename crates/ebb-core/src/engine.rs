@@ -44,6 +44,7 @@ pub(crate) const HOLD_BACKOFF_MIN: Duration = Duration::from_secs(1);
 pub(crate) const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 mod completion;
+mod durable;
 mod read;
 mod sync;
 mod timer;
@@ -188,6 +189,8 @@ pub(crate) struct InodeMeta {
     /// Its held pages are due for another try: the flusher's next chunk of the file takes
     /// them too (write-error policy, module doc).
     pub(crate) retry_held: bool,
+    /// Runs written but not synced (`durable.rs`).
+    pub(crate) durability: durable::Durability,
     pub(crate) page_waiters: Vec<WriterId>,
     pub(crate) last_read_end: u64,
     pub(crate) readahead: u64,
@@ -509,6 +512,7 @@ impl Engine {
             }
             Event::WriteDone { io, result } => self.write_done(io, result, maps),
             Event::CommitDone { io, result } => self.commit_done(io, result, maps),
+            Event::FileSynced { inode, mark } => self.file_synced(inode, mark),
             Event::ReadDone { io, result } => self.read_done(io, result, maps),
             Event::DirectReadStart { backend, id } => {
                 if let Some(wb) = self.wbs.get_mut(backend.index()) {
@@ -556,6 +560,7 @@ impl Engine {
             hold_retry_at: None,
             retry_backoff: Duration::ZERO,
             retry_held: false,
+            durability: Default::default(),
             page_waiters: Vec::new(),
             last_read_end: u64::MAX,
             readahead: 0,

@@ -210,6 +210,15 @@ pub enum Event {
         /// Names the answer.
         request: RequestId,
     },
+    /// The backend file of `inode` was synced (a successful `fsync` of it, an S3 upload's
+    /// completion) after the driver took `mark` from [`crate::Engine::durable_mark`]: the pages
+    /// stable writes cleaned before then are durable.
+    FileSynced {
+        /// The file.
+        inode: InodeId,
+        /// The mark taken before the sync began.
+        mark: u64,
+    },
     /// Drop the file's pages at and after `first_page` (truncate or unlink).
     Truncate {
         /// The file.

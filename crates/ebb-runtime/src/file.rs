@@ -20,9 +20,12 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
 use crate::Ebb;
-use crate::shared::{FileState, PAGE, from_io_error, read_page_direct};
+use crate::shared::{FileState, PAGE, Shared, from_io_error, read_page_direct};
 
+mod durable;
 mod throttle;
+
+pub(crate) use durable::{DurableWatch, durable_changed};
 
 pub(crate) use throttle::{Obey, Owed, Throttled};
 pub use throttle::{TryWrite, WriteAt};
@@ -544,7 +547,7 @@ impl File {
         wait_slot(&slot, interrupted)
             .ok_or_else(|| interrupted_error("fsync"))?
             .map_err(from_io_error)?;
-        sync_backend_file(&self.fs)
+        sync_backend_file(&self.ebb.inner.shared, &self.fs)
     }
 
     /// What `close(2)` of one descriptor does (a FUSE flush): on a backend with
@@ -627,15 +630,16 @@ impl File {
         let mut result = slot.wait().map_err(from_io_error);
         if flush && result.is_ok() {
             // The engine wrote the file back; the backend's own commit (an S3 completion).
-            result = sync_backend_file(&self.fs);
+            result = sync_backend_file(&self.ebb.inner.shared, &self.fs);
         }
         shared.handle_closed(&self.fs);
         result
     }
 }
 
-/// Trims the backend file to the logical size and syncs it if it was written since.
-pub(crate) fn sync_backend_file(fs: &FileState) -> io::Result<()> {
+/// Trims the backend file to the logical size and syncs it if it was written since, then
+/// tells the engine what the sync made durable (`Event::FileSynced`).
+pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
     {
         let _g = fs.size_lock.lock();
         let size = fs.size.load(Ordering::Acquire);
@@ -643,12 +647,22 @@ pub(crate) fn sync_backend_file(fs: &FileState) -> io::Result<()> {
             fs.file.set_size(size)?;
         }
     }
+    // One sync at a time: a sync that finds nothing written since the last one knows that one
+    // has ended, so what completed before its mark is durable either way (an IO thread sets
+    // `needs_sync` before it reports the write to the engine).
+    let _s = fs.sync_lock.lock();
+    let inode = fs.inode;
+    let mark = shared.enter(|core, _, _| core.engine.durable_mark(inode));
     if fs.needs_sync.swap(false, Ordering::AcqRel)
         && let Err(e) = fs.file.sync()
     {
         fs.needs_sync.store(true, Ordering::Release);
         return Err(e);
     }
+    shared
+        .enter(|core, maps, now| core.engine.handle(now, Event::FileSynced { inode, mark }, maps));
+    drop(_s);
+    durable_changed(shared, fs);
     Ok(())
 }
 

@@ -20,6 +20,11 @@
 //! threads, real time and real IO. See `shared.rs` for the locks and threads.
 #![deny(unsafe_code)]
 
+/// The README's library examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
+
 mod alarm;
 mod device;
 mod file;
@@ -395,6 +400,8 @@ impl Ebb {
                     key: (b, key),
                     handles: 0.into(),
                     lane: Mutex::default(),
+                    sync_lock: Mutex::new(()),
+                    durable: Default::default(),
                 });
                 shared.files.write().insert(inode, fs.clone());
                 fs
@@ -539,7 +546,7 @@ fn sync_files(shared: &Shared, engine: io::Result<()>) -> io::Result<()> {
     let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
     let mut first_err = engine.err();
     for fs in files {
-        if let Err(e) = file::sync_backend_file(&fs) {
+        if let Err(e) = file::sync_backend_file(shared, &fs) {
             first_err.get_or_insert(e);
         }
     }

@@ -78,6 +78,10 @@ pub(crate) struct FileState {
     /// Writes copied out of the cache, waiting for this file's writing thread (backends with
     /// `serial_writes`).
     pub(crate) lane: Mutex<Lane>,
+    /// Serialises syncs of the backend file, so each reports what it covers.
+    pub(crate) sync_lock: Mutex<()>,
+    /// Who is told when the durable length grows (`file/durable.rs`).
+    pub(crate) durable: crate::file::DurableWatch,
 }
 
 /// One file's writes, issued back to back by one thread at a time.
@@ -561,7 +565,8 @@ impl Shared {
                     });
                 }
                 Job::Commit { io, inode } => {
-                    let result = match self.file(inode) {
+                    let fs = self.file(inode);
+                    let result = match &fs {
                         Some(fs) => {
                             fs.file.commit(0, 0).map(|r| r.verifier).map_err(|e| to_io_error(&e))
                         }
@@ -570,6 +575,9 @@ impl Shared {
                     self.enter(|core, maps, now| {
                         core.engine.handle(now, Event::CommitDone { io, result }, maps)
                     });
+                    if let Some(fs) = fs {
+                        crate::file::durable_changed(self, &fs);
+                    }
                 }
             }
         }

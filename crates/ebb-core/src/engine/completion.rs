@@ -53,6 +53,12 @@ impl Engine {
             resident: -(out.freed as i64),
             ..Counters::default()
         };
+        if end == WriteEnd::Stable
+            && out.cleaned > 0
+            && let Some(meta) = self.inodes.get_mut(&inode)
+        {
+            meta.durability.cleaned(run.first, run.first + run.count);
+        }
         let completed = out.cleaned + out.unstable;
         delta.written = completed;
         self.account(inode, delta);

@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod durable;
 mod dynamics;
 mod granules;
 mod invariants;

@@ -1,6 +1,7 @@
 //! The runtime against real threads, real time and real backends.
 
 mod crash;
+mod durable;
 mod errors;
 mod interrupt;
 mod io;
