@@ -495,7 +495,13 @@ impl Engine {
         }
         let wb = &self.wbs[b.index()].counters;
         let wb_reclaimable = wb.writable() + if legacy { wb.unstable() } else { 0 };
-        wb_reclaimable > self.wb_thresh(b, t.bg_thresh)
+        let seconds = &self.cfg.backends[b.index()];
+        let bg = if seconds.dirty_seconds > 0 || seconds.dirty_background_seconds > 0 {
+            self.wb_limits(b, t.thresh, t.bg_thresh).1
+        } else {
+            self.wb_thresh(b, t.bg_thresh)
+        };
+        wb_reclaimable > bg
     }
 
     /// The size of the next chunk of a file (the kernel's `writeback_chunk_size`).

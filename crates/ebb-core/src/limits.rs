@@ -21,6 +21,11 @@
 //! wb_thresh = thresh * (100 - sum(min_ratio))% * num/den + thresh * min_ratio%,
 //!             capped at thresh * max_ratio%
 //! wb_bg_thresh = wb_thresh * bg_thresh / thresh
+//! with dirty_seconds (ebb's own, per backend; avg_bw its smoothed write bandwidth):
+//! wb_thresh    = min(wb_thresh, dirty_seconds * avg_bw)
+//! wb_bg_thresh = min(wb_thresh * bg_thresh / thresh, dirty_background_seconds * avg_bw)
+//!                while the cap binds, the backend is throttled and written back against
+//!                these even below the global freerun and background points (strict_limit)
 //! ```
 //! Ratios use the kernel's `ratio * PAGE_SIZE / 100` trick for sub-percent precision.
 //!
@@ -35,7 +40,8 @@
 //! # Insufficient data
 //! A backend with no completions yet has fraction 0; its threshold is then its `min_ratio`
 //! share, and the throttle's idle-device floor (`(limit - dirty) / 8`, in `throttle`) lets it
-//! start.
+//! start. Before any bandwidth sample a `dirty_seconds` cap uses the estimate's starting value
+//! (100 MB/s, or `initial_write_bandwidth`).
 //!
 //! # Stability
 //! `dirty_limit` jumps up at once but follows `thresh` down by 1/32 of the gap per update and
@@ -138,6 +144,11 @@ pub fn wb_thresh(
     let mut share = (pool * u128::from(num) / u128::from(den)) as u64;
     share += thresh * u64::from(min_ratio) / 100;
     share.min(thresh * u64::from(max_ratio) / 100)
+}
+
+/// The most pages `seconds` of writing at `bw` pages/s take (`dirty_seconds`); no cap for 0.
+pub fn seconds_cap(seconds: u64, bw: u64) -> u64 {
+    if seconds == 0 { u64::MAX } else { seconds.saturating_mul(bw) }
 }
 
 /// A backend's background threshold: its share of `bg_thresh`.

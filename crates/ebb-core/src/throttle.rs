@@ -63,6 +63,8 @@ use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::{CallState, FRAME_BATCH, Writer};
 
+mod shares;
+
 /// Ratelimit while the backend is over its limit (32 KiB).
 const DIRTY_EXCEEDED_RATELIMIT: u64 = 8;
 /// The 2010 draft's fixed bandwidth, bytes/s.
@@ -105,13 +107,6 @@ impl Engine {
         limits::thresholds(avail, &self.knobs())
     }
 
-    /// A backend's share of `thresh`.
-    pub(crate) fn wb_thresh(&self, b: BackendId, thresh: u64) -> u64 {
-        let (num, den) = self.completions.fraction(&self.wbs[b.index()].share);
-        let cfg = &self.cfg.backends[b.index()];
-        limits::wb_thresh(thresh, num, den, self.min_ratio_sum, cfg.min_ratio, cfg.max_ratio)
-    }
-
     /// The worst-case error of per-CPU backend counters (`wb_stat_error`).
     fn wb_stat_error(&self) -> u64 {
         let n = u64::from(self.cfg.nr_cpus);
@@ -138,8 +133,8 @@ impl Engine {
         self.stats.global_counter_reads += 1;
         let c = &self.wbs[b.index()].counters;
         let dirty = c.writable() + c.writeback() + c.unstable();
-        let thresh = self.wb_thresh(b, g.thresh);
-        Backend { dirty, thresh, bg_thresh: limits::wb_bg_thresh(thresh, g.bg_thresh, g.thresh) }
+        let (thresh, bg_thresh) = self.wb_limits(b, g.thresh, g.bg_thresh);
+        Backend { dirty, thresh, bg_thresh }
     }
 
     /// A writer owes a throttle check (`write_pages` returned `NextStep::Check`): fold its
@@ -305,12 +300,18 @@ impl Engine {
     fn ioless_step(&mut self, w: &mut Writer, b: BackendId, pages_dirtied: u64) -> Verdict {
         let hz = self.hz;
         let now_j = self.now.jiffies(hz);
-        let strict = self.cfg.backends[b.index()].strict_limit;
         let g = self.read_global();
-        if g.reclaimable > g.bg_thresh && !self.writeback_in_progress(b) {
+        let own = self.own_limits(b, g.thresh, g.bg_thresh);
+        let strict = own.is_some();
+        let own_bg = self.cfg.backends[b.index()].dirty_seconds > 0 && self.over_bg_thresh(b);
+        if (g.reclaimable > g.bg_thresh || own_bg) && !self.writeback_in_progress(b) {
             self.wake_flusher(b);
         }
-        let wbd = if strict { Some(self.read_backend(b, &g)) } else { None };
+        let wbd = own.map(|(thresh, bg_thresh)| Backend {
+            thresh,
+            bg_thresh,
+            ..self.read_backend(b, &g)
+        });
         let (dirty, thresh, bg) = match wbd {
             Some(d) => (d.dirty, d.thresh, d.bg_thresh),
             None => (g.dirty, g.thresh, g.bg_thresh),

@@ -136,6 +136,19 @@ declare_knobs! {
             /// write throughput; 32 pages (128 KiB) kept ebb's writer faster than the kernel's on
             /// the development machine's virtio disk.
             wbt_min_write_pages: u32 = 32, "pages", Kind::Number { min: 1, max: 65_536 };
+            /// Cap on the backend's share of the dirty threshold: this many seconds of its
+            /// measured write bandwidth (ebb's own); 0: no cap.
+            ///
+            /// A slow or remote backend then never holds more unwritten data than it can write
+            /// in that time, whatever its share of the cache: its writers are throttled against
+            /// its own limit even below the global freerun point (as with `strict_limit`), and
+            /// `sync` or unmount waits at most about that long for it. The kernel approximates
+            /// this with `strict_limit` and per-bdi byte limits.
+            dirty_seconds: u64 = 0, "s", Kind::Number { min: 0, max: 86_400 };
+            /// Cap on the backend's share of the background threshold: this many seconds of its
+            /// write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel
+            /// scales the background threshold.
+            dirty_background_seconds: u64 = 0, "s", Kind::Number { min: 0, max: 86_400 };
             /// Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's
             /// 100 MB/s).
             ///

@@ -48,6 +48,8 @@
 //! | `wbt_lat_usec` | backend | us | unset | 0..=10000000 | wbt read-latency target (0 disables wbt); unset takes the kernel default for the device kind: 2000 solid state, 75000 rotating. |
 //! | `wbt_window_usec` | backend | us | 100000 | 1000..=10000000 | wbt window (the kernel's 100 ms default). |
 //! | `wbt_min_write_pages` | backend | pages | 32 | 1..=65536 | The smallest background write of `wbt = ebb` while reads are active (ebb's own). |
+//! | `dirty_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the dirty threshold: this many seconds of its measured write bandwidth (ebb's own); 0: no cap. |
+//! | `dirty_background_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the background threshold: this many seconds of its write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel scales the background threshold. |
 //! | `initial_write_bandwidth` | backend | bytes/s | unset | 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's 100 MB/s). |
 //! | `retry_timeout_secs` | backend | s | 60 | 0..=31536000 | How long the backend may stay unreachable before fsync and close report EIO (ebb's own; the NFS client's `timeo` x `retrans` of a soft mount plays this role). |
 //! | `flush_on_close` | backend |  | 0 | 0 or 1 | Close writes the file back and commits it before it returns, as an NFS client does for close-to-open consistency (ebb's own for other backends). |

@@ -1,6 +1,7 @@
 //! The runtime against real threads, real time and real backends.
 
 mod crash;
+mod dirty_seconds;
 mod durable;
 mod errors;
 mod interrupt;

@@ -7,8 +7,9 @@ use std::path::Path;
 use super::{Experiment, ExperimentError};
 
 /// `(file name, text)` of every experiment file, sorted by file name.
-pub const FILES: [(&str, &str); 6] = [
+pub const FILES: [(&str, &str); 7] = [
     ("dirtier-fairness.toml", include_str!("../../../../experiments/dirtier-fairness.toml")),
+    ("dirty-seconds.toml", include_str!("../../../../experiments/dirty-seconds.toml")),
     ("ioless-throttling.toml", include_str!("../../../../experiments/ioless-throttling.toml")),
     ("nfs-commit-batching.toml", include_str!("../../../../experiments/nfs-commit-batching.toml")),
     ("reclaim-writeback.toml", include_str!("../../../../experiments/reclaim-writeback.toml")),

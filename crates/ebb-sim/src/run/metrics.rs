@@ -22,6 +22,10 @@ impl Sim<'_> {
         let dirty = m.dirty + m.writeback + m.unstable;
         self.max_dirty = self.max_dirty.max(dirty);
         self.max_limit = self.max_limit.max(m.limit);
+        for (b, max) in self.backend_dirty_max.iter_mut().enumerate() {
+            let s = self.engine.bdi_stats(BackendId(b as u32));
+            *max = (*max).max(s.dirty + s.writeback + s.unstable);
+        }
         let values: [(&'static str, f64); 10] = [
             ("dirty", dirty as f64),
             ("writeback", m.writeback as f64),
@@ -81,6 +85,7 @@ impl Sim<'_> {
         let (elapsed, files) = self.writer_metrics(&mut m);
         self.engine_metrics(&mut m, elapsed, files);
         self.server_metrics(&mut m);
+        self.per_backend_metrics(&mut m);
         if !self.read_latency.is_empty() {
             for (name, value) in self.read_latency.percentiles_us("read_lat_us") {
                 m.insert(name, value);
@@ -101,6 +106,34 @@ impl Sim<'_> {
             simulated_pages: self.device_pages + self.read_pages,
             read_latency_cdf: self.read_latency.cdf_us(READ_CDF_POINTS_MAX),
             writepages_sizes: self.engine.writepages_sizes().to_vec(),
+        }
+    }
+
+    /// Runs whose dd writers write to more than one backend: per backend, the most data it
+    /// held unwritten (`{name}_dirty_mb_max`), its writers' rate up to their last write
+    /// (`{name}_write_mb_s`) and the longest closing fsync of one of them (`{name}_sync_s`,
+    /// what a sync or unmount right after the last write waits for).
+    fn per_backend_metrics(&self, m: &mut BTreeMap<String, f64>) {
+        let fg = || self.writers.iter().filter(|w| w.cycle.is_empty() && !w.planned);
+        let written: std::collections::BTreeSet<usize> = fg().map(|w| w.backend).collect();
+        if written.len() < 2 {
+            return;
+        }
+        for b in written {
+            let name = &self.engine.config().backends[b].name;
+            let mine = || fg().filter(|w| w.backend == b);
+            let mb = self.backend_dirty_max[b] as f64 * PAGE as f64 / 1e6;
+            m.insert(format!("{name}_dirty_mb_max"), mb);
+            let start = mine().filter_map(|w| w.started).min().unwrap_or(Instant::ZERO);
+            let end =
+                mine().filter_map(|w| w.sync_started.or(w.finished)).max().unwrap_or(self.now);
+            let secs = end.saturating_since(start).as_secs_f64().max(1e-9);
+            let bytes: u64 = mine().map(|w| (w.done_before + w.pos - w.seg_start) * PAGE).sum();
+            m.insert(format!("{name}_write_mb_s"), bytes as f64 / 1e6 / secs);
+            let sync = mine()
+                .filter_map(|w| Some(w.finished?.saturating_since(w.sync_started?).as_secs_f64()))
+                .fold(0.0, f64::max);
+            m.insert(format!("{name}_sync_s"), sync);
         }
     }
 

@@ -153,6 +153,8 @@ struct Sim<'a> {
     read_pages: u64,
     max_dirty: u64,
     max_limit: u64,
+    /// Each backend's most dirty + writeback + unstable pages at a sample.
+    backend_dirty_max: Vec<u64>,
     trace: Option<Tracer>,
     readers: Vec<Reader>,
     fsync_errors: u64,

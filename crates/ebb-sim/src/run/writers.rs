@@ -33,6 +33,8 @@ pub(super) struct SimWriter {
     pub(super) state: WriterState,
     pub(super) started: Option<Instant>,
     pub(super) finished: Option<Instant>,
+    /// When its closing fsync began (`conv=fsync`).
+    pub(super) sync_started: Option<Instant>,
     /// Memory workloads (`Workload::Memory`): what follows the current segment.
     pub(super) plan: std::collections::VecDeque<Seg>,
     /// Repeated while foreground writers run; a writer with a cycle is in the background.
@@ -82,6 +84,7 @@ impl SimWriter {
             state: WriterState::NotStarted,
             started: None,
             finished: None,
+            sync_started: None,
             plan: plan.segs.into(),
             cycle: plan.cycle,
             cycle_start: Instant::ZERO,
@@ -129,6 +132,7 @@ impl Sim<'_> {
                         let sw = &mut self.writers[i];
                         self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
                         sw.state = WriterState::Fsyncing(request);
+                        sw.sync_started = Some(self.now);
                         let (handle, inode, b) = (sw.handle, sw.inode, sw.backend);
                         if let Some(check) = self.check.as_deref_mut() {
                             check.issued(request, (inode, b), handle, true);
