@@ -204,17 +204,14 @@ impl Engine {
         self.finish_verdict(w, b, verdict)
     }
 
-    /// A writer's sleep ended or it received [`Action::Resume`]: continue its throttle call.
-    /// A writer back before its sleep ended is told to sleep on, with no state changed.
+    /// A writer's sleep ended ([`Writer::paused_until`]) or it received [`Action::Resume`]:
+    /// continue its throttle call.
     pub fn throttle_continue<M: PageMaps>(
         &mut self,
         now: Instant,
         w: &mut Writer,
         maps: &mut M,
     ) -> Verdict {
-        if let Some(sleep) = w.owed_sleep(now) {
-            return sleep;
-        }
         w.sleep_until = None;
         self.advance(now);
         self.apply_pending(w, maps);

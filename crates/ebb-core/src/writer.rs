@@ -145,9 +145,10 @@ impl Writer {
         self.pending.iter().map(|p| p.dirtied).sum()
     }
 
-    /// The end of the sleep the writer's last verdict asked for, if its throttle call is still
-    /// open: a non-blocking writer that comes back earlier is told to sleep on (see
-    /// [`Writer::owed_sleep`]).
+    /// The end of the sleep the writer's last verdict asked for, while its throttle call waits
+    /// for it: a writer that does not sleep in place (`File::try_write_at`) continues the call
+    /// ([`crate::Engine::throttle_continue`]) only once this has passed, as a sleeping writer
+    /// wakes then, and is throttled exactly as one that slept.
     pub fn paused_until(&self) -> Option<Instant> {
         self.sleep_until
     }
@@ -160,13 +161,6 @@ impl Writer {
             _ => None,
         };
         v
-    }
-
-    /// The sleep a writer still owes at `now`: a writer continuing its throttle call before
-    /// the end of the sleep it was given gets the same sleep again and changes no state, so a
-    /// writer that polls (`File::try_write_at`) is throttled exactly as one that slept.
-    pub(crate) fn owed_sleep(&self, now: Instant) -> Option<crate::Verdict> {
-        self.sleep_until.filter(|&until| now < until).map(|until| crate::Verdict::Sleep { until })
     }
 
     /// Frames held in the writer's reserve.

@@ -76,8 +76,8 @@ pub struct Harness {
     pub unstable_backend: Option<u64>,
     /// Every write asked for: (file, first page, pages).
     pub writes: Vec<(InodeId, u64, u64)>,
-    /// Writers also continue their throttle call halfway through each sleep, as a
-    /// non-blocking writer polling early does.
+    /// Writers also come back halfway through each sleep, as a non-blocking writer polling
+    /// early does (and continue only if `Writer::paused_until` says the pause is over).
     pub poll_early: bool,
     /// Every sleep a verdict asked for: (writer, from, until).
     pub sleeps: Vec<(usize, Instant, Instant)>,
@@ -221,9 +221,15 @@ impl Harness {
                     self.obey(i, v);
                 }
                 Ev::EarlyPoll(i, until) => {
-                    let v =
-                        self.engine.throttle_continue(self.now, &mut self.dds[i].w, &mut self.maps);
-                    assert_eq!(v, Verdict::Sleep { until }, "an early continue sleeps on");
+                    // What a polling writer does before its pause ends: it asks the writer
+                    // when the pause ends, and continues only after that.
+                    let owed = self.dds[i].w.paused_until();
+                    assert_eq!(owed, Some(until), "the pause owed is the verdict's");
+                    if owed.is_none_or(|t| t <= self.now) {
+                        let w = &mut self.dds[i].w;
+                        let v = self.engine.throttle_continue(self.now, w, &mut self.maps);
+                        self.obey(i, v);
+                    }
                 }
                 Ev::WriteDone(io) => {
                     let result = match self.unstable_backend {

@@ -1,5 +1,6 @@
 //! Non-blocking writers: a writer that comes back before the end of its sleep (an event loop
-//! polling `try_write_at`) is throttled exactly as one that slept.
+//! polling `try_write_at`) and continues only once `Writer::paused_until` has passed is
+//! throttled exactly as one that slept.
 
 use ebb_core::*;
 
@@ -8,8 +9,9 @@ use crate::harness::{Harness, config, secs};
 const PAGES_PER_SEC: u64 = 25_600; // 100 MiB/s
 
 /// Two writers on a fast and a slow backend, with every policy: the run where each writer also
-/// continues its throttle call halfway through every sleep gives the same sleeps (writer,
-/// start, end), the same stalls and the same action sequence as the run where writers sleep.
+/// comes back halfway through every sleep, finds the pause it owes in `paused_until` and waits
+/// on, gives the same sleeps (writer, start, end), the same stalls and the same action
+/// sequence as the run where writers sleep.
 #[test]
 fn early_continues_change_no_pause() {
     for policy in [ThrottlePolicy::Ioless, ThrottlePolicy::Bandwidth2010, ThrottlePolicy::Legacy] {

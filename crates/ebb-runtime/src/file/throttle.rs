@@ -5,10 +5,9 @@
 //! `wait_for_page` at a page under writeback), then, once the sleep the verdict asked for has
 //! ended or the wait has been answered, `throttle_continue` until the engine says proceed. A
 //! non-blocking writer keeps what it owes ([`Owed`]) in its handle and pays it at its next
-//! write: called again before the sleep's end it is told to wait on, with no engine call and no
-//! state changed; the engine itself tells a writer that continues early to sleep on
-//! (`ebb_core::Writer::paused_until`). So an event loop that polls is throttled exactly as a
-//! thread that sleeps: the same pauses, the same share of the bandwidth.
+//! write: called again before the sleep's end (`ebb_core::Writer::paused_until`) it is told to
+//! wait on, with no engine call and no state changed. So an event loop that polls is throttled
+//! exactly as a thread that sleeps: the same pauses, the same share of the bandwidth.
 
 use std::future::Future;
 use std::io;
