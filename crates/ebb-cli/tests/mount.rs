@@ -479,7 +479,9 @@ fn a_traced_mount_is_drawn_by_ebb_report() {
     let stdout = String::from_utf8_lossy(&report.stdout);
     assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
     assert!(stdout.contains(" tracepoints over ") && stdout.contains("report.html"), "{stdout}");
-    for file in ["report.html", "trace.json", "dirty.png", "pauses.png"] {
+    // The other charts are drawn only when their events occurred (a pause of a millisecond or
+    // more, a bandwidth update), which depends on the machine's speed.
+    for file in ["report.html", "trace.json", "dirty.png"] {
         assert!(out.join(file).exists(), "ebb report wrote no {file}: {stdout}");
     }
     let missing = Command::new(EBB).args(["report", "/nonexistent/trace"]).output().unwrap();
