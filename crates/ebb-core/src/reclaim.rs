@@ -267,8 +267,13 @@ impl Engine {
 
     /// After an allocation: the sleep direct reclaim's throttle asks of the writer, if any.
     /// Counts it as a reclaim stall of known length.
+    ///
+    /// A throttle set by an earlier allocation whose time has passed asks nothing: taken by a
+    /// later check it was a sleep into the past (swarm seed 8779: the simulator's clock went
+    /// backwards and the engine panicked).
     pub(crate) fn take_direct_throttle(&mut self, w: &mut Writer) -> Option<Verdict> {
-        let until = self.reclaim.direct_throttle.take()?;
+        let now = self.now;
+        let until = self.reclaim.direct_throttle.take().filter(|&until| until >= now)?;
         w.call = CallState::Blocked;
         w.call_start = self.now;
         self.stats.reclaim_stalls += 1;

@@ -150,7 +150,13 @@ impl Engine {
         let reported = self.wbs[meta.backend.index()].outage_reported;
         if self.fsyncs[&request].outage && !reported && counts.dirty > 0 {
             // The backend could not be reached: wait for the file's retry and write again,
-            // rather than answer with data unwritten (write-error policy, module doc).
+            // rather than answer with data unwritten (write-error policy, module doc). If the
+            // retry already fired while this fsync waited for its writes, no retry is left to
+            // wake it: write again now (swarm seeds 2443, 3009, 4534, 8531 waited forever).
+            if meta.retry_at.is_none() {
+                self.fsync_write_phase(request, maps);
+                return;
+            }
             self.fsyncs.get_mut(&request).expect("fsync").phase = FsyncPhase::Retrying;
             return;
         }

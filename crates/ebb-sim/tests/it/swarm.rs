@@ -101,3 +101,41 @@ fn seeds_across_policies_pass() {
     eprintln!("{} seeds in {:.1} s", outcomes.len(), started.elapsed().as_secs_f64());
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A fault window and a crash in an experiment file reach the run; a bad one is refused
+/// with its key and reason.
+#[test]
+fn experiment_files_declare_faults() {
+    let base = Draw::generate(3, "ioless");
+    let mut draw = base.clone();
+    draw.faults = vec![swarm::draw::DrawFault {
+        backend: 0,
+        from_ms: 100,
+        until_ms: Some(900),
+        errno: 28,
+        delay_ms: 5,
+    }];
+    draw.crash = Some(swarm::draw::DrawCrash { at_ms: 1500, power_cut: true });
+    let text = draw.to_toml();
+    assert!(text.contains("errno = \"ENOSPC\""), "{text}");
+    let experiment = ebb_sim::experiment::Experiment::parse(Path::new("f.toml"), &text)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = &experiment.runs(&Default::default())[0];
+    assert_eq!(spec.faults.len(), 1);
+    assert_eq!(spec.faults[0].errno, 28);
+    assert_eq!(spec.faults[0].until, Some(ebb_core::Duration::from_millis(900)));
+    assert_eq!(
+        spec.crash.map(|c| (c.at, c.power_cut)),
+        Some((ebb_core::Duration::from_millis(1500), true))
+    );
+    for (bad, key, reason) in [
+        ("errno = \"ENOSPC\"", "errno = \"ENOPE\"", "unknown errno"),
+        ("until = \"900ms\"", "until = \"50ms\"", "must be after `from`"),
+    ] {
+        let broken = text.replace(bad, key);
+        let e = ebb_sim::experiment::Experiment::parse(Path::new("f.toml"), &broken)
+            .expect_err("refused");
+        let message = e.to_string();
+        assert!(message.contains("fault[0]") && message.contains(reason), "{message}");
+    }
+}
