@@ -218,7 +218,6 @@ impl Sim<'_> {
             if at > limit {
                 break;
             }
-            assert!(at >= self.now, "{ev:?} scheduled at {at}, before now {}", self.now);
             self.now = at;
             match ev {
                 Ev::Step(i) => self.step(i),
