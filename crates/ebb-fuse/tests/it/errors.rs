@@ -171,7 +171,11 @@ fn a_writer_killed_while_its_pages_are_held_exits_and_its_data_drains() {
         status.is_some()
     });
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.unwrap().signal(), Some(9), "dd died of the SIGKILL");
+    // dd dies of the SIGKILL, or, on a slow run, had already failed with the held ENOSPC when
+    // the signal came (a writer blocked by a cache full of held pages fails): either way it
+    // is not stuck.
+    let status = status.unwrap();
+    assert!(status.signal() == Some(9) || status.code() == Some(1), "dd's end: {status}");
     let cached = std::fs::metadata(fx.mnt.join("big")).unwrap().len();
     std::fs::remove_file(fx.dir.join("filler")).unwrap();
     let big = fx.dir.join("big");
