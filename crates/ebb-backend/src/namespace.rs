@@ -280,6 +280,16 @@ pub trait Namespace: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// Whether removing an object's last name destroys it at once, also for those who still
+    /// hold a node of it (an NFS server answers `ESTALE` to its file handle). The filesystem
+    /// then hides the name of a file still open through the mount instead of removing it
+    /// (renamed to a hidden name in the same directory, as the kernel's NFS client does), and
+    /// removes the hidden name at the last close. Default: false (a removed file open through
+    /// the mount stays usable, as a descriptor keeps a local file).
+    fn removal_destroys_open_files(&self) -> bool {
+        false
+    }
+
     /// The root directory.
     fn root(&self) -> io::Result<(Self::Node, Attr)>;
 

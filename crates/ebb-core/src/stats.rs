@@ -135,6 +135,9 @@ pub struct Stats {
     pub write_pages: u64,
     /// Writes that failed.
     pub write_errors: u64,
+    /// Failed writes and COMMITs whose every page was truncated away or discarded while they
+    /// were in flight: nothing was lost, so nothing is reported or retried.
+    pub errors_of_dropped_pages: u64,
     /// Reads issued.
     pub reads: u64,
     /// Pages in those reads.

@@ -402,6 +402,7 @@ impl Ebb {
                     lane: Mutex::default(),
                     sync_lock: Mutex::new(()),
                     durable: Default::default(),
+                    discarded: false.into(),
                 });
                 shared.files.write().insert(inode, fs.clone());
                 fs
@@ -446,6 +447,7 @@ impl Ebb {
             return;
         }
         let inode = fs.inode;
+        fs.discarded.store(true, Ordering::Release);
         fs.size.store(0, Ordering::Release);
         shared.enter(|core, maps, now| {
             core.engine.handle(now, Event::Truncate { inode, first_page: 0 }, maps);
@@ -545,8 +547,8 @@ fn drain(
 fn sync_files(shared: &Shared, engine: io::Result<()>) -> io::Result<()> {
     let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
     let mut first_err = engine.err();
-    for fs in files {
-        if let Err(e) = file::sync_backend_file(shared, &fs) {
+    for fs in files.iter().filter(|fs| !fs.discarded.load(Ordering::Acquire)) {
+        if let Err(e) = file::sync_backend_file(shared, fs) {
             first_err.get_or_insert(e);
         }
     }

@@ -82,6 +82,9 @@ pub(crate) struct FileState {
     pub(crate) sync_lock: Mutex<()>,
     /// Who is told when the durable length grows (`file/durable.rs`).
     pub(crate) durable: crate::file::DurableWatch,
+    /// Discarded (`Ebb::discard`, the last handle closed): its cached pages are dropped, and
+    /// a sync of everything no longer syncs its backend file, which may be gone.
+    pub(crate) discarded: AtomicBool,
 }
 
 /// One file's writes, issued back to back by one thread at a time.
@@ -382,14 +385,18 @@ impl Shared {
         }
         let mut core = self.core.lock();
         // A file whose key was forgotten (discarded while this handle was open) can never be
-        // attached again: it leaves now, closing its backend file, unless IO of it is in flight.
-        if core.keys.get(&fs.key) != Some(&fs.inode) && core.engine.inode_idle(fs.inode) {
+        // attached again: its pages are dropped, and it leaves now, closing its backend file,
+        // unless IO of it is in flight (then the closed-file list forgets it once idle).
+        if core.keys.get(&fs.key) != Some(&fs.inode) {
+            fs.discarded.store(true, Ordering::Release);
             let now = self.now();
             let mut maps = Maps { files: &self.files };
             core.engine.handle(now, Event::Truncate { inode: fs.inode, first_page: 0 }, &mut maps);
             self.dispatch(&mut core);
-            self.files.write().remove(&fs.inode);
-            return;
+            if core.engine.inode_idle(fs.inode) {
+                self.files.write().remove(&fs.inode);
+                return;
+            }
         }
         core.closed.push_back(fs.inode);
         let mut kept = std::collections::VecDeque::new();

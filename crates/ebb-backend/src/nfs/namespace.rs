@@ -195,6 +195,10 @@ impl Namespace for NfsNamespace {
         Arc::new(self.backend.clone())
     }
 
+    fn removal_destroys_open_files(&self) -> bool {
+        true
+    }
+
     fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
         self.backend.writeback_settings(settings);
     }

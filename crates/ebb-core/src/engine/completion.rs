@@ -30,21 +30,27 @@ impl Engine {
             Ok(Stability::Unstable { verifier }) => {
                 WriteEnd::Unstable(self.verifier_slot(b, verifier))
             }
-            Err(e) => {
-                self.stats.write_errors += 1;
-                if held_retry && e.class() == ErrorClass::Hold {
-                    self.stats.held_retries_failed += 1;
-                    self.schedule_retry(inode, ErrorClass::Hold);
-                } else {
-                    self.write_failed(b, inode, e);
-                }
-                if e.class() == ErrorClass::Hold { WriteEnd::Hold } else { WriteEnd::Redirty }
-            }
+            Err(e) if e.class() == ErrorClass::Hold => WriteEnd::Hold,
+            Err(_) => WriteEnd::Redirty,
         };
         if result.is_ok() {
             self.backend_reached(b);
         }
         let out = maps.with(inode, |m| m.end_writeback(run, end));
+        if let Err(e) = result {
+            self.stats.write_errors += 1;
+            if out.redirtied == 0 {
+                // Every page of the write was truncated away (or the file discarded) while it
+                // was in flight: the failure lost nothing the file still holds, so it is
+                // neither reported nor retried. A server that lost a deleted file answers so.
+                self.stats.errors_of_dropped_pages += 1;
+            } else if held_retry && e.class() == ErrorClass::Hold {
+                self.stats.held_retries_failed += 1;
+                self.schedule_retry(inode, ErrorClass::Hold);
+            } else {
+                self.write_failed(b, inode, e);
+            }
+        }
         let mut delta = Counters {
             writeback: -(run.count as i64),
             dirty: out.redirtied as i64,
@@ -345,9 +351,15 @@ impl Engine {
                 })
             }
             Err(e) => {
-                self.write_failed(b, inode, e);
                 // The server may have lost the data: write it again.
-                maps.with(inode, |m| m.resolve_commit(&batch, |_| false))
+                let out = maps.with(inode, |m| m.resolve_commit(&batch, |_| false));
+                if out.redirtied > 0 {
+                    self.write_failed(b, inode, e);
+                } else {
+                    // Its pages were truncated away meanwhile: nothing to lose (as for writes).
+                    self.stats.errors_of_dropped_pages += 1;
+                }
+                out
             }
         };
         if result.is_ok() {

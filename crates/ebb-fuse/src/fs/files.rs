@@ -24,9 +24,15 @@ struct Anchor {
     open_handles: usize,
     /// The last name was removed: drop the anchor at the last close.
     unlinked: bool,
+    /// Removes the hidden name the file was given instead of removing its last name while it
+    /// was open (see [`Files::hide`]); run at the last close.
+    remove_hidden: Option<RemoveHidden>,
     /// Keeps the file's times alive while it is anchored.
     _times: Arc<FileTimes>,
 }
+
+/// Removes a hidden name (see [`Files::hide`]).
+pub(crate) type RemoveHidden = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
 /// An open file.
 pub(crate) struct Handle {
@@ -58,6 +64,16 @@ fn close_anchor(anchor: Anchor) -> io::Result<()> {
     match Arc::into_inner(anchor.file) {
         Some(file) => file.close(),
         None => Ok(()),
+    }
+}
+
+/// Runs a hidden name's removal, if any; a failure is said (the name stays behind, as a
+/// `.nfs` file of the kernel's client does when its removal fails).
+fn remove_hidden(remove: Option<RemoveHidden>) {
+    if let Some(remove) = remove
+        && let Err(error) = remove()
+    {
+        eprintln!("ebb mount: removing the hidden name of a removed file: {error}");
     }
 }
 
@@ -95,8 +111,38 @@ impl Files {
     /// were the application handles' to report; see [`crate::Mount::unmount`].
     pub(crate) fn close_anchors(&self) {
         let anchors: Vec<Anchor> = self.anchors.lock().drain().map(|(_, anchor)| anchor).collect();
-        for anchor in anchors {
+        for mut anchor in anchors {
+            let hidden = anchor.remove_hidden.take();
             let _ = close_anchor(anchor);
+            remove_hidden(hidden);
+        }
+    }
+
+    /// Whether a handle of the regular file `id` is open through the mount.
+    pub(crate) fn is_open(&self, id: FileId) -> bool {
+        self.anchors.lock().get(&id).is_some_and(|anchor| anchor.open_handles > 0)
+    }
+
+    /// The open file `id` lost its last name, which was renamed to a hidden one instead of
+    /// removed (the namespace destroys a removed file at once, see
+    /// `Namespace::removal_destroys_open_files`): `remove` removes the hidden name at the
+    /// last close, after which the file's cached data is dropped. If the file was closed
+    /// meanwhile, the hidden name is removed now.
+    pub(crate) fn hide(&self, id: FileId, remove: RemoveHidden) {
+        let late = {
+            let mut anchors = self.anchors.lock();
+            match anchors.get_mut(&id) {
+                Some(anchor) if anchor.open_handles > 0 => {
+                    anchor.unlinked = true;
+                    anchor.remove_hidden = Some(remove);
+                    None
+                }
+                _ => Some(remove),
+            }
+        };
+        if late.is_some() {
+            remove_hidden(late);
+            self.after_remove(id);
         }
     }
 
@@ -282,7 +328,14 @@ impl Files {
                 };
                 let file = Arc::new(file);
                 let _times = Arc::clone(&times);
-                let anchor = Anchor { key, file, open_handles: 1, unlinked: false, _times };
+                let anchor = Anchor {
+                    key,
+                    file,
+                    open_handles: 1,
+                    unlinked: false,
+                    remove_hidden: None,
+                    _times,
+                };
                 anchors.insert(id, anchor);
                 key
             }
@@ -334,14 +387,16 @@ impl Files {
                 None => None,
             }
         };
-        if let Some(anchor) = closing {
+        if let Some(mut anchor) = closing {
             let (key, unlinked) = (anchor.key, anchor.unlinked);
             if !unlinked {
                 self.idle_keys.lock().insert(id, key);
             }
+            let hidden = anchor.remove_hidden.take();
             if let Err(error) = close_anchor(anchor) {
                 eprintln!("ebb mount: closing a file: {error}");
             }
+            remove_hidden(hidden);
             if unlinked {
                 // The last close of a file without a name: nobody can read its data again.
                 self.data.discard(key);

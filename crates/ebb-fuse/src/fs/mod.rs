@@ -23,6 +23,12 @@
 //! the old file's cached pages. The mtime and ctime of files written through the cache are
 //! kept by ebb ([`crate::times`]).
 //!
+//! A file open through the mount whose last name is removed (unlink, or a rename onto it)
+//! stays usable through its descriptors. A local directory's node keeps it alive; an NFS
+//! server destroys a removed file at once, so over NFS the name is renamed to a hidden
+//! `.ebb-removed-*` name in the same directory instead, removed at the last close, as the
+//! kernel's NFS client does with its `.nfs*` names.
+//!
 //! The kernel keeps no copy of the data: files are opened with `FOPEN_DIRECT_IO`, so every
 //! `read(2)` and `write(2)` reaches us. A `MAP_SHARED` `mmap` (even read-only) therefore fails
 //! with `ENODEV` (the kernel refuses it for direct-IO files unless the filesystem asks for

@@ -169,10 +169,50 @@ impl<N: Namespace> Inner<N> {
         self.files.check_writable()?;
         let dir = self.node(parent)?;
         let removed = self.regular_file(&dir, name);
+        if let Some((file, true)) = removed
+            && self.hide_instead(file)
+        {
+            return self.hide(&dir, name, file, caller);
+        }
         self.ns.unlink(&dir, name, caller).map_err(to_errno)?;
         if let Some((file, last)) = removed {
             self.name_removed(file, last);
         }
+        Ok(())
+    }
+
+    /// Whether removing the last name of the regular file `file` must hide it instead: it is
+    /// open through the mount and the namespace would destroy it at once.
+    fn hide_instead(&self, file: FileId) -> bool {
+        self.ns.removal_destroys_open_files() && self.files.is_open(file)
+    }
+
+    /// Renames `name` in `dir`, the last name of the open file `file`, to a hidden name that
+    /// is removed at the file's last close, as the kernel's NFS client does ("silly rename"):
+    /// the file's handles keep working until then.
+    fn hide(
+        &self,
+        dir: &N::Node,
+        name: &OsStr,
+        file: FileId,
+        caller: &Credentials,
+    ) -> Result<(), Errno> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let hidden = loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let hidden = OsString::from(format!(".ebb-removed-{:x}-{n:x}", file.0));
+            // A rename replaces: never onto a name that exists.
+            match self.ns.lookup(dir, &hidden) {
+                Err(error) if error.raw_os_error() == Some(libc::ENOENT) => break hidden,
+                Err(error) => return Err(to_errno(error)),
+                Ok(_) => continue,
+            }
+        };
+        let flags = ebb_backend::RenameFlags::default();
+        self.ns.rename(dir, name, dir, &hidden, flags, caller).map_err(to_errno)?;
+        let (ns, dir, caller) = (Arc::clone(&self.ns), dir.clone(), caller.clone());
+        self.files.hide(file, Box::new(move || ns.unlink(&dir, &hidden, &caller)));
+        self.files.status_changed(file);
         Ok(())
     }
 
@@ -210,8 +250,15 @@ impl<N: Namespace> Inner<N> {
         let to = self.node(new_parent)?;
         let source = self.regular_file(&from, name);
         // A replaced target loses a name (unless it is the source itself, or swapped).
-        let replaced = if exchange { None } else { self.regular_file(&to, new_name) }
+        let mut replaced = if exchange { None } else { self.regular_file(&to, new_name) }
             .filter(|(file, _)| Some(*file) != source.map(|(source, _)| source));
+        if let Some((file, true)) = replaced
+            && self.hide_instead(file)
+        {
+            // Hidden first, so the rename replaces nothing (the kernel's NFS client does so).
+            self.hide(&to, new_name, file, caller)?;
+            replaced = None;
+        }
         self.ns.rename(&from, name, &to, new_name, rename_flags, caller).map_err(to_errno)?;
         if let Some((file, last)) = replaced {
             self.name_removed(file, last);

@@ -241,3 +241,65 @@ fn punched_and_zeroed_ranges_read_as_zeros() {
         assert!(blocks * 512 < 1_000_000, "{data:?}: the hole must free space ({blocks} blocks)");
     }
 }
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+// A file removed (or replaced by a rename) while open stays usable through its descriptor, as
+// on a local filesystem, also over NFS, whose server destroys a removed file at once: the
+// mount hides its name until the last close, as the kernel's NFS client does. Writes, reads,
+// fsync and close of the removed file report nothing, and no hidden name outlives the close.
+#[test]
+fn a_removed_open_file_stays_usable_over_nfs() {
+    use std::os::unix::fs::FileExt;
+    let Some(mut fx) = Fixture::nfs(Some(64 << 20)) else { return };
+    let data: Vec<u8> = (0..(3 << 20) as u32).map(|i| (i % 251) as u8).collect();
+    for replace in [false, true] {
+        let path = fx.mnt.join("f");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.write_all_at(&data, 0).unwrap();
+        if replace {
+            std::fs::write(fx.mnt.join("g"), b"new").unwrap();
+            std::fs::rename(fx.mnt.join("g"), &path).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), b"new", "the rename's result");
+        } else {
+            std::fs::remove_file(&path).unwrap();
+            assert!(!path.exists(), "the name is gone");
+        }
+        let hidden = names_in(&fx.dir);
+        assert!(hidden.iter().any(|n| n.starts_with(".ebb-removed-")), "hidden: {hidden:?}");
+        file.write_all_at(&data[..4096], 1 << 20).unwrap();
+        file.sync_all().expect("fsync of the removed file");
+        let mut back = vec![0; data.len()];
+        file.read_exact_at(&mut back, 0).unwrap();
+        let mut expected = data.clone();
+        expected[1 << 20..(1 << 20) + 4096].copy_from_slice(&data[..4096]);
+        assert!(back == expected, "the removed file reads what was written");
+        drop(file);
+        let names = names_in(&fx.dir);
+        let want: Vec<String> = if replace { vec!["f".into()] } else { vec![] };
+        // The release that removes the hidden name may follow close(2) by a moment.
+        for _ in 0..500 {
+            if names_in(&fx.dir) == want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(names_in(&fx.dir), want, "after the close (before: {names:?})");
+        let _ = std::fs::remove_file(&path);
+    }
+    fx.unmount();
+}

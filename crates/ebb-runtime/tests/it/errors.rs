@@ -185,3 +185,43 @@ fn a_files_errors_are_queryable() {
     file.fsync().unwrap();
     assert_eq!(file.errors().unwrap().dirty_pages, 0);
 }
+
+/// A file discarded (deleted underneath: an NFS server then answers `ESTALE`) while its
+/// writes are in flight: neither the sync running then nor a later one reports an error of it,
+/// whether its writes fail (they carried nothing anyone can read) or succeed and the backend
+/// file's own sync then fails, and nothing of the file is left dirty.
+#[test]
+fn a_discarded_file_in_writeback_is_not_reported() {
+    discard_during_writeback(true);
+    discard_during_writeback(false);
+}
+
+fn discard_during_writeback(writes_fail: bool) {
+    let (ebb, plan, backend) = faulty_cache(64 << 20);
+    let file = ebb.attach("f", 7, backend.open("gone", CREATE).unwrap()).unwrap();
+    file.write_at(&[3u8; 256 << 10], 0).unwrap();
+    file.close().unwrap();
+    plan.delay(FaultOp::Write, std::time::Duration::from_millis(300));
+    if writes_fail {
+        plan.fail_always(FaultOp::Write, libc::ESTALE);
+    }
+    plan.fail_always(FaultOp::Sync, libc::ESTALE);
+    plan.fail_always(FaultOp::Commit, libc::ESTALE);
+    let syncing = {
+        let ebb = ebb.clone();
+        std::thread::spawn(move || ebb.sync())
+    };
+    while ebb.stats().meminfo.writeback == 0 {
+        assert!(!syncing.is_finished(), "the sync ended before any write went out");
+        std::thread::yield_now();
+    }
+    ebb.discard("f", 7).unwrap();
+    let during = syncing.join().unwrap();
+    let after = ebb.sync();
+    plan.clear();
+    let case = if writes_fail { "failing writes" } else { "failing syncs" };
+    assert!(during.is_ok(), "{case}: the sync running at the discard reported {during:?}");
+    assert!(after.is_ok(), "{case}: a later sync reported {after:?}");
+    let s = ebb.stats();
+    assert_eq!((s.meminfo.dirty, s.meminfo.writeback), (0, 0), "{case}: {:?}", s.meminfo);
+}
