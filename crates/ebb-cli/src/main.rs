@@ -130,8 +130,10 @@ struct MountArgs {
     endpoint: Option<String>,
     /// Where to mount.
     mountpoint: PathBuf,
-    /// Memory budget of the cache, e.g. 4GiB (default 256MiB). The IO threads' buffers come on
-    /// top: up to 36 MiB with a directory, 64 MiB with S3 (eight 8 MiB parts in flight).
+    /// Memory budget, e.g. 4GiB (default 256MiB): the cache and the IO threads' buffers
+    /// together. A quarter of it (at least one largest write, at most one per IO thread) is set
+    /// aside for the buffers: 16 MiB of 256 MiB with a directory, 64 MiB with S3 (eight 8 MiB
+    /// parts in flight); the cache gets the rest, at least 4 MiB.
     #[arg(long)]
     memory: Option<String>,
     /// One flag per knob of the registry (`--dirty_ratio 10`, `--wbt off`, `--strict_limit`),

@@ -26,6 +26,7 @@
 struct ReadmeExamples;
 
 mod alarm;
+mod bufpool;
 mod device;
 mod file;
 mod frames;
@@ -90,10 +91,14 @@ impl Builder {
         }
     }
 
-    /// The memory budget in bytes; the cache never holds more (at least 4 MiB). The IO threads'
-    /// buffers come on top: per thread one as large as its largest read or write (at least
-    /// 512 KiB), and for backends with `serial_writes` one 2 MiB huge-page buffer per write in
-    /// flight plus at most 8 spare (at most 32 MiB with the default 8 threads).
+    /// The memory budget in bytes: the cache's frames and the IO threads' buffers together never
+    /// hold more. At `build` a part is set aside for the buffers (a write copies its run out of
+    /// the cache into one; a read fills one): a quarter of the budget, at least the largest
+    /// write (rounded up to 512 KiB, or to 2 MiB huge pages for backends with `serial_writes`),
+    /// at most one such write per IO thread; 16 MiB of 256 MiB for local directories, 64 MiB
+    /// for S3 with 8 MiB parts. The engine gets the rest (its dirty thresholds derive from it),
+    /// which must be at least 4 MiB: `build` refuses a smaller budget, naming the numbers.
+    /// Writers' one-page reads for partial writes (4 KiB each) are not counted.
     pub fn memory(mut self, bytes: u64) -> Builder {
         self.memory = bytes;
         self
@@ -245,6 +250,7 @@ impl Builder {
         for setting in &self.knobs {
             setting.apply(&mut config);
         }
+        let buf_bytes = set_aside_buffers(&mut config, &slots, self.io_threads)?;
         config.validate().map_err(config_error)?;
         config.trace = self.trace.is_some();
         let trace = match &self.trace {
@@ -256,7 +262,8 @@ impl Builder {
         };
         let clock = std::time::Instant::now();
         let engine = Engine::new(config, ebb_core::Instant::ZERO).map_err(config_error)?;
-        let (shared, threads) = Shared::start(engine, slots, self.io_threads, clock, trace);
+        let (shared, threads) =
+            Shared::start(engine, slots, self.io_threads, buf_bytes, clock, trace);
         Ok(Ebb {
             inner: Arc::new(Inner {
                 shared,
@@ -267,8 +274,55 @@ impl Builder {
     }
 }
 
+/// Sets the IO buffers' part of the memory budget aside ([`bufpool::reserve`]; the largest
+/// buffer is the largest write of any backend, in a huge-page buffer for `serial_writes`) and
+/// leaves the engine the rest; returns the buffers' bytes. Errors: `InvalidInput` naming the
+/// numbers when the rest is below the smallest cache, 4 MiB.
+fn set_aside_buffers(
+    config: &mut Config,
+    slots: &[BackendSlot],
+    io_threads: usize,
+) -> io::Result<usize> {
+    let largest = config
+        .backends
+        .iter()
+        .zip(slots)
+        .map(|(b, slot)| {
+            let len = (u64::from(b.max_write_pages) * PAGE_SIZE) as usize;
+            bufpool::alloc_size(len, slot.caps.serial_writes) as u64
+        })
+        .max()
+        .unwrap_or(0);
+    let budget = config.memory_bytes;
+    let reserve = bufpool::reserve(budget, largest, io_threads);
+    const MIN_CACHE: u64 = 4 << 20;
+    if budget < reserve + MIN_CACHE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "ebb configuration: memory_bytes: {budget} bytes leave less than the smallest \
+                 cache (4 MiB) after {reserve} bytes of IO buffers (the largest write is \
+                 {largest} bytes); the budget must be at least {} bytes, or max_write_pages \
+                 smaller",
+                reserve + MIN_CACHE
+            ),
+        ));
+    }
+    config.memory_bytes = budget - reserve;
+    Ok(reserve as usize)
+}
+
 pub(crate) fn config_error(e: ConfigError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("ebb configuration: {e}"))
+}
+
+/// The IO buffers' part of the memory budget ([`Ebb::io_buffers`]), in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoBuffers {
+    /// Set aside for them at build.
+    pub reserved: u64,
+    /// The most held at once so far (never above `reserved`).
+    pub peak: u64,
 }
 
 pub(crate) struct Inner {
@@ -486,6 +540,14 @@ impl Ebb {
     /// from its device (rotational, queue depth) and capabilities.
     pub fn config(&self) -> Config {
         self.shared().core.lock().engine.config().clone()
+    }
+
+    /// The IO buffers' part of the memory budget: the bytes set aside for them (the engine's
+    /// memory, [`Config::memory_bytes`] of [`Ebb::config`], is the budget less these) and the
+    /// most bytes of buffers held at once so far.
+    pub fn io_buffers(&self) -> IoBuffers {
+        let bufs = &self.shared().bufs;
+        IoBuffers { reserved: bufs.limit() as u64, peak: bufs.peak() as u64 }
     }
 
     /// The cache's state, shaped like `/proc/meminfo` and `/sys/class/bdi/*/stats`.

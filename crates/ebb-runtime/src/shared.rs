@@ -37,6 +37,7 @@ use ebb_core::{
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::bufpool::BufPool;
 use crate::frames::FramePool;
 
 pub(crate) const PAGE: usize = PAGE_SIZE as usize;
@@ -111,10 +112,6 @@ struct LaneWrite {
     len: usize,
     buf: AlignedBuf,
 }
-
-/// Write buffers kept for reuse by lanes (a large aligned allocation is otherwise mapped,
-/// faulted in and unmapped for every write).
-const SPARE_BUFS: usize = 8;
 
 /// A one-shot answer a thread waits for.
 pub(crate) struct Slot {
@@ -234,8 +231,8 @@ pub(crate) struct Shared {
     /// Direct reads' start and end events, delivered to the engine at its next entry, so a
     /// reader never waits for the engine lock (its latency is what wbt protects).
     pub(crate) direct_reads: crossbeam::queue::SegQueue<Event>,
-    /// Spare write buffers for lanes.
-    bufs: Mutex<Vec<AlignedBuf>>,
+    /// The IO buffers, within the part of the memory budget set aside for them.
+    pub(crate) bufs: BufPool,
     /// Every writer's throttle pauses (for the stats), recorded as a writer goes to sleep.
     pub(crate) pauses: Mutex<crate::pauses::Pauses>,
     /// Where the engine's trace events go, if the cache is traced.
@@ -275,6 +272,7 @@ impl Shared {
         engine: Engine,
         backends: Vec<BackendSlot>,
         io_threads: usize,
+        buf_bytes: usize,
         clock: std::time::Instant,
         trace: Option<(crate::trace::Tracer, crate::trace::TraceFile)>,
     ) -> (Arc<Shared>, Vec<std::thread::JoinHandle<()>>) {
@@ -303,7 +301,7 @@ impl Shared {
             ids: AtomicU64::new(1),
             open_lock: Mutex::new(()),
             direct_reads: crossbeam::queue::SegQueue::new(),
-            bufs: Mutex::new(Vec::new()),
+            bufs: BufPool::new(buf_bytes),
             pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
             trace: tracer,
             alarms: Default::default(),
@@ -557,16 +555,13 @@ impl Shared {
     }
 
     fn io_worker(&self, rx: &Receiver<Job>) {
-        let mut buf = AlignedBuf::zeroed(128 * PAGE);
         while let Ok(job) = rx.recv() {
             match job {
                 Job::Stop => break,
-                Job::Write { io, inode, first, pages } => {
-                    self.write_job(io, inode, first, pages, &mut buf);
-                }
+                Job::Write { io, inode, first, pages } => self.write_job(io, inode, first, pages),
                 Job::WriteDone { io, result } => self.write_done(io, result),
                 Job::Read { io, inode, first, frames } => {
-                    let result = self.do_read(inode, first, &frames, &mut buf);
+                    let result = self.do_read(inode, first, &frames);
                     self.enter(|core, maps, now| {
                         core.engine.handle(now, Event::ReadDone { io, result }, maps)
                     });
@@ -590,12 +585,6 @@ impl Shared {
         }
     }
 
-    fn grow(buf: &mut AlignedBuf, len: usize) {
-        if buf.len() < len {
-            *buf = AlignedBuf::zeroed(len.next_multiple_of(128 * PAGE));
-        }
-    }
-
     fn write_done(&self, io: IoId, result: Result<Stability, IoError>) {
         self.enter(|core, maps, now| {
             core.engine.handle(now, Event::WriteDone { io, result }, maps)
@@ -603,20 +592,22 @@ impl Shared {
     }
 
     /// A write job: pages `first..first + pages` (all under writeback) go to the backend, from
-    /// this thread's buffer, or through the file's lane when the backend serialises writes.
-    fn write_job(&self, io: IoId, inode: InodeId, first: u64, pages: u64, buf: &mut AlignedBuf) {
+    /// a buffer of the pool, or through the file's lane when the backend serialises writes.
+    fn write_job(&self, io: IoId, inode: InodeId, first: u64, pages: u64) {
         let Some(fs) = self.file(inode) else {
             return self.write_done(io, Err(IoError { errno: ebb_core::event::errno::EIO }));
         };
         let len = pages as usize * PAGE;
         let offset = first * PAGE_SIZE;
         if !self.backends[fs.backend.index()].caps.serial_writes {
-            Self::grow(buf, len);
-            self.gather(&fs, first, pages, buf);
+            let mut buf = self.bufs.take(len, false);
+            self.gather(&fs, first, pages, &mut buf);
             let result = self.write_out(&fs, offset, &buf[..len]);
+            self.bufs.give(buf);
             return self.write_done(io, result);
         }
-        let mut own = self.take_buf(len);
+        // Huge-page backed: one scatter-gather segment per write (`AlignedBuf::huge`).
+        let mut own = self.bufs.take(len, true);
         self.gather(&fs, first, pages, &mut own);
         {
             let mut lane = fs.lane.lock();
@@ -637,11 +628,7 @@ impl Shared {
                 (w, more)
             };
             let result = self.write_out(&fs, w.offset, &w.buf[..w.len]);
-            let mut spare = self.bufs.lock();
-            if spare.len() < SPARE_BUFS {
-                spare.push(w.buf);
-            }
-            drop(spare);
+            self.bufs.give(w.buf);
             // With more queued another thread reports this write; the last is reported here
             // (so a lone driver, io_threads = 1, never waits on itself).
             if !(more && self.jobs.send(Job::WriteDone { io: w.io, result }).is_ok()) {
@@ -663,17 +650,6 @@ impl Shared {
                 None => dst.fill(0),
             }
         }
-    }
-
-    /// A spare buffer of at least `len` bytes, or a new one.
-    fn take_buf(&self, len: usize) -> AlignedBuf {
-        let mut spare = self.bufs.lock();
-        if let Some(i) = spare.iter().position(|b| b.len() >= len) {
-            return spare.swap_remove(i);
-        }
-        drop(spare);
-        // Huge-page backed: one scatter-gather segment per write (`AlignedBuf::huge`).
-        AlignedBuf::huge(len)
     }
 
     /// Writes `bytes` at `offset`, in pieces of at most the backend's largest IO, then trims
@@ -711,33 +687,43 @@ impl Shared {
     /// `frames[i]`); bytes past the end of the backend file read as zeros.
     /// A page of the range written, written back and evicted while the read is in flight, or
     /// truncated meanwhile, does not get these (older) bytes: the engine leaves it out.
-    fn do_read(
+    fn do_read(&self, inode: InodeId, first: u64, frames: &[FrameId]) -> Result<(), IoError> {
+        let Some(fs) = self.file(inode) else { return Ok(()) };
+        let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
+        // Pieces of whole pages, none larger than the backend's largest IO or the pool allows.
+        let piece = (max.min(self.bufs.limit()) / PAGE).max(1);
+        let mut buf = self.bufs.take(frames.len().min(piece) * PAGE, false);
+        let result = self.read_pieces(&fs, first, frames, piece, &mut buf);
+        self.bufs.give(buf);
+        result
+    }
+
+    /// [`Shared::do_read`]'s reads, `piece` pages at a time through `buf`; past a short read
+    /// the frames get zeros.
+    fn read_pieces(
         &self,
-        inode: InodeId,
+        fs: &FileState,
         first: u64,
         frames: &[FrameId],
+        piece: usize,
         buf: &mut AlignedBuf,
     ) -> Result<(), IoError> {
-        let Some(fs) = self.file(inode) else { return Ok(()) };
-        let len = frames.len() * PAGE;
-        Self::grow(buf, len);
-        let offset = first * PAGE_SIZE;
-        let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
-        let mut at = 0;
-        while at < len {
-            let end = (at + max).min(len);
-            let n = fs
-                .file
-                .read_at(&mut buf[at..end], offset + at as u64)
-                .map_err(|e| to_io_error(&e))?;
-            if at + n < end {
-                buf[at + n..len].fill(0);
-                break;
+        let mut short = false;
+        for (k, chunk) in frames.chunks(piece).enumerate() {
+            let len = chunk.len() * PAGE;
+            if short {
+                buf[..len].fill(0);
+            } else {
+                let offset = (first + (k * piece) as u64) * PAGE_SIZE;
+                let n = fs.file.read_at(&mut buf[..len], offset).map_err(|e| to_io_error(&e))?;
+                if n < len {
+                    buf[n..len].fill(0);
+                    short = true;
+                }
             }
-            at = end;
-        }
-        for (i, &frame) in frames.iter().enumerate() {
-            self.frames.write(frame, 0, &buf[i * PAGE..(i + 1) * PAGE]);
+            for (i, &frame) in chunk.iter().enumerate() {
+                self.frames.write(frame, 0, &buf[i * PAGE..(i + 1) * PAGE]);
+            }
         }
         Ok(())
     }

@@ -155,7 +155,8 @@ fn lane_write_errors_are_reported_and_lose_nothing() {
     assert!(faulty.capabilities().serial_writes, "a directory backend writes through a lane");
     let plan = faulty.plan().clone();
     let backend: Arc<dyn Backend> = faulty;
-    let ebb = Builder::new().memory(4 << 20).io_threads(4).backend("d", backend).build().unwrap();
+    // 6 MiB: 2 MiB of IO buffers (one huge-page write buffer) and 4 MiB of cache.
+    let ebb = Builder::new().memory(6 << 20).io_threads(4).backend("d", backend).build().unwrap();
     let f = ebb.open("x", CREATE).unwrap();
     plan.fail_next(FaultOp::Write, libc::EIO, 5);
     let data: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 253) as u8).collect();

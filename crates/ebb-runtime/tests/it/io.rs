@@ -400,8 +400,9 @@ fn writes_in_flight_are_bounded_by_the_io_threads() {
 #[test]
 fn lane_writes_of_shared_files_arrive_whole() {
     let dir = tempfile::tempdir().unwrap();
+    // 6 MiB: 2 MiB of IO buffers (one huge-page write buffer) and 4 MiB of cache.
     let ebb = Builder::new()
-        .memory(4 << 20)
+        .memory(6 << 20)
         .io_threads(4)
         .directory(dir.path())
         .unwrap()

@@ -1,5 +1,6 @@
 //! The runtime against real threads, real time and real backends.
 
+mod budget;
 mod crash;
 mod dirty_seconds;
 mod durable;
