@@ -11,6 +11,8 @@ use ebb_backend::{Backend, OpenOptions, S3Backend, S3Options};
 const MIB: usize = 1 << 20;
 /// The smallest part layout, so that files of a few parts stay small.
 const PART: u64 = 5 << 20;
+/// A budget of an 8 MiB cache beside one part's IO buffer.
+const SMALL_BUDGET: u64 = 8 * MIB as u64 + PART;
 const CREATE: OpenOptions = OpenOptions { create: true, truncate: false };
 const EXISTING: OpenOptions = OpenOptions { create: false, truncate: false };
 
@@ -150,7 +152,7 @@ fn s3_random_operations_match_the_model() {
     let Some(server) = TestServer::start("ebb-random") else { return };
     let backend = S3Backend::open(options(&server)).unwrap();
     for seed in [1, 2] {
-        let ebb = ebb_on(&backend, 8 << 20);
+        let ebb = ebb_on(&backend, SMALL_BUDGET);
         let files = random_operations(&ebb, seed, 150);
         for checked in &files {
             checked.file.as_ref().unwrap().fsync().unwrap();
@@ -297,7 +299,7 @@ fn s3_sigkill_mid_upload_then_restart() {
 fn s3_server_restart_mid_upload_loses_nothing() {
     let Some(server) = TestServer::start("ebb-restart") else { return };
     let backend = S3Backend::open(options(&server)).unwrap();
-    let ebb = ebb_on(&backend, 8 << 20);
+    let ebb = ebb_on(&backend, SMALL_BUDGET);
     let file = ebb.open("through-restart", CREATE).unwrap();
     let total = 24 * MIB;
     let mut buf = vec![0u8; MIB];
