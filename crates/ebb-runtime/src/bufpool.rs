@@ -10,8 +10,11 @@
 //! unmapped for every write). A thread that needs a buffer the reserve has no room for first
 //! frees spare ones, then waits for one in use to come back; every buffer in use belongs to a
 //! write or read in progress (or queued in a lane whose driver is writing), so it comes back.
-//! No buffer is larger than the reserve (reads are cut to it, writes are at most the largest
-//! write, which the reserve covers), so a lone thread never waits.
+//! Reads are cut to the reserve and writes are at most the largest write, which the reserve
+//! covers, with one exception: an S3 file's parts double in size every 1000 parts (past 8 GB
+//! of one file with 8 MiB parts), and a part is one write. A buffer larger than the reserve is
+//! taken once every other buffer has come back and the spares are freed: it is the only one,
+//! and the budget is exceeded by its size less the reserve while it lives (not yet bounded).
 
 use ebb_backend::{AlignedBuf, HUGE_PAGE_SIZE};
 use parking_lot::{Condvar, Mutex};
@@ -91,6 +94,7 @@ impl BufPool {
                 let b = st.spare.pop().expect("not empty");
                 st.held -= b.len();
             }
+            // Larger than the whole pool (a grown S3 part): alone (see the module doc).
             if st.held + size <= self.limit || st.held == 0 {
                 st.held += size;
                 st.peak = st.peak.max(st.held);

@@ -98,7 +98,9 @@ impl Builder {
     /// at most one such write per IO thread; 16 MiB of 256 MiB for local directories, 64 MiB
     /// for S3 with 8 MiB parts. The engine gets the rest (its dirty thresholds derive from it),
     /// which must be at least 4 MiB: `build` refuses a smaller budget, naming the numbers.
-    /// Writers' one-page reads for partial writes (4 KiB each) are not counted.
+    /// Not counted: writers' one-page reads for partial writes (4 KiB each), and the excess of
+    /// an S3 part larger than the buffers' part (parts double every 1000 parts of one file),
+    /// which is written alone.
     pub fn memory(mut self, bytes: u64) -> Builder {
         self.memory = bytes;
         self
