@@ -166,6 +166,30 @@ pub trait BackendFile: Send + Sync + fmt::Debug {
         Ok(reply)
     }
 
+    /// The unit this backend writes whole (an S3 part) that holds byte `offset` of a file at
+    /// least `end` bytes long, or `None` if it writes any range as it is (the default). A
+    /// caller writing less than a unit may then hand a buffer of the whole unit to
+    /// [`BackendFile::write_unit_in_place`], which saves the backend a copy of it.
+    fn write_unit(&self, _offset: u64, _end: u64) -> Option<std::ops::Range<u64>> {
+        None
+    }
+
+    /// Writes `buf[valid]` at `offset + valid.start`, as [`BackendFile::write_at`] does.
+    /// `buf` covers the file's bytes `offset..offset + buf.len()`, a whole unit as
+    /// [`BackendFile::write_unit`] gave it; its bytes outside `valid` are scratch, which the
+    /// backend may overwrite with what it holds there, so that it writes the unit from `buf`
+    /// itself. If the unit changed meanwhile (the file grew), the backend writes the valid
+    /// bytes as `write_at` would. The default does exactly that.
+    fn write_unit_in_place(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        valid: std::ops::Range<usize>,
+    ) -> io::Result<WriteReply> {
+        let start = offset + valid.start as u64;
+        self.write_at(&buf[valid], start)
+    }
+
     /// Makes the unstable writes in `offset..offset + len` durable (`len == 0` means to the end
     /// of the file), returning the server's current verifier. On a backend without
     /// `two_phase` this is a `sync` and returns verifier 0.

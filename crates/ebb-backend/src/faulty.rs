@@ -223,6 +223,20 @@ impl BackendFile for FaultyFile {
         self.inner.write_at(buf, offset)
     }
 
+    fn write_unit(&self, offset: u64, end: u64) -> Option<std::ops::Range<u64>> {
+        self.inner.write_unit(offset, end)
+    }
+
+    fn write_unit_in_place(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        valid: std::ops::Range<usize>,
+    ) -> io::Result<WriteReply> {
+        self.plan.check(FaultOp::Write)?;
+        self.inner.write_unit_in_place(buf, offset, valid)
+    }
+
     fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
         self.plan.check(FaultOp::Commit)?;
         self.inner.commit(offset, len)

@@ -73,7 +73,8 @@ pub enum DataMode {
 pub struct MountConfig {
     /// An existing empty directory to mount on.
     pub mountpoint: PathBuf,
-    /// Cache budget in bytes (`None`: the runtime's default).
+    /// Memory budget in bytes: the mount's copies of write requests (18 MiB), ebb's IO buffers
+    /// and its cache (`None`: the runtime's default cache, the copies beside it).
     pub memory: Option<u64>,
     /// Kernel-named knobs (`dirty_ratio`, `wbt`, ...) and their values, in order.
     pub knobs: Vec<(String, String)>,

@@ -38,3 +38,81 @@ impl Pool {
         }
     }
 }
+
+/// Copies of write requests' data, recycled.
+///
+/// A write request's bytes live in the request loop's receive buffer, so the loop copies them
+/// before handing the write to a pool thread. A fresh 1 MiB allocation per request is mapped,
+/// faulted in and unmapped each time, and once glibc has freed one such mapping it serves the
+/// next ones from its arenas instead, which keep freed memory: with 16 writers at once the
+/// mount's resident memory grew past its budget by about 80 MiB that way (measured: peak RSS
+/// 391-403 MiB for a 256 MiB budget, 313 MiB with a fixed mmap threshold). Buffers come back
+/// here when their write ends; at most `keep` spares are kept, as many as writes can be in
+/// flight at once, so the copies cost a bounded, steady amount of memory.
+pub(crate) struct DataBufs {
+    spare: parking_lot::Mutex<Vec<Vec<u8>>>,
+    size: usize,
+    keep: usize,
+}
+
+impl DataBufs {
+    /// Buffers of `size` bytes (a larger copy gets its own, not kept), `keep` spares at most.
+    pub(crate) fn new(size: usize, keep: usize) -> std::sync::Arc<DataBufs> {
+        std::sync::Arc::new(DataBufs { spare: parking_lot::Mutex::new(Vec::new()), size, keep })
+    }
+
+    /// A copy of `data`.
+    pub(crate) fn copy(self: &std::sync::Arc<Self>, data: &[u8]) -> DataBuf {
+        let spare = if data.len() <= self.size { self.spare.lock().pop() } else { None };
+        let mut buf = spare.unwrap_or_else(|| Vec::with_capacity(self.size.max(data.len())));
+        buf.clear();
+        buf.extend_from_slice(data);
+        DataBuf { buf, home: std::sync::Arc::clone(self) }
+    }
+}
+
+/// A write request's data ([`DataBufs::copy`]); its buffer goes back when dropped.
+pub(crate) struct DataBuf {
+    buf: Vec<u8>,
+    home: std::sync::Arc<DataBufs>,
+}
+
+impl std::ops::Deref for DataBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for DataBuf {
+    fn drop(&mut self) {
+        if self.buf.capacity() == self.home.size {
+            let mut spare = self.home.spare.lock();
+            if spare.len() < self.home.keep {
+                spare.push(std::mem::take(&mut self.buf));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_buffers_are_reused_and_bounded() {
+        let bufs = DataBufs::new(1024, 2);
+        let a = bufs.copy(b"abc");
+        let first = a.as_ptr();
+        assert_eq!(&*a, b"abc");
+        drop(a);
+        let b = bufs.copy(b"defg");
+        assert_eq!((&*b, b.as_ptr()), (&b"defg"[..], first), "the spare is reused");
+        let c = bufs.copy(b"x");
+        let d = bufs.copy(b"y");
+        let big = bufs.copy(&[7u8; 2048]);
+        assert_eq!(big.len(), 2048);
+        drop((b, c, d, big));
+        assert_eq!(bufs.spare.lock().len(), 2, "at most `keep` spares, none of another size");
+    }
+}

@@ -22,6 +22,22 @@ pub(crate) struct EbbData {
     backend: String,
 }
 
+/// What the runtime gets of the mount's `--memory`: all of it but the kept copies of write
+/// requests ([`crate::fs::REQUEST_COPY_BYTES`]), which the mount's process holds beside the
+/// cache and its IO buffers.
+fn cache_budget(memory: u64) -> io::Result<u64> {
+    let copies = crate::fs::REQUEST_COPY_BYTES;
+    memory.checked_sub(copies).filter(|&rest| rest > 0).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a memory budget of {memory} bytes (--memory) cannot hold the mount's copies \
+                 of write requests ({copies} bytes) and a cache; give more"
+            ),
+        )
+    })
+}
+
 impl EbbData {
     /// Starts the runtime with the namespace's backend and writeback settings (for a local
     /// directory, its block device's), the memory budget and the knobs (each bad knob is an
@@ -29,7 +45,7 @@ impl EbbData {
     pub(crate) fn new<N: Namespace>(config: &MountConfig, namespace: &N) -> io::Result<EbbData> {
         let mut builder = Builder::new();
         if let Some(memory) = config.memory {
-            builder = builder.memory(memory);
+            builder = builder.memory(cache_budget(memory)?);
         }
         for (knob, value) in &config.knobs {
             builder = builder.knob(knob, value).map_err(|error| {
@@ -45,7 +61,19 @@ impl EbbData {
             DeviceInfo::for_path(directory).apply(&mut settings);
         }
         namespace.writeback_settings(&mut settings);
-        let ebb = builder.backend_with(&name, namespace.backend(), settings).build()?;
+        let ebb = builder.backend_with(&name, namespace.backend(), settings).build().map_err(
+            |error| match config.memory {
+                Some(memory) if error.kind() == io::ErrorKind::InvalidInput => io::Error::new(
+                    error.kind(),
+                    format!(
+                        "--memory {memory}: {} bytes hold copies of write requests, the rest \
+                         goes to ebb's cache: {error}",
+                        crate::fs::REQUEST_COPY_BYTES
+                    ),
+                ),
+                _ => error,
+            },
+        )?;
         let metrics = config.metrics.map(|addr| ebb.serve_metrics(addr)).transpose()?;
         Ok(EbbData { _metrics: metrics, ebb, backend: name })
     }

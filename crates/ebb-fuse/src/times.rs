@@ -130,6 +130,21 @@ impl BackendFile for TimedFile {
         Ok(reply)
     }
 
+    fn write_unit(&self, offset: u64, end: u64) -> Option<std::ops::Range<u64>> {
+        self.inner.write_unit(offset, end)
+    }
+
+    fn write_unit_in_place(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        valid: std::ops::Range<usize>,
+    ) -> io::Result<WriteReply> {
+        let reply = self.inner.write_unit_in_place(buf, offset, valid)?;
+        self.times.restore(&self.restore);
+        Ok(reply)
+    }
+
     fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
         self.inner.commit(offset, len)
     }

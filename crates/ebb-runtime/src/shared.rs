@@ -88,6 +88,16 @@ pub(crate) struct FileState {
     pub(crate) discarded: AtomicBool,
 }
 
+/// A unit the backend writes whole (`BackendFile::write_unit`) around a shorter write.
+struct Unit {
+    /// Its first byte in the file.
+    start: u64,
+    /// Its length, bytes.
+    len: usize,
+    /// Where the write's bytes begin in it.
+    at: usize,
+}
+
 /// One file's writes, issued back to back by one thread at a time.
 ///
 /// When the backend runs a file's writes one at a time (ext4 holds the inode lock exclusively
@@ -600,6 +610,19 @@ impl Shared {
         let len = pages as usize * PAGE;
         let offset = first * PAGE_SIZE;
         if !self.backends[fs.backend.index()].caps.serial_writes {
+            if let Some(unit) = self.part_of_unit(&fs, offset, len) {
+                // Less than a unit the backend writes whole (an S3 part): a buffer of the whole
+                // unit, which the backend fills around the pages and writes as it is.
+                let mut buf = self.bufs.take(unit.len, false);
+                let valid = unit.at..unit.at + len;
+                self.gather(&fs, first, pages, &mut buf[valid.clone()]);
+                let buf_len = unit.len;
+                let result = self.wrote(&fs, offset + len as u64, |file| {
+                    file.write_unit_in_place(&mut buf[..buf_len], unit.start, valid)
+                });
+                self.bufs.give(buf);
+                return self.write_done(io, result);
+            }
             let mut buf = self.bufs.take(len, false);
             self.gather(&fs, first, pages, &mut buf);
             let result = self.write_out(&fs, offset, &buf[..len]);
@@ -637,8 +660,23 @@ impl Shared {
         }
     }
 
+    /// The unit the backend writes whole around `offset..offset + len`, when that range is less
+    /// than it and the pool can hold the whole unit (see `BackendFile::write_unit`).
+    fn part_of_unit(&self, fs: &FileState, offset: u64, len: usize) -> Option<Unit> {
+        let end = offset + len as u64;
+        let unit = fs.file.write_unit(offset, end)?;
+        let unit_len = usize::try_from(unit.end - unit.start).ok()?;
+        let inside = unit.start <= offset && end <= unit.end;
+        let partial = unit_len > len;
+        (inside && partial && unit_len <= self.bufs.limit()).then_some(Unit {
+            start: unit.start,
+            len: unit_len,
+            at: (offset - unit.start) as usize,
+        })
+    }
+
     /// Copies pages `first..first + pages` out of their frames into `buf` (holes as zeros).
-    fn gather(&self, fs: &FileState, first: u64, pages: u64, buf: &mut AlignedBuf) {
+    fn gather(&self, fs: &FileState, first: u64, pages: u64, buf: &mut [u8]) {
         let frames: Vec<Option<FrameId>> = {
             let map = fs.map.lock();
             (first..first + pages).map(|i| map.page(i).map(|p| p.frame)).collect()
@@ -657,22 +695,31 @@ impl Shared {
     fn write_out(&self, fs: &FileState, offset: u64, bytes: &[u8]) -> Result<Stability, IoError> {
         let len = bytes.len();
         let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
-        let mut stability = Stability::Stable;
-        let mut at = 0;
-        while at < len {
-            let end = (at + max).min(len);
-            match fs.file.write_at(&bytes[at..end], offset + at as u64) {
-                Ok(reply) => {
-                    if let Stability::Unstable { .. } = reply.stability {
-                        stability = reply.stability;
-                    }
+        self.wrote(fs, offset + len as u64, |file| {
+            let mut stability = Stability::Stable;
+            let mut at = 0;
+            while at < len {
+                let end = (at + max).min(len);
+                let reply = file.write_at(&bytes[at..end], offset + at as u64)?;
+                if let Stability::Unstable { .. } = reply.stability {
+                    stability = reply.stability;
                 }
-                Err(e) => return Err(to_io_error(&e)),
+                at = end;
             }
-            at = end;
-        }
+            Ok(ebb_backend::WriteReply { stability })
+        })
+    }
+
+    /// Runs `write` on the backend file (bytes up to `end`), then notes that the file needs a
+    /// sync and trims what lies past the logical size (writeback writes whole pages).
+    fn wrote(
+        &self,
+        fs: &FileState,
+        end: u64,
+        write: impl FnOnce(&dyn ebb_backend::BackendFile) -> std::io::Result<ebb_backend::WriteReply>,
+    ) -> Result<Stability, IoError> {
+        let stability = write(&*fs.file).map_err(|e| to_io_error(&e))?.stability;
         fs.needs_sync.store(true, Ordering::Release);
-        let end = offset + len as u64;
         if end > fs.size.load(Ordering::Acquire) {
             let _g = fs.size_lock.lock();
             let size = fs.size.load(Ordering::Acquire);

@@ -517,6 +517,30 @@ impl BackendFile for S3File {
         Ok(WriteReply { stability: Stability::Stable })
     }
 
+    /// The whole part, also the object's last one (which is uploaded only up to the object's
+    /// end): the object may grow while the write waits.
+    fn write_unit(&self, offset: u64, _end: u64) -> Option<std::ops::Range<u64>> {
+        let layout = self.object_layout();
+        Some(layout.range(layout.part_of(offset)?))
+    }
+
+    fn write_unit_in_place(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        valid: std::ops::Range<usize>,
+    ) -> io::Result<WriteReply> {
+        check_request(&capabilities(&self.object_layout()), offset, buf.len())?;
+        if buf.len() < valid.end || valid.start > valid.end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("valid range {valid:?} outside a buffer of {} bytes", buf.len()),
+            ));
+        }
+        self.object.write_in_place(buf, offset, valid)?;
+        Ok(WriteReply { stability: Stability::Stable })
+    }
+
     fn commit(&self, _offset: u64, _len: u64) -> io::Result<CommitReply> {
         self.object.sync()?;
         Ok(CommitReply { verifier: 0 })
@@ -581,5 +605,48 @@ mod tests {
         eprintln!("object: {:?}", client.head_object_etag("k").unwrap());
         let error = client.complete_upload("k", &other, &[part]).unwrap_err();
         assert!(error.is_no_such_upload(), "{error}");
+    }
+
+    // A part written from a buffer of the whole part (write_unit_in_place) keeps what the
+    // object holds around the valid bytes, whatever the buffer held there, in an existing
+    // object (carried bytes), past its end (zeros) and in its last, shorter part.
+    #[test]
+    fn a_part_written_in_place_keeps_the_bytes_around_it() {
+        let Some(server) = test_server::TestServer::start("ebb-in-place") else { return };
+        let mut options = server.options("");
+        options.part_size = 5 << 20;
+        let backend = S3Backend::open(options).unwrap();
+        let create = OpenOptions { create: true, truncate: true };
+        let old: Vec<u8> = (0..(7 << 20) as u32).map(|i| (i % 253) as u8).collect();
+        let file = backend.open("k", create).unwrap();
+        file.write_at(&old, 0).unwrap();
+        file.sync().unwrap();
+        let mut model = old.clone();
+        let file = backend.open("k", OpenOptions { create: false, truncate: false }).unwrap();
+        // Inside the first part, then in the second (shorter: the object ends at 7 MiB) past
+        // the old end, leaving a hole that must read as zeros.
+        for (offset, len) in [(1 << 20, 64 << 10), ((7 << 20) + (512 << 10), 1 << 20)] {
+            let end = offset + len as u64;
+            let unit = file.write_unit(offset, end).expect("S3 writes whole parts");
+            assert!(unit.start <= offset && end <= unit.end, "{unit:?}");
+            let mut buf = vec![0xEEu8; (unit.end - unit.start) as usize];
+            let at = (offset - unit.start) as usize;
+            buf[at..at + len].fill(7);
+            file.write_unit_in_place(&mut buf, unit.start, at..at + len).unwrap();
+            if model.len() < end as usize {
+                model.resize(end as usize, 0);
+            }
+            model[offset as usize..end as usize].fill(7);
+        }
+        file.sync().unwrap();
+        let mut back = vec![0u8; model.len()];
+        let mut done = 0;
+        while done < back.len() {
+            let n = file.read_at(&mut back[done..], done as u64).unwrap();
+            assert!(n > 0, "short read at {done}");
+            done += n;
+        }
+        assert_eq!(file.size().unwrap(), model.len() as u64);
+        assert!(back == model, "the object differs from the model");
     }
 }

@@ -189,7 +189,7 @@ impl Object {
             }
             if !pieces.is_empty() {
                 let part_end = if next.is_empty() { end } else { range.end };
-                self.write_part(part, &pieces, part_end)?;
+                self.write_part(part, Body::Runs(&pieces), part_end)?;
             }
             remaining = next;
             part += 1;
@@ -197,9 +197,35 @@ impl Object {
         Ok(())
     }
 
-    /// Uploads part `part` with `runs` (inside it) over what the file holds, the file growing
+    /// Writes `buf[valid]` at `offset + valid.start`; `buf` covers `offset..offset +
+    /// buf.len()`, and if that is the part the bytes go to, the part (its extent: all of it, or
+    /// the start of the object's last part) is uploaded from `buf` with its other bytes filled
+    /// in place (see `BackendFile::write_unit_in_place`); otherwise as [`Object::write`].
+    pub(crate) fn write_in_place(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        valid: Range<usize>,
+    ) -> io::Result<()> {
+        if valid.is_empty() {
+            return Ok(());
+        }
+        let layout = self.shared.layout;
+        let (start, end) = (offset + valid.start as u64, offset + valid.end as u64);
+        let part = layout.part_of(start).filter(|&part| {
+            end <= layout.size_max()
+                && layout.part_of(end - 1) == Some(part)
+                && layout.range(part).start == offset
+        });
+        match part {
+            Some(part) => self.write_part(part, Body::InPlace { buf, valid }, end),
+            None => self.write(end, &[(start, &buf[valid])]),
+        }
+    }
+
+    /// Uploads part `part` with `body` (inside it) over what the file holds, the file growing
     /// to at least `end`.
-    fn write_part(&self, part: u32, runs: &[(u64, &[u8])], end: u64) -> io::Result<()> {
+    fn write_part(&self, part: u32, mut body: Body<'_, '_>, end: u64) -> io::Result<()> {
         let _part = self.lock_part(part);
         let mut losses = 0;
         while losses < LOST_UPLOAD_ATTEMPTS {
@@ -225,24 +251,33 @@ impl Object {
                 continue;
             };
             // A run covering the whole part (write-back of a whole granule, the usual case)
-            // is uploaded from the caller's buffer; otherwise the part is assembled from the
-            // runs and what the object already holds.
+            // is uploaded from the caller's buffer, and so is a caller's buffer of the whole
+            // part, filled in place; otherwise the part is assembled from the runs and what
+            // the object already holds.
             let assembled;
-            let body: &[u8] = match runs {
-                [(offset, data)]
-                    if *offset == extent.start
-                        && data.len() as u64 == extent.end - extent.start =>
+            let extent_len = (extent.end - extent.start) as usize;
+            let body: &[u8] = match &mut body {
+                Body::Runs([(offset, data)])
+                    if *offset == extent.start && data.len() == extent_len =>
                 {
                     data
                 }
-                _ => {
-                    let mut buf = vec![0u8; (extent.end - extent.start) as usize];
-                    self.fill_gaps(&mut buf, &extent, carried, runs)?;
-                    for (offset, data) in runs {
-                        let start = (offset - extent.start) as usize;
-                        buf[start..start + data.len()].copy_from_slice(data);
-                    }
-                    assembled = buf;
+                Body::Runs(runs) => {
+                    assembled = self.assemble(&extent, carried, runs)?;
+                    &assembled
+                }
+                Body::InPlace { buf, valid }
+                    if valid.end <= extent_len && extent_len <= buf.len() =>
+                {
+                    // The part's extent: the whole part, or its start in the object's last part.
+                    let buf = &mut buf[..extent_len];
+                    self.fill_around(buf, &extent, carried, valid)?;
+                    buf
+                }
+                Body::InPlace { buf, valid } => {
+                    // The buffer does not hold the part's extent: assembled after all.
+                    let start = extent.start + valid.start as u64;
+                    assembled = self.assemble(&extent, carried, &[(start, &buf[valid.clone()])])?;
                     &assembled
                 }
             };
@@ -278,6 +313,46 @@ impl Object {
             errno::EIO,
             format!("S3 object {:?}: the server kept losing the upload of part {part}", self.key()),
         ))
+    }
+
+    /// The part of `extent` made of `runs` over what the object holds, in a new buffer.
+    fn assemble(
+        &self,
+        extent: &Range<u64>,
+        carried: u64,
+        runs: &[(u64, &[u8])],
+    ) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; (extent.end - extent.start) as usize];
+        self.fill_gaps(&mut buf, extent, carried, runs)?;
+        for (offset, data) in runs {
+            let start = (offset - extent.start) as usize;
+            buf[start..start + data.len()].copy_from_slice(data);
+        }
+        Ok(buf)
+    }
+
+    /// Fills `buf`, the whole `extent`, outside `valid` (the caller's bytes) with what the
+    /// object holds there (up to `carried`; zeros past it): one ranged GET per side.
+    fn fill_around(
+        &self,
+        buf: &mut [u8],
+        extent: &Range<u64>,
+        carried: u64,
+        valid: &Range<usize>,
+    ) -> io::Result<()> {
+        for gap in [0..valid.start, valid.end..buf.len()] {
+            let first = extent.start + gap.start as u64;
+            let fetched = (carried.saturating_sub(first) as usize).min(gap.len());
+            if fetched > 0 {
+                let window = &mut buf[gap.start..gap.start + fetched];
+                self.shared
+                    .client
+                    .get_range(&self.key(), first, window)
+                    .map_err(S3Error::into_io)?;
+            }
+            buf[gap.start + fetched..gap.end].fill(0);
+        }
+        Ok(())
     }
 
     /// Fills the bytes of `extent` that `runs` do not cover from the object (up to `carried`;
@@ -627,4 +702,11 @@ fn journal_error(key: &str, error: &io::Error) -> S3Error {
         message: error.to_string(),
         os_errno: error.raw_os_error(),
     }
+}
+
+/// What a part is written from: the caller's runs, or a buffer of the whole part whose bytes
+/// outside `valid` are scratch ([`Object::write_in_place`]).
+enum Body<'a, 'b> {
+    Runs(&'a [(u64, &'b [u8])]),
+    InPlace { buf: &'a mut [u8], valid: Range<usize> },
 }

@@ -74,7 +74,7 @@ use parking_lot::Mutex;
 pub(crate) use self::files::Files;
 use self::nodes::Nodes;
 use crate::data::DataPath;
-use crate::pool::Pool;
+use crate::pool::{DataBufs, Pool};
 use crate::times::{FileTimes, TimedFile};
 
 /// Name of the extended attribute of the mount's root that holds the live stats (JSON).
@@ -96,6 +96,11 @@ const WRITE_THREADS: usize = 16;
 const POOL_QUEUE: usize = 64;
 /// Largest write request the kernel sends (1 MiB, the kernel's default page limit).
 const MAX_WRITE: u32 = 1 << 20;
+/// Copies of write requests kept for reuse ([`DataBufs`]): one per write thread and request
+/// loop, the most that exist at once.
+const KEPT_REQUEST_COPIES: usize = WRITE_THREADS + LOOP_THREADS;
+/// The bytes of `--memory` set aside for the kept copies of write requests' data.
+pub(crate) const REQUEST_COPY_BYTES: u64 = KEPT_REQUEST_COPIES as u64 * MAX_WRITE as u64;
 /// Anchors (cached files kept after their last close) above which a closing file's anchor is
 /// synced and dropped instead of kept.
 pub(crate) const ANCHOR_LIMIT: usize = 4096;
@@ -123,6 +128,8 @@ pub(crate) struct EbbFs<N: Namespace> {
     inner: Arc<Inner<N>>,
     reads: Pool,
     writes: Pool,
+    /// Copies of write requests' data (one per write running or queued on `writes`).
+    write_data: Arc<DataBufs>,
 }
 
 impl<N: Namespace> EbbFs<N> {
@@ -158,6 +165,7 @@ impl<N: Namespace> EbbFs<N> {
             inner,
             reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
             writes: Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?,
+            write_data: DataBufs::new(MAX_WRITE as usize, KEPT_REQUEST_COPIES),
         };
         Ok((fs, files))
     }
@@ -501,7 +509,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             reply.error(error);
             return;
         }
-        let (inner, data, pid) = (Arc::clone(&self.inner), data.to_vec(), req.pid());
+        let (inner, data, pid) = (Arc::clone(&self.inner), self.write_data.copy(data), req.pid());
         self.writes.run(move || match inner.write(fh, offset, &data, pid) {
             Ok(done) => reply.written(u32::try_from(done).unwrap_or(u32::MAX)),
             Err(error) => reply.error(error),
