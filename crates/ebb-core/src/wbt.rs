@@ -212,11 +212,13 @@ impl Wbt {
     pub fn for_backend(b: &crate::config::BackendConfig) -> Wbt {
         let wbt = Wbt::new(b.hw_queue_depth, b.wbt_target_usec(), b.wbt_window_usec, b.write_cache);
         match b.wbt {
-            crate::config::WbtMode::Ebb => wbt.with_adaptive(
-                b.wbt_lat_usec.is_some(),
-                u64::from(b.max_write_pages),
-                u64::from(b.wbt_min_write_pages),
-            ),
+            crate::config::WbtMode::Ebb => wbt
+                .with_adaptive(
+                    b.wbt_lat_usec.is_some(),
+                    u64::from(b.max_write_pages),
+                    u64::from(b.wbt_min_write_pages),
+                )
+                .with_min_depth(b.wbt_min_depth),
             _ => wbt,
         }
     }
@@ -232,6 +234,21 @@ impl Wbt {
     ) -> Wbt {
         self.adaptive = Some(Adaptive::new(explicit_target, max_write_pages, min_write_pages));
         self
+    }
+
+    /// ebb's variant: background writeback may keep at least `depth` writes in flight (no
+    /// effect on the kernel's algorithm).
+    pub fn with_min_depth(mut self, depth: u32) -> Wbt {
+        if let Some(a) = &mut self.adaptive {
+            a.min_depth = depth.max(1);
+        }
+        self
+    }
+
+    /// The fewest writes of any class the throttle lets be in flight (1 but for ebb's
+    /// variant's `wbt_min_depth`).
+    fn depth_floor(&self) -> u32 {
+        self.adaptive.map_or(1, |a| a.min_depth)
     }
 
     /// The largest write of `class` to issue now, for a backend whose largest is
@@ -300,13 +317,14 @@ impl Wbt {
         if !self.enabled() {
             return u32::MAX;
         }
-        if class == WbtClass::Sync || self.recent_wait(now) {
-            return self.max_depth;
-        }
-        if class == WbtClass::Background || self.close_io(now) {
-            return self.wb_background;
-        }
-        self.wb_normal
+        let limit = if class == WbtClass::Sync || self.recent_wait(now) {
+            self.max_depth
+        } else if class == WbtClass::Background || self.close_io(now) {
+            self.wb_background
+        } else {
+            self.wb_normal
+        };
+        limit.max(self.depth_floor())
     }
 
     /// Whether a write of `class` may be issued with `inflight` throttled writes in flight.
@@ -340,7 +358,10 @@ impl Wbt {
         w.write_sum_ns += ns;
         w.writes += 1;
         if self.holding {
+            let floor = self.depth_floor();
             let limit = if self.write_cache && !self.recent_wait(now) { 0 } else { self.wb_normal };
+            // ebb's variant's floor: the held write goes when the in-flight fall below it.
+            let limit = if floor > 1 { limit.max(floor) } else { limit };
             if inflight == 0
                 || (inflight < limit && limit - inflight >= self.wb_background.div_ceil(2))
             {

@@ -1,7 +1,8 @@
 //! What the kernel knows about the block device under a directory, read from sysfs, so a
 //! directory backend gets the writeback settings the kernel would give it: rotational or solid
 //! state (selects the wbt latency target, 75 ms or 2 ms), a volatile write cache, the request
-//! queue depth and the largest single IO.
+//! queue depth and the largest single IO; and what the runtime's per-file lanes imply
+//! (`wbt_min_depth`).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,11 @@ use ebb_core::BackendConfig;
 
 /// Pages per write to a directory backend (1 MiB), unless the device takes less.
 pub(crate) const DIRECTORY_WRITE_PAGES: u32 = 256;
+
+/// Background writes `wbt = ebb` keeps in flight to a directory backend at least: its writes go
+/// through per-file lanes, one at a time, so with two in flight the next is copied out and
+/// waiting when one completes while the device still serves one (`wbt_min_depth`).
+pub(crate) const DIRECTORY_WBT_MIN_DEPTH: u32 = 2;
 
 /// The device facts found, each `None` when sysfs does not say (a virtual filesystem, a
 /// container without /sys).
@@ -86,6 +92,7 @@ impl DeviceInfo {
         if let Some(segments) = self.max_segments {
             config.max_write_pages = config.max_write_pages.min(segments.max(1));
         }
+        config.wbt_min_depth = DIRECTORY_WBT_MIN_DEPTH;
     }
 }
 
@@ -100,6 +107,7 @@ mod tests {
         let mut config = BackendConfig::new("d");
         DeviceInfo::default().apply(&mut config);
         assert_eq!(config.max_write_pages, DIRECTORY_WRITE_PAGES);
+        assert_eq!(config.wbt_min_depth, 2, "one write copied out behind the one in service");
         let virtio = DeviceInfo {
             max_sectors_kb: Some(4096),
             max_segments: Some(254),

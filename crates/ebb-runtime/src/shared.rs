@@ -12,7 +12,7 @@
 //!
 //! # Threads
 //!
-//! * IO workers (`io_threads`, default 8) take jobs from one queue: a write gathers the frames
+//! * IO workers (`io_threads`, default 8, at nice `io_thread_nice`) take jobs from one queue: a write gathers the frames
 //!   of its run into an aligned buffer and writes it at once (the core sized the run; the
 //!   backend's request slots pace it), a read fills the frames the core assigned, a commit
 //!   commits; each reports its completion to the engine. For a backend whose writes to one
@@ -289,6 +289,7 @@ impl Shared {
         let (tracer, trace_file) = trace.unzip();
         let (tx, rx) = crossbeam::channel::unbounded();
         let frames = FramePool::new(engine.config().memory_pages());
+        let nice = engine.config().io_thread_nice;
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -337,7 +338,10 @@ impl Shared {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("ebb-io-{i}"))
-                    .spawn(move || s.io_worker(&rx))
+                    .spawn(move || {
+                        lower_priority(nice);
+                        s.io_worker(&rx);
+                    })
                     .expect("spawning an IO thread"),
             );
         }
@@ -782,6 +786,15 @@ pub(crate) fn read_page_direct(fs: &FileState, page: u64) -> io::Result<AlignedB
     let n = fs.file.read_at(&mut buf, page * PAGE_SIZE)?;
     buf[n..].fill(0);
     Ok(buf)
+}
+
+/// Gives the calling thread the nice value `nice` (`io_thread_nice`; 0 leaves it). A refusal
+/// (a sandbox without the call) leaves the thread as it is: its priority is a preference.
+fn lower_priority(nice: u32) {
+    if nice > 0 {
+        let nice = i32::try_from(nice).unwrap_or(19);
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice);
+    }
 }
 
 /// Allocates an id for a handle.

@@ -81,6 +81,14 @@ declare_knobs! {
             /// backend's limit, and again after the loop); docs/throttling.md.
             throttle_counter_reads: CounterReads = CounterReads::Reordered, "",
                 Kind::Choice(CounterReads::NAMES);
+            /// Nice value of the runtime's IO threads (ebb's own; 0: the priority of the
+            /// thread that built the cache).
+            ///
+            /// The IO threads copy pages out of the cache and wait for the backend; on a machine
+            /// with few CPUs a busy one delays a reader's wakeup, as the kernel's flusher, which
+            /// copies nothing, does not. At a higher nice value the scheduler runs the woken
+            /// foreground thread first. The simulator has no threads and ignores it.
+            io_thread_nice: u32 = 10, "nice", Kind::Number { min: 0, max: 19 };
         }
         fields {
             /// The backend anonymous pages are swapped out to (`None`: no swap, anonymous memory
@@ -136,6 +144,14 @@ declare_knobs! {
             /// write throughput; 32 pages (128 KiB) kept ebb's writer faster than the kernel's on
             /// the development machine's virtio disk.
             wbt_min_write_pages: u32 = 32, "pages", Kind::Number { min: 1, max: 65_536 };
+            /// The fewest background writes `wbt = ebb` keeps in flight (ebb's own; 1 is the
+            /// kernel's floor).
+            ///
+            /// A backend whose writes to one file go out one at a time anyway (a local
+            /// directory, through the runtime's per-file lane) is given 2: the next write is
+            /// then copied out and waiting when one completes, rather than issued after it,
+            /// while the device still serves one at a time.
+            wbt_min_depth: u32 = 1, "requests", Kind::Number { min: 1, max: 65_536 };
             /// Cap on the backend's share of the dirty threshold: this many seconds of its
             /// measured write bandwidth (ebb's own); 0: no cap.
             ///

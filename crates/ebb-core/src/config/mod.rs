@@ -36,6 +36,7 @@
 //! | `kswapd_scan_ns` | global | ns/page | 0 | 0..=1000000 | kswapd's CPU time per page it scans (0: kswapd balances the zones instantly). |
 //! | `unstable_accounting` | global |  | fixed | legacy-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (docs/mechanisms.md#7-two-phase-backends). |
 //! | `throttle_counter_reads` | global |  | reordered | pre-2009, reordered | Which shared counters the legacy throttle check reads (docs/mechanisms.md#8-cheap-throttle-path): `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the backend's limit, and again after the loop); docs/throttling.md. |
+//! | `io_thread_nice` | global | nice | 10 | 0..=19 | Nice value of the runtime's IO threads (ebb's own; 0: the priority of the thread that built the cache). |
 //! | `min_ratio` | backend | % of the threshold | 0 | 0..=100 | Guaranteed share of the dirty threshold. |
 //! | `max_ratio` | backend | % of the threshold | 100 | 0..=100 | Cap on the share of the dirty threshold. |
 //! | `strict_limit` | backend |  | 0 | 0 or 1 | Throttle writers against this backend's own share even below the global freerun point (FUSE). |
@@ -48,6 +49,7 @@
 //! | `wbt_lat_usec` | backend | us | unset | 0..=10000000 | wbt read-latency target (0 disables wbt); unset takes the kernel default for the device kind: 2000 solid state, 75000 rotating. |
 //! | `wbt_window_usec` | backend | us | 100000 | 1000..=10000000 | wbt window (the kernel's 100 ms default). |
 //! | `wbt_min_write_pages` | backend | pages | 32 | 1..=65536 | The smallest background write of `wbt = ebb` while reads are active (ebb's own). |
+//! | `wbt_min_depth` | backend | requests | 1 | 1..=65536 | The fewest background writes `wbt = ebb` keeps in flight (ebb's own; 1 is the kernel's floor). |
 //! | `dirty_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the dirty threshold: this many seconds of its measured write bandwidth (ebb's own); 0: no cap. |
 //! | `dirty_background_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the background threshold: this many seconds of its write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel scales the background threshold. |
 //! | `initial_write_bandwidth` | backend | bytes/s | unset | 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's 100 MB/s). |

@@ -26,9 +26,13 @@
 //! OK        : size_shift -= 1 while above 0, then the kernel's scale-up
 //! background write, while a read completed or was issued in the last 100 ms:
 //!             at most max(max_write_pages >> size_shift, wbt_min_write_pages) pages
+//! every limit: at least wbt_min_depth writes in flight (1, the kernel's floor, by default)
 //! ```
 //! Writes of the other classes, and background writes while nobody reads, keep the
 //! backend's `max_write_pages`: the variant costs nothing when there is nothing to protect.
+//! `wbt_min_depth` is for a backend that serves one file's writes one at a time whatever the
+//! depth (the runtime's per-file lanes): there a second write in flight is copied out and
+//! waiting when the first completes, so it costs a read no wait and keeps the device busy.
 //!
 //! # Constants
 //! | name | value | unit | provenance |
@@ -67,6 +71,8 @@ pub(super) struct Adaptive {
     min_write_pages: u64,
     /// The halvings that reach `min_write_pages`.
     max_shift: u32,
+    /// The fewest background writes kept in flight (`wbt_min_depth`).
+    pub(super) min_depth: u32,
 }
 
 impl Adaptive {
@@ -87,6 +93,7 @@ impl Adaptive {
             max_write_pages,
             min_write_pages,
             max_shift,
+            min_depth: 1,
         }
     }
 
@@ -232,6 +239,29 @@ mod tests {
         assert_eq!(ebb.wbt.write_pages(WbtClass::Sync, 256, now), 256);
         assert_eq!(ebb.wbt.write_pages(WbtClass::Normal, 256, now), 256);
         assert!(ebb.wbt.write_pages(WbtClass::Background, 256, now) <= 64);
+    }
+
+    /// Scaled all the way down, ebb's variant with `wbt_min_depth` 2 still lets background
+    /// writeback keep two writes in flight, and a held write goes as soon as one of two
+    /// completes; at the default floor (the kernel's) one, and a held write waits for none.
+    #[test]
+    fn depth_floor() {
+        let now = Instant::ZERO + Duration::from_millis(1);
+        for floor in [1, 2] {
+            let wbt = Wbt::new(32, 2_000, 100_000, true).with_adaptive(false, 256, 16);
+            let mut w = wbt.with_min_depth(floor);
+            for _ in 0..8 {
+                w.scale_down(true);
+            }
+            assert_eq!(w.max_depth(), 1);
+            assert_eq!(w.limit(WbtClass::Background, now), floor);
+            assert!(w.may_issue(WbtClass::Background, floor - 1, now));
+            assert!(!w.may_issue(WbtClass::Background, floor, now), "held at {floor}");
+            w.on_write_done(now, Duration::from_micros(100), floor - 1);
+            assert!(w.may_issue(WbtClass::Background, floor - 1, now), "released at {floor}");
+        }
+        let kernel = Wbt::new(32, 2_000, 100_000, true).with_min_depth(2);
+        assert_eq!(kernel.limit(WbtClass::Background, now), 4, "no floor for the kernel's");
     }
 
     /// The size floor is the backend's own largest write when that is smaller.

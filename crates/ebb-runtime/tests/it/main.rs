@@ -10,4 +10,5 @@ mod io;
 mod nfs;
 mod nonblocking;
 mod s3;
+mod threads;
 mod trace;
