@@ -34,6 +34,9 @@ fn bad_options_name_themselves() {
             "--json /nonexistent/x.json",
         ),
         (&["bench", "read-under-write", "--dir", dir, "--read-size", "4K"], "--read-size 4096"),
+        (&["bench", "read-under-write", "--dir", dir, "--variant", "x"], "expected LABEL:"),
+        (&["bench", "read-under-write", "--dir", dir, "--variant", "a b:wbt=on"], "the label"),
+        (&["bench", "read-under-write", "--dir", dir, "--variant", "a:nope=1"], "nope"),
     ];
     for (args, expected) in cases {
         let out = ebb(args);
@@ -44,20 +47,29 @@ fn bad_options_name_themselves() {
 }
 
 /// read-under-write removes every file it made (the 1 GiB read file too) unless asked to keep
-/// the read file for the next run.
+/// the read file for the next run; a `--variant` is one more mode.
 #[test]
 fn read_under_write_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap();
     let args = ["bench", "read-under-write", "--dir", path, "--seconds", "1", "--read-size", "1M"];
-    let out = ebb(&[&args[..], &["--memory", "16M"]].concat());
+    let variant = ["--variant", "deep:wbt_min_depth=4"];
+    let out = ebb(&[&args[..], &["--memory", "16M"], &variant].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(names(dir.path()), Vec::<String>::new());
-    // Each mode says how long its reader waited for a CPU per read.
+    // Each mode says how long its reader waited for a CPU per read, and what the device did.
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for (mode, figures) in result["modes"].as_object().unwrap() {
+    let modes = result["modes"].as_object().unwrap();
+    let mut labels: Vec<&str> = modes.keys().map(String::as_str).collect();
+    labels.sort_unstable();
+    let expected = ["ebb_deep", "ebb_wbt_ebb", "ebb_wbt_off", "ebb_wbt_on", "idle", "kernel"];
+    assert_eq!(labels, expected);
+    for (mode, figures) in modes {
         let wait = figures["reader_run_delay_us_per_read"].as_f64();
         assert!(wait.is_some_and(|us| us >= 0.0), "{mode}: {figures}");
+        for key in ["device_write_mb_s", "device_write_kib", "device_busy_pct", "device_queue"] {
+            assert!(figures[key].as_f64().is_some_and(|x| x >= 0.0), "{mode} {key}: {figures}");
+        }
     }
     let out = ebb(&[&args[..], &["--memory", "16M", "--keep-read-file"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));

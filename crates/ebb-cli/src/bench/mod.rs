@@ -111,6 +111,11 @@ pub(crate) enum BenchCommand {
         /// (repeatable; `wbt` itself is set by each mode).
         #[arg(long, value_name = "NAME=VALUE", value_parser = crate::knob_setting)]
         knob: Vec<Setting>,
+        /// One more ebb mode, `ebb_LABEL`, with these knobs on top of `--knob` (its `wbt`
+        /// included, else `ebb`), taking its turn in every round: `--variant
+        /// old:io_thread_nice=0,wbt_min_depth=1` (repeatable).
+        #[arg(long, value_name = "LABEL:NAME=VALUE,...", value_parser = variant)]
+        variant: Vec<(String, Vec<Setting>)>,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -189,12 +194,14 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             read_size,
             memory,
             knob,
+            variant,
             keep_read_file,
             json,
         } => {
             let json = JsonOut::create(json)?;
             let opts = ReadUnderWriteOptions {
                 knobs: knob_texts(&knob),
+                variants: variant.iter().map(|(label, s)| (label.clone(), knob_texts(s))).collect(),
                 target: Target::new(dir, backend)?,
                 seconds: seconds.max(1) as f64,
                 read_file_size: at_least(
@@ -240,6 +247,18 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--variant LABEL:NAME=VALUE,...`: a label and its knobs, each checked by the registry.
+fn variant(text: &str) -> Result<(String, Vec<Setting>), String> {
+    let (label, knobs) = text
+        .split_once(':')
+        .ok_or_else(|| format!("--variant {text:?}: expected LABEL:NAME=VALUE,..."))?;
+    if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("--variant {text:?}: the label must be letters, digits or _"));
+    }
+    let settings = knobs.split(',').map(crate::knob_setting).collect::<Result<_, _>>()?;
+    Ok((label.to_owned(), settings))
 }
 
 /// Writes and reads in flight to an NFS server, ebb's and the raw client's alike: the runtime's

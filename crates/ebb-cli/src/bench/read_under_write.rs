@@ -1,8 +1,12 @@
 //! `ebb bench read-under-write`: a random 4 KiB `O_DIRECT` reader of one file while a
 //! streaming writer writes another, in five modes: the reader alone, ebb with wbt on (the
-//! kernel's algorithm), with wbt=ebb (ebb's variant), with wbt off, and the kernel's path (the writer's buffered writes through the page cache). On an
-//! NFS export the reader sends READs (in the ebb modes through ebb's direct reads, on the
-//! reader's own thread and the connection the writeback uses) and there is no kernel mode.
+//! kernel's algorithm), with wbt=ebb (ebb's variant), with wbt off, and the kernel's path
+//! (the writer's buffered writes through the page cache); plus an ebb mode per `--variant`.
+//! Each mode also reports what the device under the directory did while the reader ran
+//! (`/proc/diskstats`) and how long the reader waited for a CPU, to tell where a read's time
+//! went. On an NFS export the reader sends READs (in the ebb modes through ebb's direct
+//! reads, on the reader's own thread and the connection the writeback uses) and there is no
+//! kernel mode.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -33,6 +37,8 @@ pub(crate) struct ReadUnderWriteOptions {
     pub(crate) keep_read_file: bool,
     /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
     pub(crate) knobs: Vec<(String, String)>,
+    /// More ebb modes, `ebb_LABEL`: their knobs, applied after `knobs` and `wbt = ebb`.
+    pub(crate) variants: Vec<(String, Vec<(String, String)>)>,
     /// Rounds: the modes take turns (idle, ebb with each wbt, kernel, then again), and
     /// each mode's reads of every round make one histogram, so that every mode samples the
     /// machine's slow moments alike.
@@ -63,12 +69,104 @@ pub(crate) struct ModeResult {
     /// (`run_delay` of `/proc/thread-self/schedstat`; 0 where the kernel does not show it):
     /// how much of a read's latency is CPU contention rather than IO.
     pub(crate) reader_run_delay_us_per_read: f64,
+    /// The device under the directory while the mode ran (`/proc/diskstats`; zeros on NFS or
+    /// where the kernel does not show it): bytes written per second, MB/s.
+    pub(crate) device_write_mb_s: f64,
+    /// Mean size of the writes it completed, KiB.
+    pub(crate) device_write_kib: f64,
+    /// Share of the time it had a request in flight, %.
+    pub(crate) device_busy_pct: f64,
+    /// Mean number of requests in flight (reads and writes, including those waiting in its
+    /// scheduler).
+    pub(crate) device_queue: f64,
 }
 
-/// What one reader measured: its read latencies, and its time waiting for a CPU.
+/// Counters of one block device from `/proc/diskstats`, and when they were read.
+#[derive(Clone, Copy, Debug)]
+struct DiskStats {
+    at: Instant,
+    writes: u64,
+    sectors_written: u64,
+    busy_ms: u64,
+    queue_ms: u64,
+}
+
+impl DiskStats {
+    /// The counters of the device `major:minor`, if `/proc/diskstats` lists it.
+    fn read(dev: (u64, u64)) -> Option<DiskStats> {
+        let text = std::fs::read_to_string("/proc/diskstats").ok()?;
+        let at = Instant::now();
+        text.lines().find_map(|line| {
+            let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            // major, minor, then (the name is not a number) reads, merged, sectors, ms, writes,
+            // merged, sectors, ms, in flight, io ms, weighted io ms.
+            (f.len() >= 13 && (f[0], f[1]) == dev).then(|| DiskStats {
+                at,
+                writes: f[6],
+                sectors_written: f[8],
+                busy_ms: f[11],
+                queue_ms: f[12],
+            })
+        })
+    }
+
+    /// What the device did from `self` to `later`.
+    fn until(&self, later: &DiskStats) -> DeviceWork {
+        DeviceWork {
+            secs: later.at.duration_since(self.at).as_secs_f64(),
+            bytes: later.sectors_written.saturating_sub(self.sectors_written) * 512,
+            writes: later.writes.saturating_sub(self.writes),
+            busy_ms: later.busy_ms.saturating_sub(self.busy_ms),
+            queue_ms: later.queue_ms.saturating_sub(self.queue_ms),
+        }
+    }
+}
+
+/// What a device did over some time (summed over a mode's rounds).
+#[derive(Clone, Copy, Debug, Default)]
+struct DeviceWork {
+    secs: f64,
+    bytes: u64,
+    writes: u64,
+    busy_ms: u64,
+    queue_ms: u64,
+}
+
+impl DeviceWork {
+    fn add(&mut self, other: DeviceWork) {
+        self.secs += other.secs;
+        self.bytes += other.bytes;
+        self.writes += other.writes;
+        self.busy_ms += other.busy_ms;
+        self.queue_ms += other.queue_ms;
+    }
+
+    /// Write MB/s, mean write KiB, busy %, mean queue.
+    fn figures(&self) -> (f64, f64, f64, f64) {
+        let secs = self.secs.max(1e-3);
+        let bytes = self.bytes as f64;
+        let kib = bytes / 1024.0 / self.writes.max(1) as f64;
+        let busy = self.busy_ms as f64 / 10.0 / secs;
+        (bytes / MIB / secs, kib, busy, self.queue_ms as f64 / 1e3 / secs)
+    }
+}
+
+/// The block device holding `dir` (`major`, `minor`), if it is one.
+fn device_of(dir: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    // Linux's encoding of dev_t.
+    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
+    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
+    Some((major, minor))
+}
+
+/// What one reader measured: its read latencies, its time waiting for a CPU, and what the
+/// device did meanwhile.
 struct Reads {
     latencies: Histogram<u64>,
     run_delay_ns: u64,
+    device: DeviceWork,
 }
 
 /// The calling thread's time spent runnable but not running, nanoseconds (schedstat's second
@@ -93,9 +191,19 @@ pub(crate) struct ReadUnderWriteResult {
     pub(crate) wbt_lat_usec: u64,
 }
 
-fn mode_result(h: &Histogram<u64>, write_mb_s: f64, run_delay_ns: u64) -> ModeResult {
+fn mode_result(
+    h: &Histogram<u64>,
+    write_mb_s: f64,
+    run_delay_ns: u64,
+    device: &DeviceWork,
+) -> ModeResult {
     let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
+    let (device_write_mb_s, device_write_kib, device_busy_pct, device_queue) = device.figures();
     ModeResult {
+        device_write_mb_s,
+        device_write_kib,
+        device_busy_pct,
+        device_queue,
         reader_run_delay_us_per_read: run_delay_ns as f64 / 1e3 / h.len().max(1) as f64,
         read_lat_us_p50: q(0.5),
         read_lat_us_p90: q(0.9),
@@ -108,14 +216,17 @@ fn mode_result(h: &Histogram<u64>, write_mb_s: f64, run_delay_ns: u64) -> ModeRe
     }
 }
 
-/// Random 4 KiB reads until `stop`; `read` performs one read at an offset.
+/// Random 4 KiB reads until `stop`; `read` performs one read at an offset; `dev` is the block
+/// device to watch meanwhile, if any.
 fn reader(
     pages: u64,
+    dev: Option<(u64, u64)>,
     stop: &AtomicBool,
     mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
 ) -> io::Result<Reads> {
     let mut h = Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
     let delay_before = run_delay_ns();
+    let disk_before = dev.and_then(DiskStats::read);
     let mut buf = AlignedBuf::zeroed(4096);
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     while !stop.load(Ordering::Relaxed) {
@@ -131,7 +242,11 @@ fn reader(
         (Some(before), Some(after)) => after.saturating_sub(before),
         _ => 0,
     };
-    Ok(Reads { latencies: h, run_delay_ns })
+    let device = match (disk_before, dev.and_then(DiskStats::read)) {
+        (Some(before), Some(after)) => before.until(&after),
+        _ => DeviceWork::default(),
+    };
+    Ok(Reads { latencies: h, run_delay_ns, device })
 }
 
 /// A streaming writer of 1 MiB blocks for `seconds`, then `finish`; returns MB/s.
@@ -156,6 +271,7 @@ fn writer(
 /// the reader stops when the writer starts its sync.
 fn reader_beside_writer(
     pages: u64,
+    dev: Option<(u64, u64)>,
     seconds: f64,
     wrap: u64,
     read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
@@ -164,7 +280,7 @@ fn reader_beside_writer(
 ) -> io::Result<(Reads, f64)> {
     let stop = AtomicBool::new(false);
     let (h, mb_s) = std::thread::scope(|s| {
-        let r = s.spawn(|| reader(pages, &stop, read));
+        let r = s.spawn(|| reader(pages, dev, &stop, read));
         let w = writer(seconds, wrap, write, || {
             stop.store(true, Ordering::Relaxed);
             sync()
@@ -230,19 +346,24 @@ fn measure(
 ) -> io::Result<ReadUnderWriteResult> {
     let pages = size / 4096;
     let secs = opts.seconds;
-    // Per mode: the merged read latencies, the reader's total run delay and each round's
-    // writer MB/s.
-    let mut runs: BTreeMap<&str, (Histogram<u64>, u64, Vec<f64>)> = BTreeMap::new();
-    let mut add = |mode: &'static str, reads: Reads, mb_s: f64| -> io::Result<()> {
-        match runs.entry(mode) {
+    let dev = match &opts.target {
+        Target::Dir(dir) => device_of(dir),
+        Target::Nfs(_) => None,
+    };
+    // Per mode: the merged read latencies, the reader's total run delay, each round's writer
+    // MB/s and the device's work.
+    let mut runs: BTreeMap<String, (Histogram<u64>, u64, Vec<f64>, DeviceWork)> = BTreeMap::new();
+    let mut add = |mode: &str, reads: Reads, mb_s: f64| -> io::Result<()> {
+        match runs.entry(mode.to_owned()) {
             std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert((reads.latencies, reads.run_delay_ns, vec![mb_s]));
+                v.insert((reads.latencies, reads.run_delay_ns, vec![mb_s], reads.device));
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
-                let (merged, delay, rates) = o.get_mut();
+                let (merged, delay, rates, device) = o.get_mut();
                 merged.add(&reads.latencies).map_err(|e| io::Error::other(e.to_string()))?;
                 *delay += reads.run_delay_ns;
                 rates.push(mb_s);
+                device.add(reads.device);
             }
         }
         Ok(())
@@ -253,30 +374,39 @@ fn measure(
         progress(&format!("round {round}: idle, the reader alone"));
         let stop = AtomicBool::new(false);
         let h = std::thread::scope(|s| {
-            let r = s.spawn(|| reader(pages, &stop, |b, o| read_file.read_at(b, o)));
+            let r = s.spawn(|| reader(pages, dev, &stop, |b, o| read_file.read_at(b, o)));
             std::thread::sleep(Duration::from_secs_f64(secs));
             stop.store(true, Ordering::Relaxed);
             r.join().expect("reader thread")
         })?;
         add("idle", h, 0.0)?;
 
-        for (mode, wbt) in [("ebb_wbt_on", "on"), ("ebb_wbt_ebb", "ebb"), ("ebb_wbt_off", "off")] {
+        let wbt = |value: &str| vec![("wbt".to_owned(), value.to_owned())];
+        let builtin = [("wbt_on", wbt("on")), ("wbt_ebb", wbt("ebb")), ("wbt_off", wbt("off"))];
+        let variants = opts.variants.iter().map(|(label, knobs)| {
+            (label.as_str(), wbt("ebb").into_iter().chain(knobs.iter().cloned()).collect())
+        });
+        for (label, knobs) in builtin.into_iter().chain(variants) {
+            let mode = format!("ebb_{label}");
             progress(&format!("round {round}: {mode}"));
-            let builder =
-                builder_with(opts.memory, &opts.knobs)?.knob("wbt", wbt).map_err(config_error)?;
+            let mut builder = builder_with(opts.memory, &opts.knobs)?;
+            for (name, value) in &knobs {
+                builder = builder.knob(name, value).map_err(config_error)?;
+            }
             let ebb = opts.target.add_to(builder)?.build()?;
             wbt_lat = wbt_lat.max(ebb.config().backends[0].wbt_target_usec());
             let rf = ebb.open(READ_FILE, OpenOptions { create: false, truncate: false })?;
             let wf = ebb.open("ebb-bench-write", CREATE)?;
             let (h, mb_s) = reader_beside_writer(
                 pages,
+                dev,
                 secs,
                 opts.write_file_size,
                 |b, o| rf.read_direct_at(b, o),
                 |b, o| wf.write_at(b, o).map(drop),
                 || wf.fsync(),
             )?;
-            add(mode, h, mb_s)?;
+            add(&mode, h, mb_s)?;
             drop(rf);
             wf.close()?;
             ebb.remove("ebb-bench-write")?;
@@ -290,6 +420,7 @@ fn measure(
         let kf = std::fs::File::create(&path)?;
         let (h, mb_s) = reader_beside_writer(
             pages,
+            dev,
             secs,
             opts.write_file_size,
             |b, o| read_file.read_at(b, o),
@@ -306,9 +437,9 @@ fn measure(
     }
     let modes = runs
         .into_iter()
-        .map(|(mode, (h, delay, mb_s))| {
+        .map(|(mode, (h, delay, mb_s, device))| {
             let mean = mb_s.iter().sum::<f64>() / mb_s.len().max(1) as f64;
-            (mode.to_owned(), mode_result(&h, mean, delay))
+            (mode, mode_result(&h, mean, delay, &device))
         })
         .collect();
     Ok(ReadUnderWriteResult {
