@@ -67,7 +67,8 @@ fn read_under_write_leaves_nothing_behind() {
     for (mode, figures) in modes {
         let wait = figures["reader_run_delay_us_per_read"].as_f64();
         assert!(wait.is_some_and(|us| us >= 0.0), "{mode}: {figures}");
-        for key in ["device_write_mb_s", "device_write_kib", "device_busy_pct", "device_queue"] {
+        let keys = ["device_write_mb_s", "device_write_kib", "device_busy_pct", "device_queue"];
+        for key in keys.into_iter().chain(["device_read_us", "read_lat_us_mean"]) {
             assert!(figures[key].as_f64().is_some_and(|x| x >= 0.0), "{mode} {key}: {figures}");
         }
     }

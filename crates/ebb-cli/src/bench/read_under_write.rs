@@ -60,6 +60,8 @@ pub(crate) struct ModeResult {
     pub(crate) read_lat_us_p99_99: u64,
     /// Slowest read.
     pub(crate) read_lat_us_max: u64,
+    /// Mean read latency, microseconds (to compare with `device_read_us`).
+    pub(crate) read_lat_us_mean: f64,
     /// Reads done.
     pub(crate) reads: u64,
     /// The writer: bytes over the time from its first write to the end of its fsync (0 when
@@ -79,12 +81,19 @@ pub(crate) struct ModeResult {
     /// Mean number of requests in flight (reads and writes, including those waiting in its
     /// scheduler).
     pub(crate) device_queue: f64,
+    /// Mean time the device's reads spent in the block layer and the device (from a
+    /// request's start to its completion, scheduler queue included), microseconds: the rest
+    /// of `read_lat_us_mean` is spent above it (the system call, the filesystem, waiting for
+    /// a CPU). All the device's reads count, so on a shared machine other programs' too.
+    pub(crate) device_read_us: f64,
 }
 
 /// Counters of one block device from `/proc/diskstats`, and when they were read.
 #[derive(Clone, Copy, Debug)]
 struct DiskStats {
     at: Instant,
+    reads: u64,
+    read_ms: u64,
     writes: u64,
     sectors_written: u64,
     busy_ms: u64,
@@ -102,6 +111,8 @@ impl DiskStats {
             // merged, sectors, ms, in flight, io ms, weighted io ms.
             (f.len() >= 13 && (f[0], f[1]) == dev).then(|| DiskStats {
                 at,
+                reads: f[2],
+                read_ms: f[5],
                 writes: f[6],
                 sectors_written: f[8],
                 busy_ms: f[11],
@@ -114,6 +125,8 @@ impl DiskStats {
     fn until(&self, later: &DiskStats) -> DeviceWork {
         DeviceWork {
             secs: later.at.duration_since(self.at).as_secs_f64(),
+            reads: later.reads.saturating_sub(self.reads),
+            read_ms: later.read_ms.saturating_sub(self.read_ms),
             bytes: later.sectors_written.saturating_sub(self.sectors_written) * 512,
             writes: later.writes.saturating_sub(self.writes),
             busy_ms: later.busy_ms.saturating_sub(self.busy_ms),
@@ -126,6 +139,8 @@ impl DiskStats {
 #[derive(Clone, Copy, Debug, Default)]
 struct DeviceWork {
     secs: f64,
+    reads: u64,
+    read_ms: u64,
     bytes: u64,
     writes: u64,
     busy_ms: u64,
@@ -135,19 +150,23 @@ struct DeviceWork {
 impl DeviceWork {
     fn add(&mut self, other: DeviceWork) {
         self.secs += other.secs;
+        self.reads += other.reads;
+        self.read_ms += other.read_ms;
         self.bytes += other.bytes;
         self.writes += other.writes;
         self.busy_ms += other.busy_ms;
         self.queue_ms += other.queue_ms;
     }
 
-    /// Write MB/s, mean write KiB, busy %, mean queue.
-    fn figures(&self) -> (f64, f64, f64, f64) {
+    /// Sets the `device_*` figures of `r`.
+    fn fill(&self, r: &mut ModeResult) {
         let secs = self.secs.max(1e-3);
         let bytes = self.bytes as f64;
-        let kib = bytes / 1024.0 / self.writes.max(1) as f64;
-        let busy = self.busy_ms as f64 / 10.0 / secs;
-        (bytes / MIB / secs, kib, busy, self.queue_ms as f64 / 1e3 / secs)
+        r.device_write_mb_s = bytes / MIB / secs;
+        r.device_write_kib = bytes / 1024.0 / self.writes.max(1) as f64;
+        r.device_busy_pct = self.busy_ms as f64 / 10.0 / secs;
+        r.device_queue = self.queue_ms as f64 / 1e3 / secs;
+        r.device_read_us = self.read_ms as f64 * 1e3 / self.reads.max(1) as f64;
     }
 }
 
@@ -198,12 +217,7 @@ fn mode_result(
     device: &DeviceWork,
 ) -> ModeResult {
     let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
-    let (device_write_mb_s, device_write_kib, device_busy_pct, device_queue) = device.figures();
-    ModeResult {
-        device_write_mb_s,
-        device_write_kib,
-        device_busy_pct,
-        device_queue,
+    let mut r = ModeResult {
         reader_run_delay_us_per_read: run_delay_ns as f64 / 1e3 / h.len().max(1) as f64,
         read_lat_us_p50: q(0.5),
         read_lat_us_p90: q(0.9),
@@ -211,9 +225,13 @@ fn mode_result(
         read_lat_us_p99_9: q(0.999),
         read_lat_us_p99_99: q(0.9999),
         read_lat_us_max: if h.is_empty() { 0 } else { h.max() },
+        read_lat_us_mean: if h.is_empty() { 0.0 } else { h.mean() },
         reads: h.len(),
         write_mb_s,
-    }
+        ..ModeResult::default()
+    };
+    device.fill(&mut r);
+    r
 }
 
 /// Random 4 KiB reads until `stop`; `read` performs one read at an offset; `dev` is the block
