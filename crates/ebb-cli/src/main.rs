@@ -130,8 +130,8 @@ struct MountArgs {
     endpoint: Option<String>,
     /// Where to mount.
     mountpoint: PathBuf,
-    /// Memory budget, e.g. 4GiB (default 256MiB): the mount's copies of write requests
-    /// (18 MiB), the IO threads' buffers and the cache together. A quarter of what the copies
+    /// Memory budget, e.g. 4GiB (default 256MiB): the mount's copies of write requests (an
+    /// eighth of it, 2 to 18 MiB), the IO threads' buffers and the cache together. A quarter of what the copies
     /// leave (at least one largest write, at most one per IO thread) is set aside for the
     /// buffers: 16 MiB with a directory, 60 MiB with S3 (its 8 MiB parts in flight) of 256 MiB;
     /// the cache gets the rest, at least 4 MiB.

@@ -277,8 +277,18 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     let upper = root.path().join("upper");
     std::fs::create_dir(&upper).unwrap();
     let mut below = Running::start(&dir, &lower, &["--memory", "64MiB"]);
-    let mut above = Running::start(&lower, &upper, &["--memory", "16MiB"]);
+    // 18 MiB: 2 MiB for the mount's request copies, a 12 MiB cache beside 4 MiB of buffers.
+    let mut above = Running::start(&lower, &upper, &["--memory", "18MiB"]);
     let below_pid = below.child.as_ref().unwrap().id().to_string();
+    // If the test fails while the lower mount is stopped, resume it before the mounts are
+    // dropped: the upper one cannot exit while its writes to the lower one wait.
+    struct Resume(String);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+        }
+    }
+    let _resume = Resume(below_pid.clone());
     // The shell opens the file while the lower mount answers, stops it, then becomes a dd
     // writing 64 MiB into the open descriptor (no further open through the mounts).
     let script =
@@ -298,7 +308,7 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     std::thread::sleep(Duration::from_secs(1)); // let it reach the throttle
     assert!(
         writer.try_wait().unwrap().is_none(),
-        "64 MiB cannot pass a 16 MiB cache that cannot write"
+        "64 MiB cannot pass a 12 MiB cache that cannot write"
     );
     let _ = writer.kill();
     wait_until("the killed writer's exit", || writer.try_wait().unwrap().is_some());

@@ -205,3 +205,60 @@ fn s3_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
     assert_eq!(backend.multipart_uploads().unwrap(), [], "uploads left after the restart");
     drop(restarted);
 }
+
+// A file removed (or replaced by a rename) while open stays usable through its descriptor, as
+// on a local filesystem: the mount hides its key until the last close. Its writes, fsync and
+// reads succeed, and after the close and a drain the bucket holds no trace of it.
+#[test]
+fn s3_mount_keeps_a_removed_open_file_usable() {
+    use std::os::unix::fs::FileExt;
+    let Some((server, root, mnt)) = setup("ebb-mount-removed") else { return };
+    let state = root.path().join("state");
+    let mut running = Running::start(&server, &state, &mnt);
+    let data = pattern(3 * MIB, 4);
+    for replace in [false, true] {
+        let path = mnt.join("f");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.write_all_at(&data, 0).unwrap();
+        file.sync_all().unwrap();
+        if replace {
+            std::fs::write(mnt.join("g"), b"new").unwrap();
+            std::fs::rename(mnt.join("g"), &path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+        file.write_all_at(&data[..MIB], 2 * MIB as u64).unwrap();
+        file.sync_all().expect("fsync of the removed file");
+        let mut back = vec![0; 3 * MIB];
+        file.read_exact_at(&mut back, 0).unwrap();
+        let mut expected = data.clone();
+        expected[2 * MIB..].copy_from_slice(&data[..MIB]);
+        assert!(back == expected, "the removed file reads what was written");
+        drop(file);
+    }
+    std::fs::remove_file(mnt.join("f")).unwrap();
+    running.signal("-TERM");
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("error"), "errors reported: {stderr}");
+    let backend = S3Backend::open(server.options("m/")).unwrap();
+    assert_eq!(backend.multipart_uploads().unwrap(), []);
+    let mut objects = Vec::new();
+    let mut dirs = vec![server.root().join(server.bucket()).join("m")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+            let entry = entry.unwrap();
+            match entry.file_type().unwrap().is_dir() {
+                true => dirs.push(entry.path()),
+                false => objects.push(entry.path()),
+            }
+        }
+    }
+    assert_eq!(objects, Vec::<PathBuf>::new(), "objects left in the bucket");
+}

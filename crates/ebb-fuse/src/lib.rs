@@ -73,8 +73,9 @@ pub enum DataMode {
 pub struct MountConfig {
     /// An existing empty directory to mount on.
     pub mountpoint: PathBuf,
-    /// Memory budget in bytes: the mount's copies of write requests (18 MiB), ebb's IO buffers
-    /// and its cache (`None`: the runtime's default cache, the copies beside it).
+    /// Memory budget in bytes: the mount's copies of write requests (an eighth, 2 to 18 MiB),
+    /// ebb's IO buffers and its cache (`None`: the runtime's default cache, the copies beside
+    /// it).
     pub memory: Option<u64>,
     /// Kernel-named knobs (`dirty_ratio`, `wbt`, ...) and their values, in order.
     pub knobs: Vec<(String, String)>,
@@ -157,7 +158,8 @@ impl Mount {
         };
         raise_fd_limit();
         let keep_times = config.data == DataMode::Ebb;
-        Mount::start_with(namespace, &mountpoint, data, keep_times, kept_closed_files)
+        let copies = fs::kept_request_copies(config.memory);
+        Mount::start_with(namespace, &mountpoint, data, keep_times, kept_closed_files, copies)
     }
 
     /// Mounts `namespace` on `mountpoint` (canonical) with the data path `data`.
@@ -167,9 +169,11 @@ impl Mount {
         data: Arc<dyn data::DataPath>,
         keep_times: bool,
         anchor_limit: usize,
+        kept_copies: usize,
     ) -> io::Result<Mount> {
         let name = namespace.describe();
-        let (fs, files) = EbbFs::new(Arc::new(namespace), data, keep_times, anchor_limit)?;
+        let namespace = Arc::new(namespace);
+        let (fs, files) = EbbFs::new(namespace, data, keep_times, anchor_limit, kept_copies)?;
         let mut options = fuser::Config::default();
         options.mount_options = vec![
             fuser::MountOption::FSName(format!("ebb:{name}")),

@@ -23,10 +23,10 @@ pub(crate) struct EbbData {
 }
 
 /// What the runtime gets of the mount's `--memory`: all of it but the kept copies of write
-/// requests ([`crate::fs::REQUEST_COPY_BYTES`]), which the mount's process holds beside the
+/// requests ([`crate::fs::request_copy_bytes`]), which the mount's process holds beside the
 /// cache and its IO buffers.
 fn cache_budget(memory: u64) -> io::Result<u64> {
-    let copies = crate::fs::REQUEST_COPY_BYTES;
+    let copies = crate::fs::request_copy_bytes(Some(memory));
     memory.checked_sub(copies).filter(|&rest| rest > 0).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -68,7 +68,7 @@ impl EbbData {
                     format!(
                         "--memory {memory}: {} bytes hold copies of write requests, the rest \
                          goes to ebb's cache: {error}",
-                        crate::fs::REQUEST_COPY_BYTES
+                        crate::fs::request_copy_bytes(Some(memory))
                     ),
                 ),
                 _ => error,

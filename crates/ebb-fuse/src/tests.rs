@@ -108,7 +108,8 @@ fn held_writers_do_not_block_other_requests() {
     let data = Arc::new(GatedData(Arc::clone(&gate)));
     let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
     let mnt = mnt.canonicalize().unwrap();
-    let mount = Mount::start_with(namespace, &mnt, data, false, crate::fs::ANCHOR_LIMIT).unwrap();
+    let mount =
+        Mount::start_with(namespace, &mnt, data, false, crate::fs::ANCHOR_LIMIT, 2).unwrap();
     const HELD: usize = 3;
     let writers: Vec<_> = (0..HELD)
         .map(|i| {
@@ -144,4 +145,15 @@ fn held_writers_do_not_block_other_requests() {
     for i in 0..HELD {
         assert_eq!(std::fs::read(dir.join(format!("held{i}"))).unwrap(), b"BLOCKED WRITE");
     }
+}
+
+// A mount sets an eighth of its budget aside for copies of write requests, 2 to 18 of them.
+#[test]
+fn request_copies_are_an_eighth_of_the_budget_within_bounds() {
+    use crate::fs::kept_request_copies;
+    let mib = 1 << 20;
+    assert_eq!(kept_request_copies(Some(16 * mib)), 2);
+    assert_eq!(kept_request_copies(Some(64 * mib)), 8);
+    assert_eq!(kept_request_copies(Some(256 * mib)), 18);
+    assert_eq!(kept_request_copies(None), 18);
 }

@@ -35,6 +35,7 @@ mod pauses;
 mod shared;
 mod stats;
 mod trace;
+mod writeio;
 
 use std::io;
 use std::path::Path;

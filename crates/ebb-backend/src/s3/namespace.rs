@@ -250,6 +250,12 @@ impl Namespace for S3Namespace {
         Arc::new(self.backend.clone())
     }
 
+    /// A removed object's open files fail their later writes (the key is gone); a renamed one
+    /// follows its new key, so hiding it keeps them working.
+    fn removal_destroys_open_files(&self) -> bool {
+        true
+    }
+
     fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
         self.backend.writeback_settings(settings);
     }

@@ -25,9 +25,9 @@
 //!
 //! A file open through the mount whose last name is removed (unlink, or a rename onto it)
 //! stays usable through its descriptors. A local directory's node keeps it alive; an NFS
-//! server destroys a removed file at once, so over NFS the name is renamed to a hidden
-//! `.ebb-removed-*` name in the same directory instead, removed at the last close, as the
-//! kernel's NFS client does with its `.nfs*` names.
+//! server destroys a removed file at once, and a removed S3 object's open files cannot write,
+//! so there the name is renamed to a hidden `.ebb-removed-*` name in the same directory
+//! instead, removed at the last close, as the kernel's NFS client does with its `.nfs*` names.
 //!
 //! The kernel keeps no copy of the data: files are opened with `FOPEN_DIRECT_IO`, so every
 //! `read(2)` and `write(2)` reaches us. A `MAP_SHARED` `mmap` (even read-only) therefore fails
@@ -96,11 +96,19 @@ const WRITE_THREADS: usize = 16;
 const POOL_QUEUE: usize = 64;
 /// Largest write request the kernel sends (1 MiB, the kernel's default page limit).
 const MAX_WRITE: u32 = 1 << 20;
-/// Copies of write requests kept for reuse ([`DataBufs`]): one per write thread and request
-/// loop, the most that exist at once.
-const KEPT_REQUEST_COPIES: usize = WRITE_THREADS + LOOP_THREADS;
-/// The bytes of `--memory` set aside for the kept copies of write requests' data.
-pub(crate) const REQUEST_COPY_BYTES: u64 = KEPT_REQUEST_COPIES as u64 * MAX_WRITE as u64;
+/// Copies of write requests kept for reuse ([`DataBufs`]) by a mount of `memory` bytes, which
+/// it sets aside for them: an eighth of it in 1 MiB copies, at least 2, at most one per write
+/// thread and request loop (18, the most in use at once unless writes queue). Without a budget,
+/// the most.
+pub(crate) fn kept_request_copies(memory: Option<u64>) -> usize {
+    let most = WRITE_THREADS + LOOP_THREADS;
+    memory.map_or(most, |memory| (memory / 8 / u64::from(MAX_WRITE)).clamp(2, most as u64) as usize)
+}
+
+/// The bytes of a mount's `memory` set aside for its kept copies of write requests.
+pub(crate) fn request_copy_bytes(memory: Option<u64>) -> u64 {
+    kept_request_copies(memory) as u64 * u64::from(MAX_WRITE)
+}
 /// Anchors (cached files kept after their last close) above which a closing file's anchor is
 /// synced and dropped instead of kept.
 pub(crate) const ANCHOR_LIMIT: usize = 4096;
@@ -140,6 +148,7 @@ impl<N: Namespace> EbbFs<N> {
         data: Arc<dyn DataPath>,
         keep_times: bool,
         anchor_limit: usize,
+        kept_copies: usize,
     ) -> io::Result<(EbbFs<N>, Arc<Files>)> {
         let (root, attr) = ns
             .root()
@@ -165,7 +174,7 @@ impl<N: Namespace> EbbFs<N> {
             inner,
             reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
             writes: Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?,
-            write_data: DataBufs::new(MAX_WRITE as usize, KEPT_REQUEST_COPIES),
+            write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
         };
         Ok((fs, files))
     }

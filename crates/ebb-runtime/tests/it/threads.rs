@@ -40,10 +40,11 @@ fn io_threads_run_at_a_lower_priority() {
     }
     let ebb = Builder::new().memory(8 << 20).backend("mem", Arc::new(MemBackend::new()));
     let ebb = ebb.io_threads(3).build().unwrap();
-    // Other tests start caches too: a thread just spawned sets its nice value first thing.
+    // Other tests start caches too. A thread just spawned names itself and sets its nice
+    // value first thing, so until it has run it is not found or not yet at 10.
     let mut io = nice_of_threads("ebb-io-");
-    for _ in 0..200 {
-        if io.iter().all(|&n| n == 10) {
+    for _ in 0..1000 {
+        if io.len() >= 3 && io.iter().all(|&n| n == 10) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
