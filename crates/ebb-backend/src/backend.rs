@@ -123,6 +123,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// The backend's sustained write speed, bytes/s, when it knows it (a link or a service
+    /// with a provisioned rate, a device whose speed its maker states); `None` (the default):
+    /// unknown. The engine's bandwidth estimate starts there with `initial_write_bandwidth =
+    /// auto` and learns the real rate from completed writes after that.
+    fn write_bandwidth(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One open file of a [`Backend`]. All methods take `&self` and may be called concurrently
@@ -236,6 +244,10 @@ macro_rules! forward_backend {
 
             fn counters(&self) -> Vec<(&'static str, u64)> {
                 (**self).counters()
+            }
+
+            fn write_bandwidth(&self) -> Option<u64> {
+                (**self).write_bandwidth()
             }
         }
     };

@@ -198,6 +198,11 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn server_restart(&self) -> Option<&dyn ServerRestart> {
         self.inner.server_restart()
     }
+
+    /// The inner backend's declared speed; injected delays do not change it.
+    fn write_bandwidth(&self) -> Option<u64> {
+        self.inner.write_bandwidth()
+    }
 }
 
 /// One open file of a [`FaultyBackend`].

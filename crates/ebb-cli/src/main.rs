@@ -395,6 +395,7 @@ impl Args for KnobFlags {
                 config::Kind::Bool => "BOOL",
                 config::Kind::Choice(_) => "NAME",
                 config::Kind::Sizes { .. } => "SIZE,...",
+                config::Kind::ChoiceOrBytes { .. } => "NAME|SIZE",
             };
             let range = match knob.unit {
                 "" => knob.kind.range_text(),

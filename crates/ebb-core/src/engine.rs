@@ -361,7 +361,7 @@ impl Engine {
                 counters: Counters::default(),
                 rates: {
                     let mut r = Rates::new(now_j);
-                    if let Some(bytes_per_sec) = b.initial_write_bandwidth {
+                    if let Some(bytes_per_sec) = b.initial_bandwidth_bytes() {
                         r.seed(bytes_per_sec / crate::config::PAGE_SIZE);
                     }
                     r

@@ -26,8 +26,8 @@ pub mod wbt;
 pub mod writer;
 
 pub use config::{
-    BackendConfig, Config, ConfigError, CounterReads, PAGE_SIZE, ReclaimPolicy, ThrottlePolicy,
-    UnstableAccounting, WbtMode,
+    BackendConfig, Config, ConfigError, CounterReads, InitialBandwidth, PAGE_SIZE, ReclaimPolicy,
+    ThrottlePolicy, UnstableAccounting, WbtMode,
 };
 pub use engine::{Engine, MapStore, PageMaps, WRITEPAGES_SIZE_BUCKETS};
 pub use event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, Verdict};

@@ -128,7 +128,9 @@ impl Builder {
         self.backend_with(name, backend, BackendConfig::new(name))
     }
 
-    /// Adds a backend with explicit writeback settings.
+    /// Adds a backend with explicit writeback settings. A speed the settings do not declare
+    /// (`declared_write_bandwidth`) is taken from the backend's own declaration
+    /// (`Backend::write_bandwidth`); `initial_write_bandwidth = auto` starts there.
     pub fn backend_with(
         mut self,
         name: &str,
@@ -138,6 +140,8 @@ impl Builder {
         let caps = backend.capabilities();
         let max_pages = (caps.max_io_bytes / PAGE_SIZE).clamp(1, 65_536) as u32;
         config.max_write_pages = config.max_write_pages.min(max_pages);
+        config.declared_write_bandwidth =
+            config.declared_write_bandwidth.or_else(|| backend.write_bandwidth());
         config.name = name.to_owned();
         let name = name.to_owned();
         self.backends.push(AddedBackend { name, backend, config, client_queue: false });

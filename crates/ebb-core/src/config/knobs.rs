@@ -11,7 +11,8 @@
 
 use super::registry::{Access, Kind, Knob, KnobField, Scope, declare_knobs};
 use super::{
-    CounterReads, MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy, UnstableAccounting, WbtMode,
+    CounterReads, InitialBandwidth, MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy,
+    UnstableAccounting, WbtMode,
 };
 
 const U32_MAX: u64 = u32::MAX as u64;
@@ -165,14 +166,21 @@ declare_knobs! {
             /// write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel
             /// scales the background threshold.
             dirty_background_seconds: u64 = 0, "s", Kind::Number { min: 0, max: 86_400 };
-            /// Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's
-            /// 100 MB/s).
+            /// Where the bandwidth estimate and ratelimit start (ebb's own): `kernel` (the
+            /// kernel's 100 MB/s), `auto` (the backend's declared speed) or a rate.
             ///
-            /// Not a kernel knob: a long-lived cache learns its device over tens of seconds
-            /// (the estimate moves ~5% per 200 ms and the ratelimit more slowly); a user who
-            /// knows the device can start there.
-            initial_write_bandwidth: Option<u64> = None, "bytes/s",
-                Kind::Bytes { min: super::PAGE_SIZE, max: 1 << 40 };
+            /// Not a kernel knob: a long-lived cache learns its device over seconds (the
+            /// estimate moves ~5% per 200 ms and the ratelimit more slowly); a user who knows
+            /// the device can start there. `auto` starts from the speed its driver declares
+            /// (`BackendConfig::declared_write_bandwidth`: the simulator's device model, or
+            /// what a runtime backend declares) and from the kernel's start when none is
+            /// declared.
+            initial_write_bandwidth: InitialBandwidth = InitialBandwidth::Kernel, "bytes/s",
+                Kind::ChoiceOrBytes {
+                    names: InitialBandwidth::NAMES,
+                    min: super::PAGE_SIZE,
+                    max: 1 << 40,
+                };
             /// How long the backend may stay unreachable before fsync and close report EIO
             /// (ebb's own; the NFS client's `timeo` x `retrans` of a soft mount plays this role).
             ///
@@ -208,6 +216,10 @@ declare_knobs! {
         fields {
             /// Name used in traces (`bdi=<name>`) and stats.
             name: String = String::new(),
+            /// The backend's write speed as its driver knows it, bytes/s (`None`: unknown):
+            /// the simulator's device model's sustained write rate, or what a runtime backend
+            /// declares. Not a knob: `initial_write_bandwidth = auto` starts there.
+            declared_write_bandwidth: Option<u64> = None,
         }
     }
 }

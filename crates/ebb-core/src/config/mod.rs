@@ -52,7 +52,7 @@
 //! | `wbt_min_depth` | backend | requests | 1 | 1..=65536 | The fewest background writes `wbt = ebb` keeps in flight (ebb's own; 1 is the kernel's floor). |
 //! | `dirty_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the dirty threshold: this many seconds of its measured write bandwidth (ebb's own); 0: no cap. |
 //! | `dirty_background_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the background threshold: this many seconds of its write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel scales the background threshold. |
-//! | `initial_write_bandwidth` | backend | bytes/s | unset | 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own; unset: the kernel's 100 MB/s). |
+//! | `initial_write_bandwidth` | backend | bytes/s | kernel | kernel, auto or 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own): `kernel` (the kernel's 100 MB/s), `auto` (the backend's declared speed) or a rate. |
 //! | `retry_timeout_secs` | backend | s | 60 | 0..=31536000 | How long the backend may stay unreachable before fsync and close report EIO (ebb's own; the NFS client's `timeo` x `retrans` of a soft mount plays this role). |
 //! | `flush_on_close` | backend |  | 0 | 0 or 1 | Close writes the file back and commits it before it returns, as an NFS client does for close-to-open consistency (ebb's own for other backends). |
 //! | `write_granule_bytes` | backend | bytes | unset | 4KiB..=1TiB | Write-back granule: no write crosses a granule's end, and threshold-driven writeback leaves a file's last, partly dirty granule for later (ebb's own: an object store uploads a multipart part whole, so a part written twice costs a commit and a copy); unset: none. |
@@ -136,6 +136,45 @@ pub enum WbtMode {
     Ebb,
 }
 
+/// Where a backend's write-bandwidth estimate and dirty ratelimit start
+/// (`initial_write_bandwidth`; `crate::bandwidth`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialBandwidth {
+    /// The kernel's fixed start, 100 MB/s (`wb_init`).
+    Kernel,
+    /// The backend's declared speed ([`BackendConfig::declared_write_bandwidth`]: a device
+    /// model's datasheet rate, a backend's own declaration); the kernel's start when none is
+    /// declared.
+    Auto,
+    /// This rate, bytes/s.
+    Rate(u64),
+}
+
+impl InitialBandwidth {
+    /// The names the knob takes besides a rate.
+    pub const NAMES: &'static [&'static str] = &["kernel", "auto"];
+}
+
+impl registry::KnobField for InitialBandwidth {
+    fn to_value(&self) -> Option<Value> {
+        Some(match *self {
+            InitialBandwidth::Kernel => Value::Choice("kernel"),
+            InitialBandwidth::Auto => Value::Choice("auto"),
+            InitialBandwidth::Rate(bytes) => Value::Number(bytes),
+        })
+    }
+    fn from_value(value: &Value) -> InitialBandwidth {
+        match value {
+            Value::Choice("kernel") => InitialBandwidth::Kernel,
+            Value::Choice("auto") => InitialBandwidth::Auto,
+            Value::Number(bytes) => InitialBandwidth::Rate(*bytes),
+            other => panic!(
+                "initial_write_bandwidth got {other:?}; settings are checked against their kind"
+            ),
+        }
+    }
+}
+
 macro_rules! named_enum {
     ($ty:ident, $knob:literal, $($variant:ident => $name:literal),+) => {
         impl $ty {
@@ -213,6 +252,17 @@ impl BackendConfig {
     /// wbt on.
     pub fn new(name: impl Into<String>) -> BackendConfig {
         BackendConfig { name: name.into(), ..BackendConfig::defaults() }
+    }
+
+    /// The rate, bytes/s, the backend's bandwidth estimate and dirty ratelimit start from:
+    /// `initial_write_bandwidth`'s rate, or with `auto` the declared speed; `None` for the
+    /// kernel's fixed start.
+    pub fn initial_bandwidth_bytes(&self) -> Option<u64> {
+        match self.initial_write_bandwidth {
+            InitialBandwidth::Kernel => None,
+            InitialBandwidth::Auto => self.declared_write_bandwidth,
+            InitialBandwidth::Rate(bytes) => Some(bytes),
+        }
     }
 
     /// The write-back granule holding page `page`, as a page range, if the backend has
@@ -482,14 +532,18 @@ mod tests {
         c.set_knob("strict_limit", "on").unwrap();
         assert!(c.backends[0].strict_limit);
         c.set_knob("initial_write_bandwidth", "2G").unwrap();
-        assert_eq!(c.backends[0].initial_write_bandwidth, Some(2 << 30));
+        assert_eq!(c.backends[0].initial_write_bandwidth, InitialBandwidth::Rate(2 << 30));
+        c.set_knob("initial_write_bandwidth", "auto").unwrap();
+        assert_eq!(c.backends[0].initial_write_bandwidth, InitialBandwidth::Auto);
+        let err = c.set_knob("initial_write_bandwidth", "fast").unwrap_err();
+        assert!(err.reason.contains("kernel, auto"), "{err}");
         c.set_knob("zone_bounds_bytes", "16MiB, 512MiB").unwrap();
         assert_eq!(c.zone_bounds_bytes, [16 << 20, 512 << 20]);
         c.set_knob("hw_queue_depth", "4").unwrap();
         assert_eq!(c.backends[0].hw_queue_depth, 4);
-        c.backends[0].initial_write_bandwidth = Some(1);
+        c.backends[0].initial_write_bandwidth = InitialBandwidth::Rate(1);
         assert_eq!(c.validate().unwrap_err().knob, "backends[0].initial_write_bandwidth");
-        c.backends[0].initial_write_bandwidth = None;
+        c.backends[0].initial_write_bandwidth = InitialBandwidth::Kernel;
         let err = c.set_knob("dirty_ratio", "lots").unwrap_err();
         assert_eq!(err.knob, "dirty_ratio");
         let err = c.set_knob("dirty_bytes", "5Q").unwrap_err();

@@ -58,6 +58,15 @@ pub enum Kind {
         /// Most values accepted.
         max_len: usize,
     },
+    /// One of these names, or a size in bytes ([`parse_size`]) in `min..=max`.
+    ChoiceOrBytes {
+        /// The names accepted besides a size.
+        names: &'static [&'static str],
+        /// Smallest accepted size.
+        min: u64,
+        /// Largest accepted size.
+        max: u64,
+    },
 }
 
 impl Kind {
@@ -78,6 +87,9 @@ impl Kind {
             Kind::Bool => "0 or 1".to_owned(),
             Kind::Choice(names) => names.join(", "),
             Kind::Sizes { max_len } => format!("up to {max_len} sizes"),
+            Kind::ChoiceOrBytes { names, min, max } => {
+                format!("{} or {}", names.join(", "), range(min, max, true, max == u64::MAX))
+            }
         }
     }
 }
@@ -85,11 +97,11 @@ impl Kind {
 /// A knob's value, of the form its [`Kind`] says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
-    /// A [`Kind::Number`] or [`Kind::Bytes`].
+    /// A [`Kind::Number`] or [`Kind::Bytes`], or a size of a [`Kind::ChoiceOrBytes`].
     Number(u64),
     /// A [`Kind::Bool`].
     Bool(bool),
-    /// A [`Kind::Choice`]: one of its names.
+    /// A [`Kind::Choice`] (or a [`Kind::ChoiceOrBytes`]): one of its names.
     Choice(&'static str),
     /// A [`Kind::Sizes`].
     Sizes(Vec<u64>),
@@ -197,6 +209,14 @@ impl Knob {
                     fail(format!("unknown value {text:?}; expected one of {}", names.join(", ")))
                 })?,
             ),
+            Kind::ChoiceOrBytes { names, .. } => {
+                match names.iter().copied().find(|n| *n == text) {
+                    Some(name) => Value::Choice(name),
+                    None => Value::Number(parse_size(text).map_err(|reason| {
+                        fail(format!("{reason}; or one of {}", names.join(", ")))
+                    })?),
+                }
+            }
             Kind::Sizes { .. } => Value::Sizes(
                 text.split(',')
                     .filter(|part| !part.trim().is_empty())
@@ -224,11 +244,18 @@ impl Knob {
             }
         };
         match (self.kind, value) {
-            (Kind::Number { min, max } | Kind::Bytes { min, max }, Value::Number(n)) => {
-                in_range(*n, min, max)
-            }
+            (
+                Kind::Number { min, max }
+                | Kind::Bytes { min, max }
+                | Kind::ChoiceOrBytes { min, max, .. },
+                Value::Number(n),
+            ) => in_range(*n, min, max),
             (Kind::Bool, Value::Bool(_)) => Ok(()),
-            (Kind::Choice(names), Value::Choice(name)) if names.contains(name) => Ok(()),
+            (Kind::Choice(names) | Kind::ChoiceOrBytes { names, .. }, Value::Choice(name))
+                if names.contains(name) =>
+            {
+                Ok(())
+            }
             (Kind::Sizes { max_len }, Value::Sizes(sizes)) if sizes.len() > max_len => {
                 Err(format!("{} values exceed the limit of {max_len}", sizes.len()))
             }
@@ -240,7 +267,7 @@ impl Knob {
     /// `value` as [`Knob::parse`] reads it back (sizes with a binary unit).
     pub fn render(&self, value: &Value) -> String {
         match (self.kind, value) {
-            (Kind::Bytes { .. }, Value::Number(n)) => format_size(*n),
+            (Kind::Bytes { .. } | Kind::ChoiceOrBytes { .. }, Value::Number(n)) => format_size(*n),
             (_, Value::Number(n)) => n.to_string(),
             (_, Value::Bool(b)) => if *b { "1" } else { "0" }.to_owned(),
             (_, Value::Choice(name)) => (*name).to_owned(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_backend::{Backend, FaultOp, FaultyBackend, MemBackend, OpenOptions};
-use ebb_core::{BackendConfig, PAGE_SIZE};
+use ebb_core::{BackendConfig, InitialBandwidth, PAGE_SIZE};
 use ebb_runtime::Builder;
 
 const CREATE: OpenOptions = OpenOptions { create: true, truncate: true };
@@ -24,7 +24,7 @@ fn slow_writer(dirty_seconds: u64) -> (u64, u64) {
     config.max_write_pages = 32;
     config.queue_depth = 1;
     config.dirty_seconds = dirty_seconds;
-    config.initial_write_bandwidth = Some(SLOW_BW);
+    config.initial_write_bandwidth = InitialBandwidth::Rate(SLOW_BW);
     let ebb = Builder::new()
         .memory(64 << 20)
         .backend("fast", Arc::new(MemBackend::new()))

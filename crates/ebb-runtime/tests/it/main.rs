@@ -10,5 +10,6 @@ mod io;
 mod nfs;
 mod nonblocking;
 mod s3;
+mod seeded;
 mod threads;
 mod trace;

@@ -222,6 +222,25 @@ impl DeviceParams {
     }
 }
 
+impl DeviceParams {
+    /// The model's sustained write rate, bytes/s, as a datasheet gives it: the speed a
+    /// driver declares to the engine (`BackendConfig::declared_write_bandwidth`, which
+    /// `initial_write_bandwidth = auto` starts from). A disk's media transfer rate (RAID-0:
+    /// times its members), a flash device's sustained write bandwidth, an NFS server's link
+    /// (an UNSTABLE WRITE completes once it has crossed the link).
+    pub fn declared_write_bandwidth(&self) -> u64 {
+        let mb_per_s = match self {
+            DeviceParams::Disk(disk) => disk.transfer_mb_per_s,
+            DeviceParams::Flash(flash) => flash.write_mb_per_s,
+            DeviceParams::Raid0(raid) => {
+                raid.member.transfer_mb_per_s * f64::from(raid.member_count)
+            }
+            DeviceParams::Nfs(nfs) => nfs.link_mb_per_s,
+        };
+        (mb_per_s * 1e6) as u64
+    }
+}
+
 /// A simulated block device; see the module doc for the driving protocol.
 pub trait Device {
     /// The model's name (`sata-2010`, ...).

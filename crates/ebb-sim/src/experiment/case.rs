@@ -157,6 +157,7 @@ fn build_backend(raw: &RawBackend, compare: &Knob) -> Result<BackendConfig, (Str
     }
     backend.rotational = rotational;
     backend.write_cache = write_cache;
+    backend.declared_write_bandwidth = Some(built.params().declared_write_bandwidth());
     backend.hw_queue_depth = hw_queue_depth.max(1);
     for setting in knob_settings(&raw.knobs, Scope::Backend, compare)? {
         setting.apply_backend(&mut backend).map_err(|e| (e.knob, e.reason))?;
