@@ -33,14 +33,20 @@
 //! # Constants
 //! | name | value | unit | provenance |
 //! |---|---|---|---|
-//! | INIT_BW | 100 MB/s = 25600 | pages/s | kernel `wb_init` |
+//! | INIT_BW | 100 MB/s = 25600 | pages/s | kernel `wb_init` (`initial_write_bandwidth = kernel`) |
 //! | BANDWIDTH_INTERVAL | 200 | ms | kernel, `max(HZ/5, 1)` |
 //! | averaging period | roundup_pow_of_two(3 HZ) | jiffies | kernel |
 //! | avg filter step | 1/8 | - | kernel `wb_update_write_bandwidth` |
 //! | ratelimit step | at most 1/8 of the gap | - | kernel `wb_update_dirty_ratelimit` |
 //!
 //! # Insufficient data
-//! Before the first sample every rate is `INIT_BW`. An update with `elapsed > period` (long
+//! Before the first sample every rate (bandwidth, its average, the ratelimit and the balanced
+//! rate) is the start `initial_write_bandwidth` chooses (ebb's own knob): `kernel`, the default,
+//! is the kernel's `INIT_BW`; a rate starts there; `auto` starts at the speed the backend's
+//! driver declares (`BackendConfig::declared_write_bandwidth`: the simulator's device model,
+//! a runtime backend's `write_bandwidth`) and at `INIT_BW` when none is declared. The laws
+//! above are the same from any start; a start near the device's rate only removes the seconds
+//! of convergence from 100 MB/s. An update with `elapsed > period` (long
 //! idle) restarts the estimate from the new sample. A zero dirty rate is treated as 1 page/s.
 //!
 //! # Stability

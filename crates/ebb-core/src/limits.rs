@@ -41,7 +41,7 @@
 //! A backend with no completions yet has fraction 0; its threshold is then its `min_ratio`
 //! share, and the throttle's idle-device floor (`(limit - dirty) / 8`, in `throttle`) lets it
 //! start. Before any bandwidth sample a `dirty_seconds` cap uses the estimate's starting value
-//! (100 MB/s, or `initial_write_bandwidth`).
+//! (100 MB/s, or where `initial_write_bandwidth` starts it).
 //!
 //! # Stability
 //! `dirty_limit` jumps up at once but follows `thresh` down by 1/32 of the gap per update and

@@ -36,6 +36,7 @@ fn main() {
             time_limit: Duration::from_secs(3600),
             sample_interval: Duration::from_millis(100),
             steady_from: Duration::from_secs(20),
+            settle_within: None,
             trace_dir: None,
             faults: Vec::new(),
             crash: None,

@@ -43,6 +43,11 @@ pub(super) fn build_case(
     if time_limit == Duration::ZERO {
         return Err(fail("time_limit", "must be positive".to_owned()));
     }
+    if let Some(band) = raw.settle_within
+        && !(band > 0.0 && band < 1.0)
+    {
+        return Err(fail("settle_within", format!("{band} is not a fraction in (0, 1)")));
+    }
     if sample_interval == Duration::ZERO {
         return Err(fail("sample_interval", "must be positive".to_owned()));
     }
@@ -119,6 +124,7 @@ pub(super) fn build_case(
         time_limit,
         steady_from,
         sample_interval,
+        settle_within: raw.settle_within,
     })
 }
 

@@ -22,6 +22,7 @@
 //! time_limit = "400s"
 //! steady_from = "20s"                       # optional, default 0s
 //! sample_interval = "100ms"                 # optional, default 100ms
+//! settle_within = 0.1                       # optional: report bw_settle_s, ratelimit_settle_s
 //! knobs = { hz = 250, nr_cpus = 4, dirty_ratio = 20 }   # any global knob of the registry,
 //! # e.g. zone_bounds_bytes = ["16MiB", "4GiB"], kswapd_scan_ns = 2000
 //!
@@ -253,6 +254,9 @@ pub struct Case {
     pub steady_from: Duration,
     /// Time series interval.
     pub sample_interval: Duration,
+    /// Report the settling of the first backend's estimates within this fraction of its
+    /// device's rate (`RunSpec::settle_within`).
+    pub settle_within: Option<f64>,
     /// Fault windows (`[[case.fault]]`).
     pub faults: Vec<Fault>,
     /// The crash that ends the runs, if any (`crash`).
@@ -473,6 +477,7 @@ impl Experiment {
                     time_limit,
                     sample_interval: case.sample_interval,
                     steady_from,
+                    settle_within: case.settle_within,
                     trace_dir,
                     faults: case.faults.clone(),
                     crash: case.crash,

@@ -49,6 +49,7 @@ pub(super) struct RawCase {
     pub(super) time_limit: toml::Value,
     pub(super) steady_from: Option<toml::Value>,
     pub(super) sample_interval: Option<toml::Value>,
+    pub(super) settle_within: Option<f64>,
     #[serde(default)]
     pub(super) knobs: toml::Table,
     #[serde(rename = "backend")]

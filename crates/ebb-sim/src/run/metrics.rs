@@ -86,6 +86,9 @@ impl Sim<'_> {
         self.engine_metrics(&mut m, elapsed, files);
         self.server_metrics(&mut m);
         self.per_backend_metrics(&mut m);
+        if let Some(band) = self.spec.settle_within {
+            self.settle_metrics(band, &mut m);
+        }
         if !self.read_latency.is_empty() {
             for (name, value) in self.read_latency.percentiles_us("read_lat_us") {
                 m.insert(name, value);
@@ -134,6 +137,49 @@ impl Sim<'_> {
                 .filter_map(|w| Some(w.finished?.saturating_since(w.sync_started?).as_secs_f64()))
                 .fold(0.0, f64::max);
             m.insert(format!("{name}_sync_s"), sync);
+        }
+    }
+
+    /// How long the first backend's estimates take to settle within `band` (a fraction) of
+    /// the rate its device achieves (bytes written over the time it was busy):
+    /// `bw_settle_s` for the smoothed write bandwidth; `ratelimit_settle_s` for the dirty
+    /// ratelimit, against that rate shared by the backend's foreground writers (the balanced
+    /// rate). Each is the first sample from which the estimate stays within the band until the
+    /// writers finish, in seconds from their start; the writers' whole run when it never
+    /// settles. `device_write_mb_s` is the rate, `declared_write_mb_s` the device's declared
+    /// speed (what `initial_write_bandwidth = auto` starts from).
+    fn settle_metrics(&self, band: f64, m: &mut BTreeMap<String, f64>) {
+        let device = self.devices[0].stats();
+        let busy = device.busy_time.as_secs_f64();
+        if busy <= 0.0 {
+            return;
+        }
+        let rate = device.write_bytes as f64 / busy;
+        m.insert("device_write_mb_s".to_owned(), rate / 1e6);
+        if let Some(declared) = self.engine.config().backends[0].declared_write_bandwidth {
+            m.insert("declared_write_mb_s".to_owned(), declared as f64 / 1e6);
+        }
+        let fg = || self.writers.iter().filter(|w| w.cycle.is_empty() && w.backend == 0);
+        let start = fg().filter_map(|w| w.started).min().unwrap_or(Instant::ZERO).as_secs_f64();
+        let end = fg().filter_map(|w| w.finished).max().unwrap_or(self.now).as_secs_f64();
+        let writers = fg().count().max(1) as f64;
+        // The series are in KB/s (pages x 4, KiB).
+        let kbps = rate / 1024.0;
+        for (series, target, metric) in [
+            ("avg_write_bw", kbps, "bw_settle_s"),
+            ("dirty_ratelimit", kbps / writers, "ratelimit_settle_s"),
+        ] {
+            let points = self.series.get(series).map_or(&[][..], Vec::as_slice);
+            let within = |v: f64| (v - target).abs() <= band * target;
+            let mut settled_at = None;
+            for &(t, v) in points.iter().filter(|p| p.0 >= start && p.0 <= end) {
+                match (within(v), settled_at) {
+                    (true, None) => settled_at = Some(t),
+                    (false, _) => settled_at = None,
+                    (true, Some(_)) => {}
+                }
+            }
+            m.insert(metric.to_owned(), settled_at.unwrap_or(end) - start);
         }
     }
 

@@ -95,6 +95,10 @@ pub struct RunSpec {
     pub sample_interval: Duration,
     /// Steady-state metrics (rates, pause statistics) ignore the time before this.
     pub steady_from: Duration,
+    /// Report how long the first backend's bandwidth estimate and dirty ratelimit take to
+    /// settle within this fraction of the rate its device achieves (`bw_settle_s`,
+    /// `ratelimit_settle_s`, `device_write_mb_s`); `None`: not reported.
+    pub settle_within: Option<f64>,
     /// Where to write `trace.txt` and `trace.json`, if anywhere.
     pub trace_dir: Option<PathBuf>,
     /// Faults injected by the environment (never by the engine).

@@ -39,6 +39,7 @@ fn spec(
         time_limit: Duration::from_secs(3600),
         sample_interval: Duration::from_millis(100),
         steady_from: Duration::ZERO,
+        settle_within: None,
         trace_dir: None,
         faults: Vec::new(),
         crash: None,
