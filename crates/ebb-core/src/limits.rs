@@ -24,8 +24,10 @@
 //! with dirty_seconds (ebb's own, per backend; avg_bw its smoothed write bandwidth):
 //! wb_thresh    = min(wb_thresh, dirty_seconds * avg_bw)
 //! wb_bg_thresh = min(wb_thresh * bg_thresh / thresh, dirty_background_seconds * avg_bw)
-//!                while the cap binds, the backend is throttled and written back against
-//!                these even below the global freerun and background points (strict_limit)
+//!                while the cap binds (below the global thresh), the backend is throttled
+//!                and written back against these even below the global freerun and
+//!                background points (strict_limit); at or above thresh, its writers obey
+//!                the global limits as without the cap
 //! ```
 //! Ratios use the kernel's `ratio * PAGE_SIZE / 100` trick for sub-percent precision.
 //!

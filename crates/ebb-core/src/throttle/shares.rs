@@ -25,8 +25,11 @@ impl Engine {
     }
 
     /// The limits `b`'s writers obey below the global freerun point, if any: under
-    /// `strict_limit` its thresholds; with only a `dirty_seconds` cap, the cap itself (a fast
-    /// backend's cap is far above what it holds, a slow one's binds).
+    /// `strict_limit` its thresholds; with only a `dirty_seconds` cap, the cap itself while it
+    /// binds (below the global threshold: a slow backend's), and none once it is at or above
+    /// the global threshold (a fast backend's), whose writers then obey the global limits as
+    /// without the cap. Own limits above the global ones would let a writer run free past the
+    /// global limit.
     pub(crate) fn own_limits(
         &self,
         b: BackendId,
@@ -42,6 +45,9 @@ impl Engine {
         }
         let bw = self.wbs[b.index()].rates.avg_write_bandwidth;
         let cap = limits::seconds_cap(cfg.dirty_seconds, bw);
+        if cap >= thresh {
+            return None;
+        }
         let bg = limits::wb_bg_thresh(cap, bg_thresh, thresh)
             .min(limits::seconds_cap(cfg.dirty_background_seconds, bw));
         Some((cap, bg))

@@ -14,3 +14,4 @@ mod invariants;
 mod nonblocking;
 mod reclaim;
 mod requests;
+mod seeded;
