@@ -7,12 +7,13 @@ use std::path::Path;
 use super::{Experiment, ExperimentError};
 
 /// `(file name, text)` of every experiment file, sorted by file name.
-pub const FILES: [(&str, &str); 7] = [
+pub const FILES: [(&str, &str); 8] = [
     ("dirtier-fairness.toml", include_str!("../../../../experiments/dirtier-fairness.toml")),
     ("dirty-seconds.toml", include_str!("../../../../experiments/dirty-seconds.toml")),
     ("ioless-throttling.toml", include_str!("../../../../experiments/ioless-throttling.toml")),
     ("nfs-commit-batching.toml", include_str!("../../../../experiments/nfs-commit-batching.toml")),
     ("reclaim-writeback.toml", include_str!("../../../../experiments/reclaim-writeback.toml")),
+    ("seeded-bandwidth.toml", include_str!("../../../../experiments/seeded-bandwidth.toml")),
     ("throttle-reorder.toml", include_str!("../../../../experiments/throttle-reorder.toml")),
     ("wbt-read-latency.toml", include_str!("../../../../experiments/wbt-read-latency.toml")),
 ];
