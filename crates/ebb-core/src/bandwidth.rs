@@ -12,8 +12,12 @@
 //! last update, and the elapsed time. Updates come from a throttle check (bandwidth and
 //! ratelimit) or the start of a writepages call (bandwidth only) once 200 ms
 //! (`BANDWIDTH_INTERVAL`) have passed since the last one, and from the delayed update 200 ms
-//! after a file's writeback ends (bandwidth only, however long since the last one; the
-//! kernel's `wb_inode_writeback_end`, docs/mechanisms.md#bandwidth-and-ratelimit-estimation).
+//! after a file's writeback ends (bandwidth only; the kernel's `wb_inode_writeback_end`,
+//! docs/mechanisms.md#bandwidth-and-ratelimit-estimation). ebb's own: while an `ioless`
+//! writer was throttled past freerun within 200 ms, the bandwidth-only updates hold off (the
+//! delayed one looks again 200 ms later), so they do not restart the interval under the
+//! throttled writers' ratelimit updates (`Engine::writers_update_rates`); the kernel runs them
+//! regardless, and its delayed one however long since the last update.
 //!
 //! # Control law
 //! ```text

@@ -216,6 +216,10 @@ pub(crate) struct Wb {
     /// inode with nothing in flight (the kernel's `bw_dwork`,
     /// docs/mechanisms.md#bandwidth-and-ratelimit-estimation).
     pub(crate) bw_update_at: Option<Instant>,
+    /// The last `ioless` throttle check past freerun: while one came within
+    /// `BANDWIDTH_INTERVAL`, the throttled writers update the estimates (with the ratelimit)
+    /// and the bandwidth-only updates hold off (`Engine::writers_update_rates`).
+    pub(crate) throttled_at: Option<Instant>,
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
@@ -375,6 +379,7 @@ impl Engine {
                 verifiers: Vec::new(),
                 last_completion: now,
                 bw_update_at: None,
+                throttled_at: None,
                 wbt: crate::wbt::Wbt::for_backend(b),
                 write_inflight: 0,
                 outage_since: None,

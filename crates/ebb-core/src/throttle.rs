@@ -321,6 +321,7 @@ impl Engine {
             return self.end_call(w);
         }
         w.call_throttled = true;
+        self.wbs[b.index()].throttled_at = Some(self.now);
         // Past freerun writeback must run. Before the 2020 fix this woke the flusher
         // unconditionally; with the fix (`fixed`, "writeback scheduled only above the
         // thresholds", the posting `004_*`) only while the reclaimable pages exceed thresh, so
@@ -574,11 +575,13 @@ impl Engine {
         }
     }
 
-    /// A bandwidth-only update if 200 ms have passed (the writepages path).
+    /// A bandwidth-only update if 200 ms have passed (the writepages path), unless throttled
+    /// writers are updating the estimates (`Engine::writers_update_rates`).
     pub(crate) fn bandwidth_tick(&mut self, b: BackendId) {
         let now_j = self.now.jiffies(self.hz);
-        if now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp)
-            >= bandwidth_interval_jiffies(self.hz)
+        if !self.writers_update_rates(b)
+            && now_j.saturating_sub(self.wbs[b.index()].rates.bw_time_stamp)
+                >= bandwidth_interval_jiffies(self.hz)
         {
             self.update_bandwidth(b, now_j, None, 0, 0);
         }

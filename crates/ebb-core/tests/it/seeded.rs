@@ -66,3 +66,30 @@ fn a_fast_backends_seconds_cap_does_not_lift_the_global_limit() {
         h.max_limit
     );
 }
+
+/// A small cache in front of a fast device: the flusher's background passes end below the
+/// threshold every few milliseconds, each ending the file's writeback and arming the delayed
+/// bandwidth update, and starts a writepages call. The throttled writer still gets its
+/// ratelimit update about every 200 ms: 9 of 9 here, 1 of 9 when those bandwidth-only updates
+/// restarted the 200 ms interval under it.
+#[test]
+fn ratelimit_updates_while_files_end_their_writeback_often() {
+    let mut c = config(64, ThrottlePolicy::Ioless);
+    c.trace = true;
+    let mut h = Harness::new(c, &[FAST / 2]);
+    h.add_dd(0, 1 << 19, 256, Instant::ZERO); // 2 GiB, ~2 s at 1 GB/s
+    h.run_until(secs(2));
+    let trace = h.engine.drain_trace();
+    let updates =
+        trace.iter().filter(|(_, e)| matches!(e, TraceEvent::BdiDirtyRatelimit { .. })).count();
+    let mut throttled =
+        trace.iter().filter(|(_, e)| matches!(e, TraceEvent::BalanceDirtyPages { .. }));
+    let (first, last) = (throttled.clone().next(), throttled.next_back());
+    let span = match (first, last) {
+        (Some((a, _)), Some((b, _))) => b.saturating_since(*a).as_secs_f64(),
+        _ => 0.0,
+    };
+    assert!(span >= 1.0, "the writer was throttled for {span:.2} s only");
+    let due = (span / 0.2) as usize;
+    assert!(updates * 10 >= due * 7, "{updates} ratelimit updates in {span:.2} s ({due} due)");
+}
