@@ -45,6 +45,7 @@ pub(crate) const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 mod completion;
 mod durable;
+mod planted;
 mod read;
 mod sync;
 mod timer;
@@ -52,6 +53,8 @@ mod truncate;
 mod views;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+pub use planted::CoreBug;
 
 use crate::bandwidth::Rates;
 use crate::config::{Config, ConfigError};
@@ -349,6 +352,8 @@ pub struct Engine {
     /// The error of the last write whose pages were held: what a writer fails with when held
     /// pages fill the cache.
     pub(crate) last_hold: Option<IoError>,
+    /// A bug the swarm's tests planted (`planted.rs`).
+    pub(crate) planted: Option<CoreBug>,
     pub(crate) reclaim: crate::reclaim::ReclaimState,
 }
 
@@ -421,6 +426,7 @@ impl Engine {
             min_ratio_sum,
             node_dirty: false,
             last_hold: None,
+            planted: None,
             reclaim: crate::reclaim::ReclaimState::default(),
             cfg: config,
         };

@@ -29,7 +29,7 @@ pub use config::{
     BackendConfig, Config, ConfigError, CounterReads, InitialBandwidth, PAGE_SIZE, ReclaimPolicy,
     ThrottlePolicy, UnstableAccounting, WbtMode,
 };
-pub use engine::{Engine, MapStore, PageMaps, WRITEPAGES_SIZE_BUCKETS};
+pub use engine::{CoreBug, Engine, MapStore, PageMaps, WRITEPAGES_SIZE_BUCKETS};
 pub use event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, Verdict};
 pub use ids::*;
 pub use pagemap::{PageMap, PageState, Run};

@@ -36,6 +36,11 @@ impl Engine {
         if result.is_ok() {
             self.backend_reached(b);
         }
+        let end = if end == WriteEnd::Hold && self.planted(CoreBug::DropHeldPage) {
+            WriteEnd::Stable
+        } else {
+            end
+        };
         let out = maps.with(inode, |m| m.end_writeback(run, end));
         if let Err(e) = result {
             self.stats.write_errors += 1;
@@ -51,16 +56,18 @@ impl Engine {
                 self.write_failed(b, inode, e);
             }
         }
+        let held = end == WriteEnd::Hold && !self.planted(CoreBug::SkipHeldCount);
         let mut delta = Counters {
             writeback: -(run.count as i64),
             dirty: out.redirtied as i64,
-            held: if end == WriteEnd::Hold { out.redirtied as i64 } else { 0 },
+            held: if held { out.redirtied as i64 } else { 0 },
             unstable: out.unstable as i64,
             resident: -(out.freed as i64),
             ..Counters::default()
         };
         if end == WriteEnd::Stable
             && out.cleaned > 0
+            && !self.planted(CoreBug::ForgetUnsyncedRun)
             && let Some(meta) = self.inodes.get_mut(&inode)
         {
             meta.durability.cleaned(run.first, run.first + run.count);

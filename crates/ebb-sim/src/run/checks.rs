@@ -17,6 +17,16 @@
 //! stamp must be in the durable image (a newer stamp of the page counts, an older one or none
 //! is a lost acknowledged write).
 //!
+//! The durability watermarks (`Engine::durable_ranges`, the runtime's `File::durable_len`) are
+//! held to their word: a checked run's sync of a file (the cache flush after an fsync) takes
+//! the engine's mark before it and reports `Event::FileSynced` after it, as the runtime does;
+//! after each such sync, at a crash and at the end, every page the engine calls durable must
+//! hold its last application write in the durable image (volatile caches excluded: the claim
+//! is about a crash of the backend). And once every fault is over and the final sync has
+//! drained the cache, every page the application wrote must be on its device (volatile caches
+//! count): a page dropped without a successful write is lost data even if no fsync
+//! acknowledged it.
+//!
 //! After every event the engine's counters must equal a recount of the page maps and the
 //! frames must fit the memory budget (`Engine::check_accounting`). Errors follow errseq: an
 //! fsync or close reports an error only if a write of its file failed since the handle last
@@ -82,12 +92,16 @@ pub enum PlantedBug {
     LoseCompletion,
     /// Flushes and COMMITs complete without making anything durable (a cache flush skipped).
     SkipFlush,
+    /// A bug planted in the engine itself (needs ebb-core's `planted-bugs` feature, which the
+    /// swarm's tests enable; a run refuses it otherwise).
+    Core(ebb_core::CoreBug),
 }
 
 /// What the checkers found and saw.
 #[derive(Clone, Debug, Default)]
 pub struct CheckReport {
-    /// The first violation: its checker (`accounting`, `durability`, `errseq`, `pause`) and
+    /// The first violation: its checker (`accounting`, `durability`, `durable_len`, `lost`,
+    /// `errseq`, `pause`) and
     /// what it found, with the virtual time.
     pub violation: Option<(&'static str, String)>,
     /// Events checked.
@@ -127,6 +141,24 @@ pub(super) struct Checker {
     max_sleep: Option<Duration>,
     pub(super) planted: Option<PlantedBug>,
     pub(super) report: CheckReport,
+}
+
+/// The first page of `want` whose stamp `image` lacks: (inode, page, wanted, found).
+fn first_missing(
+    want: &BTreeMap<InodeId, Vec<u64>>,
+    image: &BTreeMap<InodeId, Vec<u64>>,
+) -> Option<(InodeId, usize, u64, u64)> {
+    want.iter().find_map(|(inode, stamps)| {
+        let have = image.get(inode).map_or(&[][..], |v| &v[..]);
+        stamps.iter().enumerate().find_map(|(page, &w)| {
+            let got = have.get(page).copied().unwrap_or(0);
+            (w > got).then_some((*inode, page, w, got))
+        })
+    })
+}
+
+fn write_name(stamp: u64) -> String {
+    if stamp == 0 { "nothing".to_owned() } else { format!("write {stamp}") }
 }
 
 fn set_stamps(v: &mut Vec<u64>, first: u64, stamps: &[u64]) {
@@ -363,29 +395,83 @@ impl Checker {
         }
     }
 
-    /// Checks every acknowledged stamp against the durable image; with `cached`, what sits in
-    /// volatile write caches counts (an ebb crash: the devices keep running).
-    pub(super) fn check_durable(&mut self, now: Instant, cached: bool, when: &str) {
+    /// The devices' image: durable, plus with `cached` what sits in volatile write caches
+    /// (an ebb crash: the devices keep running).
+    fn image(&self, cached: bool) -> BTreeMap<InodeId, Vec<u64>> {
         let mut image = self.durable.clone();
         if cached {
             for l in self.landed.iter().filter(|l| l.verifier.is_none()) {
                 set_stamps(image.entry(l.inode).or_default(), l.first, &l.stamps);
             }
         }
-        for (inode, acked) in &self.acked {
-            let have = image.get(inode).map_or(&[][..], |v| &v[..]);
-            for (page, &want) in acked.iter().enumerate() {
-                let got = have.get(page).copied().unwrap_or(0);
-                if want > got {
-                    let what = format!(
-                        "{when}: page {page} of inode {inode} was acknowledged by fsync (write \
-                         {want}) but the durable image has {}",
-                        if got == 0 { "nothing".to_owned() } else { format!("write {got}") }
-                    );
-                    self.fail(now, "durability", what);
-                    return;
-                }
-            }
+        image
+    }
+
+    /// Checks every acknowledged stamp against the durable image; with `cached`, what sits in
+    /// volatile write caches counts (an ebb crash: the devices keep running).
+    pub(super) fn check_durable(&mut self, now: Instant, cached: bool, when: &str) {
+        let image = self.image(cached);
+        if let Some((inode, page, want, got)) = first_missing(&self.acked, &image) {
+            let what = format!(
+                "{when}: page {page} of inode {inode} was acknowledged by fsync (write {want}) \
+                 but the durable image has {}",
+                write_name(got)
+            );
+            self.fail(now, "durability", what);
+        }
+    }
+
+    /// Once the cache has drained with every fault over: nothing the application wrote is
+    /// missing from the devices (volatile caches count). A page the engine dropped without a
+    /// successful write fails here even if no fsync acknowledged it.
+    pub(super) fn check_nothing_lost(&mut self, now: Instant) {
+        let image = self.image(true);
+        if let Some((inode, page, want, got)) = first_missing(&self.written, &image) {
+            let what = format!(
+                "after the final sync, every fault over: page {page} of inode {inode} (write \
+                 {want}) is not on its device, which has {}",
+                write_name(got)
+            );
+            self.fail(now, "lost", what);
+        }
+    }
+
+    /// Files the application wrote and their length in pages: `only`, or all of them.
+    pub(super) fn written_files(&self, only: Option<InodeId>) -> Vec<(InodeId, u64)> {
+        self.written
+            .iter()
+            .filter(|(inode, _)| only.is_none_or(|o| o == **inode))
+            .map(|(inode, v)| (*inode, v.len() as u64))
+            .collect()
+    }
+
+    /// The engine claims the byte `ranges` of `inode` durable (its durability watermarks):
+    /// each page in them must hold its last application write in the durable image (volatile
+    /// caches excluded).
+    pub(super) fn check_claim(
+        &mut self,
+        now: Instant,
+        inode: InodeId,
+        ranges: &[std::ops::Range<u64>],
+        when: &str,
+    ) {
+        let written = self.written.get(&inode).map_or(&[][..], |v| &v[..]);
+        let have = self.durable.get(&inode).map_or(&[][..], |v| &v[..]);
+        let page = ebb_core::PAGE_SIZE;
+        let lost = ranges.iter().flat_map(|r| r.start / page..r.end.div_ceil(page)).find(|&p| {
+            let want = written.get(p as usize).copied().unwrap_or(0);
+            want > have.get(p as usize).copied().unwrap_or(0)
+        });
+        if let Some(p) = lost {
+            let want = written[p as usize];
+            let got = have.get(p as usize).copied().unwrap_or(0);
+            let what = format!(
+                "{when}: the engine calls page {p} of inode {inode} durable (its durable \
+                 ranges {ranges:?}) but its last write {want} is not in the durable image, \
+                 which has {}",
+                write_name(got)
+            );
+            self.fail(now, "durable_len", what);
         }
     }
 

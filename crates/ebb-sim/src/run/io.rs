@@ -206,6 +206,9 @@ impl Sim<'_> {
         let id = DRIVER_FLUSH_BIT | request.0;
         check.flush_submitted(id, b);
         let inode = self.writers[i].inode;
+        // As the runtime's `sync_backend_file`: a mark before the sync, reported after it.
+        let mark = self.engine.durable_mark(inode);
+        self.file_syncs.insert(id, (inode, mark));
         self.submit(ebb_core::BackendId(b as u32), id, IoOp::Flush, inode, 0, 0, true);
         true
     }
@@ -215,6 +218,10 @@ impl Sim<'_> {
         if let Some(check) = self.check.as_deref_mut() {
             check.flush_completed(id, None);
             check.answered(self.now, request, Ok(()));
+        }
+        if let Some((inode, mark)) = self.file_syncs.remove(&id) {
+            self.engine.handle(self.now, Event::FileSynced { inode, mark }, &mut self.maps);
+            self.check_durable_claims(Some(inode), "after a sync of the file");
         }
         if let Some(i) = self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
         {

@@ -176,6 +176,9 @@ struct Sim<'a> {
     next_delayed: u64,
     /// The checkers of a checked run.
     check: Option<Box<Checker>>,
+    /// Driver flushes of a checked run by id: the file and the engine's durable mark taken
+    /// before it (`Engine::durable_mark`), reported as `Event::FileSynced` when it completes.
+    file_syncs: BTreeMap<u64, (InodeId, u64)>,
 }
 
 /// Runs one simulation. `progress` receives the fraction of the workload done, now and then.
@@ -198,13 +201,27 @@ pub fn run_checked(
     let max_sleep = (spec.config.throttle == ebb_core::ThrottlePolicy::Ioless).then(|| {
         ebb_core::position::MAX_PAUSE + Duration::from_nanos(1_000_000_000 / spec.config.hz)
     });
+    if let Some(PlantedBug::Core(bug)) = planted
+        && !sim.engine.plant(bug)
+    {
+        return Err(SimError::Spec(format!(
+            "cannot plant {bug:?}: ebb-core was built without its `planted-bugs` feature"
+        )));
+    }
     sim.check = Some(Box::new(Checker::new(max_sleep, planted)));
     sim.run(&mut |_| {})?;
-    let mut check = sim.check.take().expect("set above");
+    let check = sim.check.as_deref_mut().expect("set above");
     if !check.failed() && !check.report.crashed {
         check.check_durable(sim.now, false, "at the end");
+        // Every fault over and the cache drained by the final sync: nothing may be missing.
+        let faults_end = spec.faults.iter().all(|f| f.until.is_some() || f.errno == 0);
+        let mi = sim.engine.meminfo();
+        if faults_end && check.report.synced && mi.dirty + mi.writeback + mi.unstable == 0 {
+            check.check_nothing_lost(sim.now);
+        }
+        sim.check_durable_claims(None, "at the end");
     }
-    let report = check.finish();
+    let report = sim.check.take().expect("set above").finish();
     Ok((sim.finish(), report))
 }
 
@@ -296,6 +313,19 @@ impl Sim<'_> {
             check.report.crashed = true;
             let when = if power_cut { "after a power cut" } else { "after ebb crashed" };
             check.check_durable(self.now, !power_cut, when);
+            self.check_durable_claims(None, when);
+        }
+    }
+
+    /// The durability watermarks' claim (`Engine::durable_ranges`, what `File::durable_len`
+    /// reports): every page of `inode` (every file written, for `None`) the engine calls
+    /// durable holds its last application write in the durable image (volatile caches
+    /// excluded: the claim is about a crash of the backend).
+    fn check_durable_claims(&mut self, inode: Option<InodeId>, when: &str) {
+        let Some(check) = self.check.as_deref_mut() else { return };
+        for (inode, pages) in check.written_files(inode) {
+            let ranges = self.engine.durable_ranges(inode, pages * PAGE, &mut self.maps);
+            check.check_claim(self.now, inode, &ranges, when);
         }
     }
 

@@ -77,6 +77,7 @@ impl<'a> Sim<'a> {
             delayed: BTreeMap::new(),
             next_delayed: 0,
             check: None,
+            file_syncs: BTreeMap::new(),
         };
         for (i, workload) in spec.workloads.iter().enumerate() {
             sim.add_workload(i, workload)?;

@@ -12,7 +12,10 @@
 //!
 //! [`check_spec`] runs it with [`crate::run::run_checked`]: accounting and the memory budget
 //! after every event, the durability of every fsync-acknowledged byte after the crash and at
-//! the end, errseq at each fsync and close, the `ioless` pause bound; then liveness once the
+//! the end, the engine's durability watermarks (every page it calls durable is, after each
+//! sync of a file, the crash and the end), nothing written missing once the faults are over
+//! and the cache drained, errseq at each fsync and close, the `ioless` pause bound; then
+//! liveness once the
 //! run is over: every fsync and close answered, every writer finished, and, when every fault
 //! ends, the cache drained (no page dirty, under writeback or unstable). An engine panic is a
 //! failure too. A failing seed is shrunk (`shrink.rs`) to a smaller world that fails the same
@@ -49,8 +52,9 @@ pub fn policy_of(seed: u64, policy: Option<&str>) -> String {
 /// A seed that failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
-    /// The checker that failed: `accounting`, `durability`, `errseq`, `pause`, `liveness`,
-    /// `panic`, or `world` (the drawn world was refused: a bug of the generator).
+    /// The checker that failed: `accounting`, `durability`, `durable_len`, `lost`, `errseq`,
+    /// `pause`, `liveness`, `panic`, or `world` (the drawn world was refused: a bug of the
+    /// generator).
     pub checker: String,
     /// What it found.
     pub message: String,

@@ -46,24 +46,35 @@ const PLANTED_SEEDS: u64 = 60;
 
 /// The first seed below the budget that fails with `bug` planted, and its checker.
 fn finds(bug: PlantedBug) -> Option<(u64, String)> {
-    (0..PLANTED_SEEDS).find_map(|seed| {
+    finds_within(bug, PLANTED_SEEDS)
+}
+
+/// The first seed below `budget` that fails with `bug` planted, and its checker.
+fn finds_within(bug: PlantedBug, budget: u64) -> Option<(u64, String)> {
+    (0..budget).find_map(|seed| {
         let policy = swarm::policy_of(seed, None);
         swarm::check_seed(seed, &policy, Some(bug), None).err().map(|f| (seed, f.checker))
     })
 }
 
-/// A driver that tells the engine a failed write succeeded loses acknowledged data: the
-/// durability checker finds it, and the shrunk world still fails the same way.
+/// The checkers of lost data: acknowledged pages missing after a crash or at the end
+/// (`durability`), pages the engine called durable missing from the durable image
+/// (`durable_len`), or any written page missing once every fault is over and the cache has
+/// drained (`lost`).
+const DATA_LOSS: [&str; 3] = ["durability", "durable_len", "lost"];
+
+/// A driver that tells the engine a failed write succeeded loses data: a data-loss checker
+/// finds it, and the shrunk world still fails the same way.
 #[test]
 fn planted_swallowed_write_error_is_found() {
     let (seed, checker) = finds(PlantedBug::SwallowWriteError).expect("found within the budget");
-    assert_eq!(checker, "durability", "seed {seed}");
+    assert!(DATA_LOSS.contains(&checker.as_str()), "seed {seed}: {checker}");
     let draw = Draw::generate(seed, &swarm::policy_of(seed, None));
     let failure =
         swarm::check_toml("s.toml", &draw.to_toml(), Some(PlantedBug::SwallowWriteError), None)
             .expect_err("the seed fails");
     let (small, again, _) = swarm::shrink(&draw, &failure, Some(PlantedBug::SwallowWriteError));
-    assert_eq!(again.checker, "durability");
+    assert_eq!(again.checker, checker);
     assert!(
         small.workloads.len() <= draw.workloads.len() && small.faults.len() <= draw.faults.len()
     );
@@ -76,12 +87,47 @@ fn planted_lost_completion_is_found() {
     assert_eq!(checker, "liveness", "seed {seed}");
 }
 
-/// A cache flush that makes nothing durable: a power cut (or the end) finds fsync-acknowledged
-/// pages missing.
+/// A cache flush (or COMMIT) that makes nothing durable: a power cut or the end finds pages
+/// missing.
 #[test]
 fn planted_skipped_flush_is_found() {
     let (seed, checker) = finds(PlantedBug::SkipFlush).expect("found within the budget");
-    assert_eq!(checker, "durability", "seed {seed}");
+    assert!(DATA_LOSS.contains(&checker.as_str()), "seed {seed}: {checker}");
+}
+
+/// The CI seed budget (`.ci/run`'s `ebb swarm --seeds 500`): a bug planted in the engine must
+/// be found within it.
+const CI_SEEDS: u64 = 500;
+
+/// The engine skips the `held` counter update when a write fails with ENOSPC or EROFS: the
+/// accounting check finds the counters off a recount.
+#[test]
+fn planted_skipped_held_count_is_found() {
+    let bug = PlantedBug::Core(ebb_core::CoreBug::SkipHeldCount);
+    let (seed, checker) = finds_within(bug, CI_SEEDS).expect("found within the CI budget");
+    eprintln!("found at seed {seed}");
+    assert_eq!(checker, "accounting", "seed {seed}");
+}
+
+/// The engine drops the pages of a write that failed with ENOSPC or EROFS as if written: once
+/// the faults end and the cache drains, pages the application wrote are missing from the
+/// devices (no fsync acknowledged them: the fsync reported the error).
+#[test]
+fn planted_dropped_held_page_is_found() {
+    let bug = PlantedBug::Core(ebb_core::CoreBug::DropHeldPage);
+    let (seed, checker) = finds_within(bug, CI_SEEDS).expect("found within the CI budget");
+    eprintln!("found at seed {seed}");
+    assert_eq!(checker, "lost", "seed {seed}");
+}
+
+/// The engine forgets that stable writes wait for a sync of their file: its durability
+/// watermarks (`File::durable_len`) call pages durable that sit in a volatile write cache.
+#[test]
+fn planted_forgotten_unsynced_run_is_found() {
+    let bug = PlantedBug::Core(ebb_core::CoreBug::ForgetUnsyncedRun);
+    let (seed, checker) = finds_within(bug, CI_SEEDS).expect("found within the CI budget");
+    eprintln!("found at seed {seed}");
+    assert_eq!(checker, "durable_len", "seed {seed}");
 }
 
 /// Seeds across the three throttle policies pass every checker. .ci/run runs 500 with the
