@@ -739,7 +739,7 @@ fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
         .workloads
         .iter()
         .map(|workload| match workload {
-            Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think } => json!({
+            Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think, .. } => json!({
                 "kind": "dd",
                 "backend": config.backends[*backend].name,
                 "size_bytes": size_bytes,

@@ -67,14 +67,18 @@ pub(super) fn build_fault(raw: &RawFault, backends: &[&str]) -> Result<Fault, (S
         Some(value) => errno_value(value).map_err(|r| fail("errno", r))?,
         None => 0,
     };
+    let read_errno = match &raw.read_errno {
+        Some(value) => errno_value(value).map_err(|r| fail("read_errno", r))?,
+        None => 0,
+    };
     let delay = match &raw.delay {
         Some(value) => duration_value(value).map_err(|r| fail("delay", r))?,
         None => Duration::ZERO,
     };
-    if errno == 0 && delay == Duration::ZERO {
-        return Err(fail("errno", "a fault needs an errno, a delay or both".into()));
+    if errno == 0 && read_errno == 0 && delay == Duration::ZERO {
+        return Err(fail("errno", "a fault needs an errno, a read_errno or a delay".into()));
     }
-    Ok(Fault { backend, errno, from, until, delay })
+    Ok(Fault { backend, errno, read_errno, from, until, delay })
 }
 
 pub(super) fn build_crash(raw: &RawCrash) -> Result<Crash, (String, String)> {

@@ -61,7 +61,7 @@ pub(super) struct RawCase {
     pub(super) crash: Option<RawCrash>,
 }
 
-/// A `[[case.fault]]`: a window in which one backend's writes fail with an errno or its
+/// A `[[case.fault]]`: a window in which one backend's writes or reads fail with an errno or its
 /// completions arrive late (`run::Fault`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,6 +72,8 @@ pub(super) struct RawFault {
     pub(super) until: Option<toml::Value>,
     /// An errno number or name (`"EIO"`, `"ENOSPC"`, ...).
     pub(super) errno: Option<toml::Value>,
+    /// The errno the engine's reads fail with, a number or name.
+    pub(super) read_errno: Option<toml::Value>,
     pub(super) delay: Option<toml::Value>,
 }
 
@@ -107,6 +109,11 @@ pub(super) struct RawWorkload {
     pub(super) start: Option<toml::Value>,
     pub(super) fsync: Option<bool>,
     pub(super) think: Option<toml::Value>,
+    /// dd: once this much is written, truncate the file to `truncate_to` and go on from there.
+    pub(super) truncate_at: Option<toml::Value>,
+    pub(super) truncate_to: Option<toml::Value>,
+    /// dd: unlink the file after closing it.
+    pub(super) unlink: Option<bool>,
     /// fsmark: writer threads.
     pub(super) threads: Option<u32>,
     /// fsmark: bytes per file.

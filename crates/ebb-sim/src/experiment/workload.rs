@@ -57,12 +57,21 @@ pub(super) fn build_workload(
         Some(value) => duration_value(value).map_err(|r| fail("start", r))?,
         None => Duration::ZERO,
     };
+    if raw.kind != "dd"
+        && (raw.truncate_at.is_some() || raw.truncate_to.is_some() || raw.unlink.is_some())
+    {
+        return Err(fail(
+            "kind",
+            format!("{} takes no truncate_at, truncate_to or unlink", raw.kind),
+        ));
+    }
     match raw.kind.as_str() {
         "dd" => {
             let think = match &raw.think {
                 Some(value) => duration_value(value).map_err(|r| fail("think", r))?,
                 None => Duration::ZERO,
             };
+            let truncate = dd_truncate(raw, size_bytes).map_err(|(f, r)| fail(f, r))?;
             Ok(Workload::Dd {
                 backend,
                 size_bytes,
@@ -70,6 +79,8 @@ pub(super) fn build_workload(
                 start,
                 fsync: raw.fsync.unwrap_or(false),
                 think,
+                truncate,
+                unlink: raw.unlink.unwrap_or(false),
             })
         }
         "cp" => {
@@ -154,4 +165,27 @@ fn memory_workload(
     };
     memory.validate().map_err(|(field, reason)| fail(field, reason))?;
     Ok(memory)
+}
+
+/// A dd's `truncate_at` and `truncate_to` (both or neither; `to` below `at`, `at` within the
+/// size).
+fn dd_truncate(
+    raw: &RawWorkload,
+    size_bytes: u64,
+) -> Result<Option<(u64, u64)>, (&'static str, String)> {
+    let (at, to) = match (&raw.truncate_at, &raw.truncate_to) {
+        (None, None) => return Ok(None),
+        (Some(at), Some(to)) => (
+            size_value(at).map_err(|r| ("truncate_at", r))?,
+            size_value(to).map_err(|r| ("truncate_to", r))?,
+        ),
+        _ => return Err(("truncate_at", "truncate_at and truncate_to go together".to_owned())),
+    };
+    if at == 0 || at > size_bytes {
+        return Err(("truncate_at", format!("{at} is outside 1..=size ({size_bytes})")));
+    }
+    if to >= at {
+        return Err(("truncate_to", format!("{to} must be below truncate_at ({at})")));
+    }
+    Ok(Some((at, to)))
 }

@@ -139,6 +139,10 @@ pub(super) struct Checker {
     /// last heard of an error.
     heard: BTreeMap<HandleId, (Failures, u64)>,
     max_sleep: Option<Duration>,
+    /// Reads of the engine that failed, delivered so far.
+    pub(super) read_failures: u64,
+    /// Read calls between issue and answer, with `read_failures` at issue.
+    reads: BTreeMap<RequestId, u64>,
     pub(super) planted: Option<PlantedBug>,
     pub(super) report: CheckReport,
 }
@@ -188,6 +192,8 @@ impl Checker {
             failures: BTreeMap::new(),
             heard: BTreeMap::new(),
             max_sleep,
+            read_failures: 0,
+            reads: BTreeMap::new(),
             planted,
             report: CheckReport::default(),
         }
@@ -215,6 +221,16 @@ impl Checker {
             v.resize(end, 0);
         }
         v[first as usize..end].fill(self.stamp);
+    }
+
+    /// The file was truncated at page `first` (0: unlinked): what lay past it is gone, and no
+    /// longer owed to the application.
+    pub(super) fn truncated(&mut self, inode: InodeId, first: u64) {
+        for map in [&mut self.written, &mut self.acked] {
+            if let Some(v) = map.get_mut(&inode) {
+                v.truncate(first as usize);
+            }
+        }
     }
 
     fn stamps_of(&self, inode: InodeId, first: u64, pages: u64) -> Vec<u64> {
@@ -366,6 +382,35 @@ impl Checker {
         }
     }
 
+    /// A read call was issued as `request`.
+    pub(super) fn read_issued(&mut self, request: RequestId) {
+        self.reads.insert(request, self.read_failures);
+    }
+
+    /// A read call was answered: an error must come from a read that failed since it was
+    /// issued (no invented error).
+    pub(super) fn read_answered(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        result: Result<(), IoError>,
+    ) {
+        let Some(at_issue) = self.reads.remove(&request) else { return };
+        if let Err(e) = result
+            && self.read_failures == at_issue
+        {
+            self.fail(
+                now,
+                "errseq",
+                format!(
+                    "read {} failed with errno {} though no read of the backend failed since \
+                     it was issued",
+                    request.0, e.errno
+                ),
+            );
+        }
+    }
+
     /// The final sync was issued.
     pub(super) fn sync_issued(&mut self, request: RequestId) {
         self.syncs.insert(request);
@@ -475,9 +520,9 @@ impl Checker {
         }
     }
 
-    /// fsyncs, closes and syncs never answered.
+    /// fsyncs, closes, reads and syncs never answered.
     pub(super) fn finish(&mut self) -> CheckReport {
-        self.report.unanswered = (self.pending.len() + self.syncs.len()) as u64;
+        self.report.unanswered = (self.pending.len() + self.syncs.len() + self.reads.len()) as u64;
         std::mem::take(&mut self.report)
     }
 }

@@ -74,15 +74,23 @@ impl Sim<'_> {
                         self.finish_writer(i);
                     }
                 }
-                Action::ReadDone { request, .. } => {
+                Action::ReadDone { request, result } => {
                     if let Some((_, started)) = self.read_started.remove(&request) {
                         // Each read call's latency, cache hits included (read-to-pipe-async).
                         let ns = self.now.saturating_since(started).as_nanos().max(1_000);
                         self.read_latency.record(ns);
                     }
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.read_answered(self.now, request, result);
+                    }
                     if let Some(i) =
                         self.writers.iter().position(|w| w.state == WriterState::Reading(request))
                     {
+                        if result.is_err() {
+                            // cp stops at a read error ("cp: error reading"), closing its copy.
+                            self.finish_writer(i);
+                            continue;
+                        }
                         self.writers[i].state = WriterState::Running;
                         self.queue.push(self.now, Ev::Step(i));
                     }
@@ -166,7 +174,14 @@ impl Sim<'_> {
                     };
                     Event::WriteDone { io, result: self.check_write(b, io.0, result) }
                 }
-                Some(IoPending::Read(io)) => Event::ReadDone { io, result: Ok(()) },
+                Some(IoPending::Read(io)) => {
+                    let t = self.now.saturating_since(ebb_core::Instant::ZERO);
+                    let result = match faults::read_errno(&self.spec.faults, b, t) {
+                        Some(errno) => Err(IoError { errno }),
+                        None => Ok(()),
+                    };
+                    Event::ReadDone { io, result }
+                }
                 Some(IoPending::Commit(io)) => {
                     if let Some(check) = self.check.as_deref_mut() {
                         check.flush_completed(io.0, c.verifier);
@@ -255,6 +270,11 @@ impl Sim<'_> {
 
     /// Hands a completion to the engine (the checkers see failed writes reach it).
     pub(super) fn deliver(&mut self, event: Event) {
+        if let (Some(check), Event::ReadDone { result: Err(_), .. }) =
+            (self.check.as_deref_mut(), &event)
+        {
+            check.read_failures += 1;
+        }
         if let (Some(check), Event::WriteDone { io, result }) = (self.check.as_deref_mut(), &event)
         {
             if check.planted == Some(PlantedBug::LoseCompletion) {

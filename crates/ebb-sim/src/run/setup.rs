@@ -95,12 +95,24 @@ impl<'a> Sim<'a> {
     }
 
     fn add_workload(&mut self, i: usize, workload: &Workload) -> Result<(), SimError> {
+        let (mut truncate, mut unlink) = (None, false);
         let (backend, size, bs, start, fsync, think, cp) = match *workload {
             Workload::RandomReader { backend, size_bytes, bs_bytes, start } => {
                 return self.add_reader(i, backend, size_bytes, bs_bytes, start);
             }
             Workload::Memory(ref memory) => return self.add_plans(i, memory),
-            Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think } => {
+            Workload::Dd {
+                backend,
+                size_bytes,
+                bs_bytes,
+                start,
+                fsync,
+                think,
+                truncate: cut,
+                unlink: gone,
+            } => {
+                truncate = cut.map(|(at, to)| (at.div_ceil(PAGE), to / PAGE));
+                unlink = gone;
                 (backend, size_bytes, bs_bytes, start, fsync, think, false)
             }
             Workload::Cp { backend, size_bytes, bs_bytes, start } => {
@@ -156,6 +168,8 @@ impl<'a> Sim<'a> {
             files_done: 0,
             count_files: false,
             append: None,
+            truncate,
+            unlink,
         });
         self.queue.push(Instant::ZERO + start, Ev::Step(w));
         Ok(())

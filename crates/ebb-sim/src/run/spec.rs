@@ -34,6 +34,11 @@ pub enum Workload {
         fsync: bool,
         /// Time between write calls (application think time).
         think: Duration,
+        /// Once this many bytes are written, the file is truncated to `.1` bytes and the
+        /// writing goes on from there (a log rolled back), if set.
+        truncate: Option<(u64, u64)>,
+        /// After its close, the file is unlinked (its cached pages dropped).
+        unlink: bool,
     },
     /// A random 4 KiB reader with O_DIRECT (fio `rw=randread direct=1 iodepth=1`): reads
     /// `bs_bytes` at random aligned offsets of a `size_bytes` file, one at a time, bypassing

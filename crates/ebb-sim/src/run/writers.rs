@@ -54,6 +54,10 @@ pub(super) struct SimWriter {
     pub(super) count_files: bool,
     /// The second file of `Seg::Append`: inode, handle, next page.
     pub(super) append: Option<(InodeId, HandleId, u64)>,
+    /// dd: at this page, truncate the file to the second and go on from there.
+    pub(super) truncate: Option<(u64, u64)>,
+    /// dd: unlink the file after closing it.
+    pub(super) unlink: bool,
 }
 
 /// Pages a plan writes or faults in (for progress).
@@ -97,6 +101,8 @@ impl SimWriter {
             files_done: 0,
             count_files: plan.count_files,
             append: None,
+            truncate: None,
+            unlink: false,
         }
     }
 }
@@ -116,6 +122,10 @@ impl Sim<'_> {
                 _ => return,
             }
             if sw.left == 0 {
+                if sw.truncate.is_some_and(|(at, _)| sw.pos >= at) {
+                    self.truncate(i);
+                    continue;
+                }
                 if sw.pos >= sw.end && sw.planned {
                     if self.next_segment(i) {
                         continue;
@@ -153,6 +163,9 @@ impl Sim<'_> {
                     let request = self.request();
                     self.writers[i].state = WriterState::Reading(request);
                     self.read_started.insert(request, (i, self.now));
+                    if let Some(check) = self.check.as_deref_mut() {
+                        check.read_issued(request);
+                    }
                     self.engine.handle(
                         self.now,
                         Event::Read { inode: src, first_page: first, pages, request },
@@ -249,6 +262,13 @@ impl Sim<'_> {
             let (handle, inode) = (self.writers[i].handle, self.writers[i].inode);
             self.close(i, inode, handle);
         }
+        if self.writers[i].unlink {
+            let inode = self.writers[i].inode;
+            self.engine.handle(self.now, Event::Truncate { inode, first_page: 0 }, &mut self.maps);
+            if let Some(check) = self.check.as_deref_mut() {
+                check.truncated(inode, 0);
+            }
+        }
         if self.writers.iter().all(|w| w.state == WriterState::Done) {
             let stats = self.engine.stats();
             self.writepages_at_end = Some((stats.writepages_calls, stats.writepages_pages));
@@ -332,6 +352,20 @@ impl Sim<'_> {
                 self.queue.push(at, Ev::Step(i));
                 false
             }
+        }
+    }
+
+    /// A dd truncates its file (`Workload::Dd::truncate`) and goes on writing from the cut.
+    fn truncate(&mut self, i: usize) {
+        let sw = &mut self.writers[i];
+        let Some((_, to)) = sw.truncate.take() else { return };
+        self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
+        let inode = sw.inode;
+        self.pages_total += sw.pos.saturating_sub(to);
+        sw.pos = sw.pos.min(to);
+        self.engine.handle(self.now, Event::Truncate { inode, first_page: to }, &mut self.maps);
+        if let Some(check) = self.check.as_deref_mut() {
+            check.truncated(inode, to);
         }
     }
 

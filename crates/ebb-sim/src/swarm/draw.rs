@@ -46,6 +46,8 @@ pub struct DrawFault {
     pub until_ms: Option<u64>,
     /// Failing writes' errno (0: none).
     pub errno: i32,
+    /// Failing reads' errno (0: none).
+    pub read_errno: i32,
     /// Extra completion latency, ms (0: none).
     pub delay_ms: u64,
 }
@@ -78,6 +80,11 @@ pub struct Draw {
     pub faults: Vec<DrawFault>,
     /// The crash, if any.
     pub crash: Option<DrawCrash>,
+}
+
+/// An errno as an experiment file writes it: its name if it has one.
+fn errno_text(errno: i32) -> String {
+    errno_name(errno).map_or_else(|| errno.to_string(), quoted)
 }
 
 fn pick<'a>(rng: &mut Prng, items: &[&'a str]) -> &'a str {
@@ -191,14 +198,10 @@ impl Draw {
                 let _ = writeln!(t, "until = \"{until}ms\"");
             }
             if f.errno != 0 {
-                match errno_name(f.errno) {
-                    Some(name) => {
-                        let _ = writeln!(t, "errno = \"{name}\"");
-                    }
-                    None => {
-                        let _ = writeln!(t, "errno = {}", f.errno);
-                    }
-                }
+                let _ = writeln!(t, "errno = {}", errno_text(f.errno));
+            }
+            if f.read_errno != 0 {
+                let _ = writeln!(t, "read_errno = {}", errno_text(f.read_errno));
             }
             if f.delay_ms > 0 {
                 let _ = writeln!(t, "delay = \"{}ms\"", f.delay_ms);
@@ -291,6 +294,15 @@ fn draw_writer(rng: &mut Prng, backends: u64, memory: u64) -> DrawWorkload {
             if rng.chance(0.3) {
                 keys.push(("think".into(), quoted(format!("{}us", rng.range_u64(1, 5_000)))));
             }
+            if size > 4096 && rng.chance(0.25) {
+                // A log rolled back: truncated partway, then written on from the cut.
+                let at = rng.range_u64(1, size / 4096 + 1) * 4096;
+                keys.push(("truncate_at".into(), at.to_string()));
+                keys.push(("truncate_to".into(), (rng.below(at / 4096) * 4096).to_string()));
+            }
+            if rng.chance(0.2) {
+                keys.push(("unlink".into(), "true".into()));
+            }
         }
         6..=7 => {
             keys.push(("kind".into(), quoted("cp")));
@@ -325,7 +337,10 @@ fn draw_other(rng: &mut Prng, backends: u64, memory: u64) -> DrawWorkload {
             keys.push(("start".into(), start));
         }
         1 => {
-            let chunk = log_size(rng, 4 * KIB, MIB);
+            // The anonymous half of the mix (at most four chunks) fits in a quarter of memory:
+            // with no swap, more could never be faulted in and the writer would wait forever,
+            // as a machine would run out of memory (seed 303 drew 4 MiB into 4 MiB).
+            let chunk = log_size(rng, 4 * KIB, MIB.min(memory / 16));
             keys.push(("kind".into(), quoted("mmap-strm")));
             keys.push(("size".into(), log_size(rng, 16 * KIB, 2 * memory).to_string()));
             keys.push(("mix".into(), (chunk * rng.range_u64(2, 9)).to_string()));
@@ -350,10 +365,10 @@ fn draw_fault(rng: &mut Prng, backends: &[DrawBackend]) -> DrawFault {
     let nfs = backends[backend].device == "nfs-server";
     let from_ms = rng.below(5_000);
     let len = rng.range_u64(10, 3_000);
-    let mut f =
-        DrawFault { backend, from_ms, until_ms: Some(from_ms + len), errno: 0, delay_ms: 0 };
+    let until_ms = Some(from_ms + len);
+    let mut f = DrawFault { backend, from_ms, until_ms, errno: 0, read_errno: 0, delay_ms: 0 };
     use ebb_core::event::errno;
-    match rng.below(10) {
+    match rng.below(12) {
         0..=2 => f.errno = errno::EIO,
         3 => {
             f.errno = errno::EIO;
@@ -367,6 +382,7 @@ fn draw_fault(rng: &mut Prng, backends: &[DrawBackend]) -> DrawFault {
             }
         }
         6..=7 => f.delay_ms = rng.range_u64(5, 2_000),
+        8..=9 => f.read_errno = errno::EIO,
         _ => {
             f.errno = if nfs { errno::ECONNREFUSED } else { errno::ETIMEDOUT };
             if rng.chance(0.5) {

@@ -127,7 +127,7 @@ pub fn check_spec(spec: &RunSpec, planted: Option<PlantedBug>) -> Result<SeedSta
         return Err(failure(
             "liveness",
             format!(
-                "{} fsync, close or sync call(s) not answered within {limit} s",
+                "{} fsync, close, read or sync call(s) not answered within {limit} s",
                 report.unanswered
             ),
         ));

@@ -1,5 +1,6 @@
 //! Shrinking a failing world: greedy steps (drop the crash, a fault, an NFS restart, a
-//! workload, an unused backend, a knob; shorten a fault; halve a workload), each kept if the
+//! workload, an unused backend, a knob, a workload's truncate or unlink; shorten a fault; halve
+//! a workload), each kept if the
 //! smaller world still fails the same checker, until no step is kept or the budget of runs is
 //! spent. The result is written as an experiment file by [`Draw::to_toml`].
 
@@ -53,6 +54,8 @@ fn candidates(d: &Draw) -> Vec<Draw> {
         }
     }
     for i in 0..d.workloads.len() {
+        with(&|c| c.workloads[i].keys.retain(|(k, _)| !k.starts_with("truncate_")));
+        with(&|c| c.workloads[i].keys.retain(|(k, _)| k != "unlink"));
         with(&|c| halve_size(&mut c.workloads[i].keys));
     }
     for i in 0..d.faults.len() {

@@ -789,6 +789,8 @@ mod runs {
             start: Duration::from_secs(start),
             fsync: true,
             think: Duration::ZERO,
+            truncate: None,
+            unlink: false,
         };
         vec![dd(0), dd(2)]
     }
@@ -838,6 +840,8 @@ mod runs {
                     start: Duration::ZERO,
                     fsync: true,
                     think: Duration::ZERO,
+                    truncate: None,
+                    unlink: false,
                 },
                 Workload::RandomReader {
                     backend: 0,
@@ -894,12 +898,15 @@ mod runs {
             start: Duration::ZERO,
             fsync: true,
             think: Duration::ZERO,
+            truncate: None,
+            unlink: false,
         };
         let mut s = spec(3, dir, vec![dd]);
         s.trace_dir = None;
         s.faults = vec![ebb_sim::run::Fault {
             backend: 0,
             errno,
+            read_errno: 0,
             from: Duration::from_millis(200),
             until: until.map(Duration::from_millis),
             delay,
@@ -1059,6 +1066,8 @@ mod nfs {
                 start: Duration::ZERO,
                 fsync: true,
                 think: Duration::ZERO,
+                truncate: None,
+                unlink: false,
             }],
             seed: 3,
             time_limit: Duration::from_secs(300),

@@ -191,6 +191,8 @@ fn finishes(
             start: Duration::from_millis(200 * i as u64),
             fsync: i == 1,
             think: Duration::ZERO,
+            truncate: None,
+            unlink: false,
         })
         .collect();
     if fsmark_threads > 0 {

@@ -34,11 +34,17 @@ fn a_seed_draws_one_world() {
     let a = Draw::generate(7, "ioless");
     assert_eq!(a, Draw::generate(7, "ioless"));
     assert_ne!(a, Draw::generate(8, "ioless"));
+    let mut drawn = std::collections::BTreeMap::new();
     for seed in 0..200 {
         let text = Draw::generate(seed, &swarm::policy_of(seed, None)).to_toml();
         ebb_sim::experiment::Experiment::parse(Path::new("w.toml"), &text)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        for key in ["truncate_at", "unlink", "read_errno", "kind = \"cp\"", "restart_at_s"] {
+            *drawn.entry(key).or_insert(0) += u32::from(text.contains(key));
+        }
     }
+    // Every kind of operation and fault is drawn by some seed.
+    assert!(drawn.values().all(|&n| n >= 5), "{drawn:?}");
 }
 
 /// Seeds the planted-bug tests may spend: the CI budget of one swarm test.
@@ -160,6 +166,7 @@ fn experiment_files_declare_faults() {
         from_ms: 100,
         until_ms: Some(900),
         errno: 28,
+        read_errno: 0,
         delay_ms: 5,
     }];
     draw.crash = Some(swarm::draw::DrawCrash { at_ms: 1500, power_cut: true });
