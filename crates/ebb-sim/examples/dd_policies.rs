@@ -31,6 +31,8 @@ fn main() {
                 start: Duration::ZERO,
                 fsync: true,
                 think: Duration::ZERO,
+                truncate: None,
+                unlink: false,
             }],
             seed: 1,
             time_limit: Duration::from_secs(3600),
