@@ -66,6 +66,11 @@ pub struct NfsParams {
     /// Simulated times at which the server restarts, seconds from the start of the run
     /// (fault injection; empty by default).
     pub restart_at_s: Vec<f64>,
+    /// Simulated times at which the server restarts after a clean shutdown that wrote
+    /// everything it had received to disk: nothing is lost and the verifier stays (fault
+    /// injection; empty by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clean_restart_at_s: Vec<f64>,
 }
 
 impl NfsParams {
@@ -78,6 +83,7 @@ impl NfsParams {
             disk_mb_per_s: 150.0,
             fsync_overhead_us: 2000.0,
             restart_at_s: Vec::new(),
+            clean_restart_at_s: Vec::new(),
         }
     }
 
@@ -99,6 +105,9 @@ impl NfsParams {
         }
         if self.restart_at_s.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
             return Err("restart_at_s entries must be >= 0".into());
+        }
+        if self.clean_restart_at_s.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
+            return Err("clean_restart_at_s entries must be >= 0".into());
         }
         Ok(())
     }
@@ -234,6 +243,17 @@ impl NfsServerState {
         self.uncommitted.clear();
     }
 
+    /// The server restarts after a clean shutdown: everything received is written to disk
+    /// first (fsyncs under way finish), so nothing is lost and the verifier stays (RFC 1813:
+    /// it must change only when the server may have lost data).
+    pub fn restart_keeping_data(&mut self) {
+        self.stats.restarts += 1;
+        for write in mem::take(&mut self.uncommitted) {
+            let pages = write.offset / PAGE..(write.offset + write.len).div_ceil(PAGE);
+            self.durable.extend(pages.map(|page| (write.file, page)));
+        }
+    }
+
     /// Verifier, restarts, durable bytes, uncommitted bytes (received and not yet in a
     /// COMMIT's fsync), lost bytes, commits.
     pub fn stats(&self) -> NfsStats {
@@ -258,6 +278,8 @@ enum Step {
     Reply { slot: usize },
     /// The server restarts.
     Restart,
+    /// The server restarts after a clean shutdown (data kept, verifier kept).
+    CleanRestart,
 }
 
 /// A request between submission and reply.
@@ -299,6 +321,11 @@ impl NfsServer {
         for &t in &params.restart_at_s {
             let at = Instant::ZERO + Duration::from_nanos((t * 1e9) as u64);
             events.push(Reverse((at, seq, Step::Restart)));
+            seq += 1;
+        }
+        for &t in &params.clean_restart_at_s {
+            let at = Instant::ZERO + Duration::from_nanos((t * 1e9) as u64);
+            events.push(Reverse((at, seq, Step::CleanRestart)));
             seq += 1;
         }
         NfsServer {
@@ -378,7 +405,9 @@ impl NfsServer {
                 let reply = at + self.half_rtt();
                 self.push(reply, Step::Reply { slot });
             }
-            Step::Reply { .. } | Step::Restart => unreachable!("handled in advance"),
+            Step::Reply { .. } | Step::Restart | Step::CleanRestart => {
+                unreachable!("handled in advance")
+            }
         }
     }
 }
@@ -449,6 +478,7 @@ impl Device for NfsServer {
             self.events.pop();
             match step {
                 Step::Restart => self.restart(at),
+                Step::CleanRestart => self.state.restart_keeping_data(),
                 Step::Reply { slot } => {
                     let pending = self.pending[slot].take().expect("pending request");
                     self.free_slots.push(slot);

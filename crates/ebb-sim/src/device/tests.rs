@@ -446,3 +446,24 @@ fn completions_are_in_time_order_and_stats_add_up() {
         assert!(stats.busy_time.as_nanos() > 0 && stats.queued_max > 0);
     }
 }
+
+/// A clean restart (the server shut down after writing everything it had received) keeps the
+/// data and the verifier; a restart after a crash loses what was not committed and changes
+/// the verifier.
+#[test]
+fn nfs_clean_restart_keeps_data_and_verifier() {
+    use super::nfs::{NfsServerState, ReceivedWrite};
+    let mut server = NfsServerState::new(7);
+    let before = server.receive(ReceivedWrite { file: 1, offset: 0, len: 8192 });
+    server.restart_keeping_data();
+    let s = server.stats();
+    assert_eq!(
+        (server.verifier(), s.durable_bytes, s.lost_bytes, s.restarts),
+        (before, 8192, 0, 1)
+    );
+    server.receive(ReceivedWrite { file: 1, offset: 8192, len: 4096 });
+    server.restart();
+    let s = server.stats();
+    assert_ne!(server.verifier(), before);
+    assert_eq!((s.durable_bytes, s.lost_bytes), (8192, 4096));
+}

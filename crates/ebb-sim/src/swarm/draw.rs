@@ -24,6 +24,9 @@ pub struct DrawBackend {
     pub knobs: Vec<(String, String)>,
     /// NFS server restarts (a new verifier each), ms from the start.
     pub restarts_ms: Vec<u64>,
+    /// NFS server restarts after a clean shutdown (data and verifier kept), ms from the start;
+    /// each comes with a window of refused connections while the server is down.
+    pub clean_restarts_ms: Vec<u64>,
 }
 
 /// A workload, as an experiment file's `[[case.workload]]` keys (TOML text values).
@@ -116,7 +119,21 @@ impl Draw {
         if rng.chance(0.3) {
             workloads.push(draw_other(&mut rng, n, memory));
         }
-        let faults = (0..rng.below(5)).map(|_| draw_fault(&mut rng, &backends)).collect();
+        let mut faults: Vec<DrawFault> =
+            (0..rng.below(5)).map(|_| draw_fault(&mut rng, &backends)).collect();
+        for (backend, b) in backends.iter().enumerate() {
+            for &from_ms in &b.clean_restarts_ms {
+                // The server is down for a while: connections are refused.
+                faults.push(DrawFault {
+                    backend,
+                    from_ms,
+                    until_ms: Some(from_ms + rng.range_u64(10, 2_000)),
+                    errno: ebb_core::event::errno::ECONNREFUSED,
+                    read_errno: 0,
+                    delay_ms: 0,
+                });
+            }
+        }
         let crash = rng
             .chance(0.25)
             .then(|| DrawCrash { at_ms: rng.range_u64(50, 8_000), power_cut: rng.chance(0.5) });
@@ -131,7 +148,10 @@ impl Draw {
     /// When the last fault window ends, ms (0 without faults); a crash or NFS restart counts.
     pub fn faults_end_ms(&self) -> u64 {
         let windows = self.faults.iter().map(|f| f.until_ms.unwrap_or(f.from_ms));
-        let restarts = self.backends.iter().flat_map(|b| b.restarts_ms.iter().copied());
+        let restarts = self
+            .backends
+            .iter()
+            .flat_map(|b| b.restarts_ms.iter().chain(&b.clean_restarts_ms).copied());
         windows.chain(restarts).max().unwrap_or(0)
     }
 
@@ -172,13 +192,21 @@ impl Draw {
             for (k, v) in &backend.knobs {
                 let _ = writeln!(t, "{k} = {v}");
             }
+            let seconds = |ms: &[u64]| {
+                let s: Vec<String> =
+                    ms.iter().map(|ms| format!("{:.3}", *ms as f64 / 1000.0)).collect();
+                format!("[{}]", s.join(", "))
+            };
+            let mut overrides = Vec::new();
             if !backend.restarts_ms.is_empty() {
-                let at: Vec<String> = backend
-                    .restarts_ms
-                    .iter()
-                    .map(|ms| format!("{:.3}", *ms as f64 / 1000.0))
-                    .collect();
-                let _ = writeln!(t, "device_overrides = {{ restart_at_s = [{}] }}", at.join(", "));
+                overrides.push(format!("restart_at_s = {}", seconds(&backend.restarts_ms)));
+            }
+            if !backend.clean_restarts_ms.is_empty() {
+                overrides
+                    .push(format!("clean_restart_at_s = {}", seconds(&backend.clean_restarts_ms)));
+            }
+            if !overrides.is_empty() {
+                let _ = writeln!(t, "device_overrides = {{ {} }}", overrides.join(", "));
             }
         }
         for w in &self.workloads {
@@ -264,14 +292,16 @@ fn draw_backend(rng: &mut Prng) -> DrawBackend {
     if rng.chance(0.3) {
         push("flush_on_close", "true".into());
     }
-    let restarts_ms = if device == "nfs-server" {
-        let mut r: Vec<u64> = (0..rng.below(3)).map(|_| rng.range_u64(10, 6_000)).collect();
-        r.sort_unstable();
-        r
-    } else {
-        Vec::new()
-    };
-    DrawBackend { device, knobs, restarts_ms }
+    let (mut restarts_ms, mut clean_restarts_ms) = (Vec::new(), Vec::new());
+    if device == "nfs-server" {
+        for _ in 0..rng.below(3) {
+            let at = rng.range_u64(10, 6_000);
+            if rng.chance(0.5) { clean_restarts_ms.push(at) } else { restarts_ms.push(at) }
+        }
+        restarts_ms.sort_unstable();
+        clean_restarts_ms.sort_unstable();
+    }
+    DrawBackend { device, knobs, restarts_ms, clean_restarts_ms }
 }
 
 fn bs(rng: &mut Prng) -> String {

@@ -3,10 +3,13 @@
 //!
 //! A seed draws a world ([`Draw::generate`], `draw.rs`): the memory budget (4 to 96 MiB) and
 //! cache knobs, one to four backends of any device model (the NFS server model with restarts
-//! that change its verifier), writers (dd with or without fsync, cp, fs_mark), maybe a reader
-//! or a memory workload, up to four fault windows (EIO bursts, permanent EIO, ENOSPC windows
-//! that end, EROFS for a while or for good, latency spikes, connection errors) and maybe a
-//! crash (ebb alone, or a power cut that loses volatile write caches). The world is written as
+//! that lose uncommitted data and change its verifier, and clean restarts that keep both, with
+//! refused connections while the server is down), writers (dd with or without fsync, rolled
+//! back by a truncate partway or unlinked after close; cp, which stops at a read error;
+//! fs_mark), maybe a reader or a memory workload, up to four fault windows (EIO bursts,
+//! permanent EIO, ENOSPC windows that end, EROFS for a while or for good, latency spikes,
+//! connection errors, reads failing with EIO) and maybe a crash (ebb alone, or a power cut
+//! that loses volatile write caches). The world is written as
 //! an experiment file and loaded through [`crate::experiment`], so the file *is* the
 //! reproducer.
 //!
@@ -14,16 +17,16 @@
 //! after every event, the durability of every fsync-acknowledged byte after the crash and at
 //! the end, the engine's durability watermarks (every page it calls durable is, after each
 //! sync of a file, the crash and the end), nothing written missing once the faults are over
-//! and the cache drained, errseq at each fsync and close, the `ioless` pause bound; then
+//! and the cache drained, errseq at each fsync, close and read, the `ioless` pause bound; then
 //! liveness once the
-//! run is over: every fsync and close answered, every writer finished, and, when every fault
+//! run is over: every fsync, close and read answered, every writer finished, and, when every fault
 //! ends, the cache drained (no page dirty, under writeback or unstable). An engine panic is a
 //! failure too. A failing seed is shrunk (`shrink.rs`) to a smaller world that fails the same
 //! checker.
 //!
-//! Not drawn (yet): truncate, rename and unlink (the simulator's workloads have none), reads
-//! that fail, NFS restarts that keep their verifier (a server that loses writes and keeps its
-//! verifier breaks NFSv3; no client can notice).
+//! Not drawn (yet): renames (the engine knows files by inode, so a rename changes nothing it
+//! sees; the FUSE layer's renames are tested there), and ebb restarting after a crash (the run
+//! ends at the crash).
 
 pub mod draw;
 mod shrink;

@@ -47,6 +47,11 @@ fn candidates(d: &Draw) -> Vec<Draw> {
                 c.backends[b].restarts_ms.remove(r);
             });
         }
+        for r in 0..d.backends[b].clean_restarts_ms.len() {
+            with(&|c| {
+                c.backends[b].clean_restarts_ms.remove(r);
+            });
+        }
         for k in 0..d.backends[b].knobs.len() {
             with(&|c| {
                 c.backends[b].knobs.remove(k);

@@ -39,7 +39,14 @@ fn a_seed_draws_one_world() {
         let text = Draw::generate(seed, &swarm::policy_of(seed, None)).to_toml();
         ebb_sim::experiment::Experiment::parse(Path::new("w.toml"), &text)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
-        for key in ["truncate_at", "unlink", "read_errno", "kind = \"cp\"", "restart_at_s"] {
+        for key in [
+            "truncate_at",
+            "unlink",
+            "read_errno",
+            "kind = \"cp\"",
+            " restart_at_s",
+            "clean_restart",
+        ] {
             *drawn.entry(key).or_insert(0) += u32::from(text.contains(key));
         }
     }
