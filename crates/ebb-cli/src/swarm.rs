@@ -81,11 +81,14 @@ pub(crate) fn run(args: SwarmArgs) -> anyhow::Result<ExitCode> {
     let elapsed = started.elapsed().as_secs_f64();
     let failures: Vec<_> = outcomes.iter().filter(|o| o.result.is_err()).collect();
     let crashed = outcomes.iter().filter(|o| o.result.as_ref().is_ok_and(|s| s.crashed)).count();
+    let restarted =
+        outcomes.iter().filter(|o| o.result.as_ref().is_ok_and(|s| s.restarts > 0)).count();
     let acked: u64 =
         outcomes.iter().filter_map(|o| o.result.as_ref().ok()).map(|s| s.acked_pages).sum();
     let mut text = format!(
         "{} seeds ({}..{}) in {elapsed:.1} s: {:.1} seeds/s on {} threads; {} failed; {crashed} \
-         ended in a crash; {acked} fsync-acknowledged pages checked\n",
+         ended in a crash, {restarted} restarted ebb after one; {acked} fsync-acknowledged pages \
+         checked\n",
         outcomes.len(),
         args.from,
         args.from + args.seeds - 1,

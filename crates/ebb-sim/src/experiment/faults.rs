@@ -83,5 +83,9 @@ pub(super) fn build_fault(raw: &RawFault, backends: &[&str]) -> Result<Fault, (S
 
 pub(super) fn build_crash(raw: &RawCrash) -> Result<Crash, (String, String)> {
     let at = duration_value(&raw.at).map_err(|r| ("at".to_owned(), r))?;
-    Ok(Crash { at, power_cut: raw.power_cut.unwrap_or(false) })
+    Ok(Crash {
+        at,
+        power_cut: raw.power_cut.unwrap_or(false),
+        restart: raw.restart.unwrap_or(false),
+    })
 }

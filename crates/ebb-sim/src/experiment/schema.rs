@@ -83,6 +83,7 @@ pub(super) struct RawFault {
 pub(super) struct RawCrash {
     pub(super) at: toml::Value,
     pub(super) power_cut: Option<bool>,
+    pub(super) restart: Option<bool>,
 }
 
 /// A `[[case.backend]]`: its device, and per-backend knobs by name (checked against the

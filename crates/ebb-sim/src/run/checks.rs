@@ -114,6 +114,8 @@ pub struct CheckReport {
     pub unanswered: u64,
     /// Whether the run ended at a crash (`RunSpec::crash`).
     pub crashed: bool,
+    /// Restarts of ebb after a crash (`Crash::restart`).
+    pub restarts: u64,
     /// Whether the sync issued once every writer had finished returned.
     pub synced: bool,
 }
@@ -518,6 +520,32 @@ impl Checker {
             );
             self.fail(now, "durable_len", what);
         }
+    }
+
+    /// ebb restarted after a crash: what it was asked is never answered, the errors it saw are
+    /// gone with it, and the application's files are what the devices kept. A power cut lost
+    /// the volatile write caches; after ebb alone crashed the devices destage them. (An NFS
+    /// server keeps what it received either way; a later COMMIT may make it durable.)
+    pub(super) fn restarted(&mut self, power_cut: bool) {
+        let (cached, unstable): (Vec<Landed>, Vec<Landed>) =
+            std::mem::take(&mut self.landed).into_iter().partition(|l| l.verifier.is_none());
+        self.landed = unstable;
+        if !power_cut {
+            for l in cached {
+                set_stamps(self.durable.entry(l.inode).or_default(), l.first, &l.stamps);
+            }
+        }
+        self.written = self.durable.clone();
+        self.inflight.clear();
+        self.io_inodes.clear();
+        self.outages.clear();
+        self.flushes.clear();
+        self.pending.clear();
+        self.syncs.clear();
+        self.reads.clear();
+        self.failures.clear();
+        self.heard.clear();
+        self.report.restarts += 1;
     }
 
     /// fsyncs, closes, reads and syncs never answered.

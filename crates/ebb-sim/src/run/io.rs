@@ -24,33 +24,36 @@ impl Sim<'_> {
         while let Some(action) = self.engine.poll_action() {
             match action {
                 Action::Write { io, backend, inode, first_page, pages, class, .. } => {
+                    let id = self.dev_id(io);
                     self.submit(
                         backend,
-                        io.0,
+                        id,
                         IoOp::Write,
                         inode,
                         first_page,
                         pages,
                         class == IoClass::Sync,
                     );
-                    self.ios.insert(io.0, IoPending::Write(io));
+                    self.ios.insert(id, IoPending::Write(io));
                     self.device_pages += pages;
                     if let Some(check) = self.check.as_deref_mut() {
-                        check.write_submitted(io.0, backend.index(), inode, first_page, pages);
+                        check.write_submitted(id, backend.index(), inode, first_page, pages);
                     }
                 }
                 Action::Read { io, backend, inode, first_page, pages } => {
-                    self.submit(backend, io.0, IoOp::Read, inode, first_page, pages, true);
-                    self.ios.insert(io.0, IoPending::Read(io));
+                    let id = self.dev_id(io);
+                    self.submit(backend, id, IoOp::Read, inode, first_page, pages, true);
+                    self.ios.insert(id, IoPending::Read(io));
                     self.read_pages += pages;
                 }
                 Action::Commit { io, backend, inode, .. } => {
                     // A local disk makes written data durable with a cache flush; to the
                     // nfs-server model a flush is a COMMIT.
-                    self.submit(backend, io.0, IoOp::Flush, inode, 0, 0, true);
-                    self.ios.insert(io.0, IoPending::Commit(io));
+                    let id = self.dev_id(io);
+                    self.submit(backend, id, IoOp::Flush, inode, 0, 0, true);
+                    self.ios.insert(id, IoPending::Commit(io));
                     if let Some(check) = self.check.as_deref_mut() {
-                        check.flush_submitted(io.0, backend.index());
+                        check.flush_submitted(id, backend.index());
                     }
                 }
                 Action::Resume { writer } => {
@@ -120,6 +123,12 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// The device request id of the engine's `io`: an engine restarted after a crash numbers
+    /// its IOs from 1 again, so each engine's ids carry its epoch (0 for the first).
+    pub(super) fn dev_id(&self, io: IoId) -> u64 {
+        io.0 | self.io_epoch
+    }
+
     #[expect(clippy::too_many_arguments, reason = "one device request")]
     pub(super) fn submit(
         &mut self,
@@ -172,7 +181,7 @@ impl Sim<'_> {
                         Some(errno) => Err(IoError { errno }),
                         None => Ok(stability),
                     };
-                    Event::WriteDone { io, result: self.check_write(b, io.0, result) }
+                    Event::WriteDone { io, result: self.check_write(b, c.id, result) }
                 }
                 Some(IoPending::Read(io)) => {
                     let t = self.now.saturating_since(ebb_core::Instant::ZERO);
@@ -184,7 +193,7 @@ impl Sim<'_> {
                 }
                 Some(IoPending::Commit(io)) => {
                     if let Some(check) = self.check.as_deref_mut() {
-                        check.flush_completed(io.0, c.verifier);
+                        check.flush_completed(c.id, c.verifier);
                     }
                     Event::CommitDone { io, result: Ok(c.verifier.unwrap_or(0)) }
                 }
@@ -270,6 +279,7 @@ impl Sim<'_> {
 
     /// Hands a completion to the engine (the checkers see failed writes reach it).
     pub(super) fn deliver(&mut self, event: Event) {
+        let epoch = self.io_epoch;
         if let (Some(check), Event::ReadDone { result: Err(_), .. }) =
             (self.check.as_deref_mut(), &event)
         {
@@ -281,7 +291,7 @@ impl Sim<'_> {
                 check.planted = None;
                 return;
             }
-            check.delivered(io.0, result.err());
+            check.delivered(io.0 | epoch, result.err());
         }
         self.engine.handle(self.now, event, &mut self.maps);
     }

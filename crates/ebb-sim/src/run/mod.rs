@@ -18,6 +18,7 @@ mod faults;
 mod io;
 mod metrics;
 mod readers;
+mod restart;
 mod setup;
 mod spec;
 mod trace;
@@ -179,6 +180,9 @@ struct Sim<'a> {
     /// Driver flushes of a checked run by id: the file and the engine's durable mark taken
     /// before it (`Engine::durable_mark`), reported as `Event::FileSynced` when it completes.
     file_syncs: BTreeMap<u64, (InodeId, u64)>,
+    /// The epoch bits of device request ids (`Sim::dev_id`): 0, then bumped at each restart
+    /// of ebb after a crash.
+    io_epoch: u64,
 }
 
 /// Runs one simulation. `progress` receives the fraction of the workload done, now and then.
@@ -268,7 +272,10 @@ impl Sim<'_> {
                 }
                 Ev::Crash => {
                     self.crash();
-                    break;
+                    if !self.spec.crash.is_some_and(|c| c.restart) {
+                        break;
+                    }
+                    self.restart()?;
                 }
                 Ev::Sample => {
                     self.sample();
@@ -309,8 +316,9 @@ impl Sim<'_> {
     /// `RunSpec::crash`: ebb stops here; the checkers look at the durable image.
     fn crash(&mut self) {
         let power_cut = self.spec.crash.is_some_and(|c| c.power_cut);
+        let restart = self.spec.crash.is_some_and(|c| c.restart);
         if let Some(check) = self.check.as_deref_mut() {
-            check.report.crashed = true;
+            check.report.crashed = !restart;
             let when = if power_cut { "after a power cut" } else { "after ebb crashed" };
             check.check_durable(self.now, !power_cut, when);
             self.check_durable_claims(None, when);

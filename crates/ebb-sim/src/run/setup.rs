@@ -78,6 +78,7 @@ impl<'a> Sim<'a> {
             next_delayed: 0,
             check: None,
             file_syncs: BTreeMap::new(),
+            io_epoch: 0,
         };
         for (i, workload) in spec.workloads.iter().enumerate() {
             sim.add_workload(i, workload)?;

@@ -108,11 +108,11 @@ pub struct RunSpec {
     pub trace_dir: Option<PathBuf>,
     /// Faults injected by the environment (never by the engine).
     pub faults: Vec<Fault>,
-    /// The run ends at this crash, if any.
+    /// The run ends at this crash, or ebb restarts after it, if any.
     pub crash: Option<Crash>,
 }
 
-/// A crash that ends a run: ebb and its applications stop at `at`, with all cached state;
+/// A crash that ends a run (or restarts ebb): ebb and its applications stop at `at`, with all cached state;
 /// the devices keep what they hold durably. A checked run ([`super::run_checked`]) verifies
 /// there that every byte an fsync acknowledged is in the durable image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,4 +124,8 @@ pub struct Crash {
     /// counts as durable). Otherwise only ebb's process dies and the devices destage their
     /// caches.
     pub power_cut: bool,
+    /// ebb starts again at once over what the devices kept (a new engine, the applications'
+    /// files reopened, unfinished writers going on from where they were) instead of the run
+    /// ending.
+    pub restart: bool,
 }

@@ -272,15 +272,19 @@ impl Sim<'_> {
         if self.writers.iter().all(|w| w.state == WriterState::Done) {
             let stats = self.engine.stats();
             self.writepages_at_end = Some((stats.writepages_calls, stats.writepages_pages));
-            if self.check.is_some() {
-                // A checked run ends with a sync (the runtime's drain): liveness requires it
-                // to return and leave nothing unwritten that a fault does not hold.
-                let request = self.request();
-                if let Some(check) = self.check.as_deref_mut() {
-                    check.sync_issued(request);
-                }
-                self.engine.handle(self.now, Event::Sync { request }, &mut self.maps);
+            self.final_sync();
+        }
+    }
+
+    /// A checked run ends with a sync (the runtime's drain): liveness requires it to return and
+    /// leave nothing unwritten that a fault does not hold.
+    pub(super) fn final_sync(&mut self) {
+        if self.check.is_some() {
+            let request = self.request();
+            if let Some(check) = self.check.as_deref_mut() {
+                check.sync_issued(request);
             }
+            self.engine.handle(self.now, Event::Sync { request }, &mut self.maps);
         }
     }
 

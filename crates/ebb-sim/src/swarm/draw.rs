@@ -55,13 +55,15 @@ pub struct DrawFault {
     pub delay_ms: u64,
 }
 
-/// A crash that ends the run.
+/// A crash that ends the run, or after which ebb restarts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrawCrash {
     /// When, ms.
     pub at_ms: u64,
     /// A power cut (volatile caches lost) rather than ebb alone dying.
     pub power_cut: bool,
+    /// ebb starts again over what the devices kept and the writers go on.
+    pub restart: bool,
 }
 
 /// One seed's world.
@@ -134,9 +136,11 @@ impl Draw {
                 });
             }
         }
-        let crash = rng
-            .chance(0.25)
-            .then(|| DrawCrash { at_ms: rng.range_u64(50, 8_000), power_cut: rng.chance(0.5) });
+        let crash = rng.chance(0.3).then(|| DrawCrash {
+            at_ms: rng.range_u64(50, 8_000),
+            power_cut: rng.chance(0.5),
+            restart: rng.chance(0.5),
+        });
         Draw { seed, policy: policy.to_owned(), memory, knobs, backends, workloads, faults, crash }
     }
 
@@ -182,8 +186,8 @@ impl Draw {
         if let Some(crash) = self.crash {
             let _ = writeln!(
                 t,
-                "crash = {{ at = \"{}ms\", power_cut = {} }}",
-                crash.at_ms, crash.power_cut
+                "crash = {{ at = \"{}ms\", power_cut = {}, restart = {} }}",
+                crash.at_ms, crash.power_cut, crash.restart
             );
         }
         for (b, backend) in self.backends.iter().enumerate() {

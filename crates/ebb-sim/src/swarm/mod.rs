@@ -24,9 +24,12 @@
 //! failure too. A failing seed is shrunk (`shrink.rs`) to a smaller world that fails the same
 //! checker.
 //!
+//! A crash may end the run, or ebb may restart after it (`run/restart.rs`): a new engine over
+//! what the devices kept, the writers going on; the checkers then go on too, with what the
+//! application wrote reset to the devices' image.
+//!
 //! Not drawn (yet): renames (the engine knows files by inode, so a rename changes nothing it
-//! sees; the FUSE layer's renames are tested there), and ebb restarting after a crash (the run
-//! ends at the crash).
+//! sees; the FUSE layer's renames are tested there).
 
 pub mod draw;
 mod shrink;
@@ -76,6 +79,8 @@ pub struct SeedStats {
     pub write_errors: u64,
     /// The run ended at a crash.
     pub crashed: bool,
+    /// Restarts of ebb after a crash.
+    pub restarts: u64,
     /// Pages written to and read from devices.
     pub simulated_pages: u64,
 }
@@ -120,6 +125,7 @@ pub fn check_spec(spec: &RunSpec, planted: Option<PlantedBug>) -> Result<SeedSta
         acked_pages: report.acked_pages,
         write_errors: metric("write_errors") as u64,
         crashed: report.crashed,
+        restarts: report.restarts,
         simulated_pages: result.simulated_pages,
     };
     if report.crashed {

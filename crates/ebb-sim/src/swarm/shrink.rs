@@ -26,6 +26,11 @@ fn candidates(d: &Draw) -> Vec<Draw> {
             crash.power_cut = false;
         }
     });
+    with(&|c| {
+        if let Some(crash) = &mut c.crash {
+            crash.restart = false;
+        }
+    });
     for i in 0..d.workloads.len() {
         if d.workloads.len() > 1 {
             with(&|c| {

@@ -46,6 +46,7 @@ fn a_seed_draws_one_world() {
             "kind = \"cp\"",
             " restart_at_s",
             "clean_restart",
+            "restart = true",
         ] {
             *drawn.entry(key).or_insert(0) += u32::from(text.contains(key));
         }
@@ -176,7 +177,7 @@ fn experiment_files_declare_faults() {
         read_errno: 0,
         delay_ms: 5,
     }];
-    draw.crash = Some(swarm::draw::DrawCrash { at_ms: 1500, power_cut: true });
+    draw.crash = Some(swarm::draw::DrawCrash { at_ms: 1500, power_cut: true, restart: true });
     let text = draw.to_toml();
     assert!(text.contains("errno = \"ENOSPC\""), "{text}");
     let experiment = ebb_sim::experiment::Experiment::parse(Path::new("f.toml"), &text)
@@ -186,8 +187,8 @@ fn experiment_files_declare_faults() {
     assert_eq!(spec.faults[0].errno, 28);
     assert_eq!(spec.faults[0].until, Some(ebb_core::Duration::from_millis(900)));
     assert_eq!(
-        spec.crash.map(|c| (c.at, c.power_cut)),
-        Some((ebb_core::Duration::from_millis(1500), true))
+        spec.crash.map(|c| (c.at, c.power_cut, c.restart)),
+        Some((ebb_core::Duration::from_millis(1500), true, true))
     );
     for (bad, key, reason) in [
         ("errno = \"ENOSPC\"", "errno = \"ENOPE\"", "unknown errno"),
