@@ -11,5 +11,6 @@ mod nfs;
 mod nonblocking;
 mod s3;
 mod seeded;
+mod swarm;
 mod threads;
 mod trace;
