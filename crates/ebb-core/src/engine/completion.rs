@@ -44,7 +44,7 @@ impl Engine {
         let out = maps.with(inode, |m| m.end_writeback(run, end));
         if let Err(e) = result {
             self.stats.write_errors += 1;
-            if out.redirtied == 0 {
+            if out.freed == run.count {
                 // Every page of the write was truncated away (or the file discarded) while it
                 // was in flight: the failure lost nothing the file still holds, so it is
                 // neither reported nor retried. A server that lost a deleted file answers so.
