@@ -176,6 +176,10 @@ pub(crate) struct InodeMeta {
     pub(crate) commit_marks: VecDeque<IoId>,
     /// Commit now (sync, fsync, or a writepages call that wrote nothing).
     pub(crate) commit_now: bool,
+    /// A writepages call's writes completed but its COMMIT waits for a larger batch
+    /// (`commit_batch_ratio`): sent once the file's unstable pages reach the batch or no write
+    /// of the file is in flight.
+    pub(crate) commit_deferred: bool,
     pub(crate) handles: u32,
     pub(crate) err_seq: u64,
     pub(crate) err: Option<IoError>,
@@ -563,6 +567,7 @@ impl Engine {
             commits_inflight: BTreeSet::new(),
             commit_marks: VecDeque::new(),
             commit_now: false,
+            commit_deferred: false,
             handles: 0,
             err_seq: 0,
             err: None,

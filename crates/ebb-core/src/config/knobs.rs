@@ -153,6 +153,16 @@ declare_knobs! {
             /// then copied out and waiting when one completes, rather than issued after it,
             /// while the device still serves one at a time.
             wbt_min_depth: u32 = 1, "requests", Kind::Number { min: 1, max: 65_536 };
+            /// COMMIT batch of a two-phase backend, as a share of its dirty threshold (ebb's
+            /// own); 0: the kernel's NFS rule, a COMMIT after each writepages call's writes.
+            ///
+            /// A COMMIT is a server-side fsync; with a small cache the kernel's rule sends one
+            /// per call (every 8 MiB with a 256 MiB budget). Set, a completed call's COMMIT
+            /// waits until the file's unstable pages reach this share of the backend's dirty
+            /// threshold or no write of the file is in flight; fsync, sync and close commit at
+            /// once as always.
+            commit_batch_ratio: u32 = 0, "% of the dirty threshold",
+                Kind::Number { min: 0, max: 100 };
             /// Cap on the backend's share of the dirty threshold: this many seconds of its
             /// measured write bandwidth (ebb's own); 0: no cap.
             ///

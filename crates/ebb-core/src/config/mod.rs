@@ -50,6 +50,7 @@
 //! | `wbt_window_usec` | backend | us | 100000 | 1000..=10000000 | wbt window (the kernel's 100 ms default). |
 //! | `wbt_min_write_pages` | backend | pages | 32 | 1..=65536 | The smallest background write of `wbt = ebb` while reads are active (ebb's own). |
 //! | `wbt_min_depth` | backend | requests | 1 | 1..=65536 | The fewest background writes `wbt = ebb` keeps in flight (ebb's own; 1 is the kernel's floor). |
+//! | `commit_batch_ratio` | backend | % of the dirty threshold | 0 | 0..=100 | COMMIT batch of a two-phase backend, as a share of its dirty threshold (ebb's own); 0: the kernel's NFS rule, a COMMIT after each writepages call's writes. |
 //! | `dirty_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the dirty threshold: this many seconds of its measured write bandwidth (ebb's own); 0: no cap. |
 //! | `dirty_background_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the background threshold: this many seconds of its write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel scales the background threshold. |
 //! | `initial_write_bandwidth` | backend | bytes/s | kernel | kernel, auto or 4KiB..=1TiB | Where the bandwidth estimate and ratelimit start (ebb's own): `kernel` (the kernel's 100 MB/s), `auto` (the backend's declared speed) or a rate. |

@@ -303,20 +303,31 @@ impl Engine {
     /// Sends a COMMIT for `inode` when one is due (a writepages call's writes have all
     /// completed, or `commit_now`) and unstable pages no COMMIT in flight covers exist.
     /// Returns the pages it covers (0: none sent).
+    ///
+    /// With `commit_batch_ratio` set (ebb's own), a completed call's COMMIT waits until the
+    /// file's unstable pages reach that share of the backend's dirty threshold, or until no
+    /// write of the file is in flight (a writer that stopped or is throttled still gets its
+    /// COMMIT without an fsync; the kernel's `write_inode` commits a file under no writeback
+    /// the same way). `commit_now` (fsync, sync, close, an empty call) is never deferred.
     pub(crate) fn maybe_commit<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) -> u64 {
         let Some(meta) = self.inodes.get_mut(&inode) else { return 0 };
+        let b = meta.backend;
         let mut due = std::mem::take(&mut meta.commit_now);
+        let mut call_done = std::mem::take(&mut meta.commit_deferred);
         while let Some(&mark) = meta.commit_marks.front() {
             if meta.inflight.range(..=mark).next().is_some() {
                 break;
             }
             meta.commit_marks.pop_front();
-            due = true;
+            call_done = true;
+        }
+        if call_done && !due {
+            due = self.commit_batch_due(b, inode, maps);
+            self.inode_mut(inode).commit_deferred = !due;
         }
         if !due {
             return 0;
         }
-        let b = meta.backend;
         let batch = maps.with(inode, |m| {
             if m.counts().unstable > 0 { m.begin_commit() } else { CommitBatch::default() }
         });
@@ -335,6 +346,17 @@ impl Engine {
         self.record(TraceEvent::Commit { bdi: b, inode, pages });
         self.emit(Action::Commit { io, backend: b, inode, pages });
         pages
+    }
+
+    /// Whether a completed writepages call's COMMIT goes out now (see [`Self::maybe_commit`]).
+    fn commit_batch_due<M: PageMaps>(&self, b: BackendId, inode: InodeId, maps: &mut M) -> bool {
+        let ratio = u64::from(self.cfg.backends[b.index()].commit_batch_ratio);
+        if ratio == 0 || self.inodes.get(&inode).is_none_or(|m| m.inflight.is_empty()) {
+            return true;
+        }
+        let t = self.global_thresholds();
+        let batch = self.wb_limits(b, t.thresh, t.bg_thresh).0 * ratio / 100;
+        maps.with(inode, |m| m.counts().unstable) >= batch.max(1)
     }
 
     pub(super) fn commit_done<M: PageMaps>(

@@ -209,3 +209,36 @@ fn unstable_accounting_sets_writepages_batching() {
     assert!(fixed_per_call >= 5 * legacy_per_call, "{detail}");
     assert!(legacy_commits > fixed_commits, "{detail}");
 }
+
+/// `commit_batch_ratio` (ebb's own): a streaming writer's COMMITs wait until the file's
+/// unstable pages reach a share of the backend's threshold instead of following each
+/// writepages call, so there are several times fewer; the writer still finishes (unstable
+/// pages count against the limit, and a throttled writer's file, with no write in flight,
+/// commits), and a file left without an fsync ends committed all the same.
+#[test]
+fn commit_batch_ratio_batches_commits_and_commits_an_idle_file() {
+    let run = |ratio: u32| {
+        let mut c = config(512, ThrottlePolicy::Ioless);
+        c.backends[0].queue_depth = 65_536; // no request queue, as an NFS client
+        c.backends[0].max_write_pages = 256;
+        c.backends[0].commit_batch_ratio = ratio;
+        let mut h = Harness::new(c, &[25_000]);
+        h.unstable_backend = Some(1);
+        h.check_every = 101;
+        h.add_dd(0, 1 << 17, 256, Instant::ZERO); // 512 MiB, four times the dirty limit
+        h.run_until(secs(120));
+        assert!(h.dds[0].done_at.is_some(), "ratio {ratio}: the writer finished");
+        let c = h.maps.get(h.dds[0].inode).unwrap().counts();
+        assert_eq!((c.dirty, c.writeback, c.unstable), (0, 0, 0), "ratio {ratio}: no fsync");
+        let s = h.engine.stats().clone();
+        (s.commits, s.commit_pages / s.commits.max(1), h.dds[0].done_at.unwrap())
+    };
+    let (per_call, per_call_pages, per_call_done) = run(0);
+    let (batched, batched_pages, batched_done) = run(50);
+    let detail = format!(
+        "per call: {per_call} commits of {per_call_pages} pages, done at {per_call_done}; \
+         batched: {batched} commits of {batched_pages} pages, done at {batched_done}"
+    );
+    assert!(batched * 2 <= per_call, "{detail}");
+    assert!(batched_pages >= 2 * per_call_pages, "{detail}");
+}
