@@ -104,7 +104,10 @@ pub(crate) enum BenchCommand {
         /// reuses it if its size matches, instead of removing it at the end.
         #[arg(long)]
         keep_read_file: bool,
-        /// ebb's memory budget.
+        /// ebb's memory budget, or `kernel`: ebb's dirty thresholds set to the kernel's
+        /// current ones in bytes (`nr_dirty_threshold` and `nr_dirty_background_threshold` of
+        /// `/proc/vmstat`) and a budget of twice the threshold, so that both writers may
+        /// hold as much dirty data.
         #[arg(long, default_value = "256MiB")]
         memory: String,
         /// A knob for the ebb modes by its kernel name, e.g. `--knob wbt_lat_usec=2000`
@@ -199,8 +202,20 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let json = JsonOut::create(json)?;
+            let (memory, mut knobs, kernel_thresholds) = if memory == "kernel" {
+                let (thresh, bg) = kernel_dirty_thresholds()?;
+                let knobs = vec![
+                    ("dirty_bytes".to_owned(), thresh.to_string()),
+                    ("dirty_background_bytes".to_owned(), bg.to_string()),
+                ];
+                (2 * thresh, knobs, Some((thresh, bg)))
+            } else {
+                (size_arg("--memory", &memory)?, Vec::new(), None)
+            };
+            knobs.extend(knob_texts(&knob));
             let opts = ReadUnderWriteOptions {
-                knobs: knob_texts(&knob),
+                knobs,
+                kernel_thresholds,
                 variants: variant.iter().map(|(label, s)| (label.clone(), knob_texts(s))).collect(),
                 target: Target::new(dir, backend)?,
                 seconds: seconds.max(1) as f64,
@@ -212,7 +227,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 )?,
                 keep_read_file,
                 write_file_size: 4 << 30,
-                memory: size_arg("--memory", &memory)?,
+                memory,
                 rounds,
             };
             let result = read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
@@ -335,6 +350,24 @@ fn settle() {
     std::thread::sleep(Duration::from_secs(1));
 }
 
+/// The kernel's dirty and background thresholds now, bytes (`/proc/vmstat`).
+fn kernel_dirty_thresholds() -> anyhow::Result<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/vmstat")
+        .map_err(|e| anyhow::anyhow!("--memory kernel: reading /proc/vmstat: {e}"))?;
+    dirty_thresholds_of(&text)
+}
+
+/// The dirty and background thresholds (bytes) in the text of `/proc/vmstat`.
+fn dirty_thresholds_of(text: &str) -> anyhow::Result<(u64, u64)> {
+    let pages = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+            .ok_or_else(|| anyhow::anyhow!("--memory kernel: /proc/vmstat has no {name}"))
+    };
+    let page = 4096;
+    Ok((pages("nr_dirty_threshold")? * page, pages("nr_dirty_background_threshold")? * page))
+}
+
 /// A builder with ebb's memory budget and the given knobs.
 fn builder_with(memory: u64, knobs: &[(String, String)]) -> io::Result<Builder> {
     let mut builder = Builder::new().memory(memory);
@@ -387,5 +420,18 @@ impl JsonOut {
                 .map_err(|error| anyhow::anyhow!("--json {}: {error}", path.display()))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_thresholds_come_from_vmstat_in_bytes() {
+        let text =
+            "nr_dirty 12\nnr_dirty_threshold 1143884\nnr_dirty_background_threshold 571240\n";
+        let (thresh, bg) = super::dirty_thresholds_of(text).unwrap();
+        assert_eq!((thresh, bg), (1_143_884 * 4096, 571_240 * 4096));
+        let missing = super::dirty_thresholds_of("nr_dirty_threshold 5\n").unwrap_err();
+        assert!(missing.to_string().contains("nr_dirty_background_threshold"), "{missing}");
     }
 }

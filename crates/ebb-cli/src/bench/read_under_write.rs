@@ -37,6 +37,8 @@ pub(crate) struct ReadUnderWriteOptions {
     pub(crate) keep_read_file: bool,
     /// Knobs for the ebb modes (kernel names), applied before each mode's `wbt`.
     pub(crate) knobs: Vec<(String, String)>,
+    /// `--memory kernel`: the kernel's dirty and background thresholds (bytes) ebb was given.
+    pub(crate) kernel_thresholds: Option<(u64, u64)>,
     /// More ebb modes, `ebb_LABEL`: their knobs, applied after `knobs` and `wbt = ebb`.
     pub(crate) variants: Vec<(String, Vec<(String, String)>)>,
     /// Rounds: the modes take turns (idle, ebb with each wbt, kernel, then again), and
@@ -208,6 +210,12 @@ pub(crate) struct ReadUnderWriteResult {
     pub(crate) memory_bytes: u64,
     /// The wbt latency target ebb used, microseconds.
     pub(crate) wbt_lat_usec: u64,
+    /// `--memory kernel`: the kernel's dirty threshold ebb was given as `dirty_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) kernel_dirty_thresh_bytes: Option<u64>,
+    /// `--memory kernel`: the background threshold, as `dirty_background_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) kernel_dirty_background_thresh_bytes: Option<u64>,
 }
 
 fn mode_result(
@@ -466,5 +474,7 @@ fn measure(
         rounds: opts.rounds.max(1),
         memory_bytes: opts.memory,
         wbt_lat_usec: wbt_lat,
+        kernel_dirty_thresh_bytes: opts.kernel_thresholds.map(|t| t.0),
+        kernel_dirty_background_thresh_bytes: opts.kernel_thresholds.map(|t| t.1),
     })
 }
