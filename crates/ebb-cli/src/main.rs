@@ -130,11 +130,11 @@ struct MountArgs {
     endpoint: Option<String>,
     /// Where to mount.
     mountpoint: PathBuf,
-    /// Memory budget, e.g. 4GiB (default 256MiB): the mount's copies of write requests (an
-    /// eighth of it, 2 to 18 MiB), the IO threads' buffers and the cache together. A quarter of what the copies
-    /// leave (at least one largest write, at most one per IO thread) is set aside for the
-    /// buffers: 16 MiB with a directory, 60 MiB with S3 (its 8 MiB parts in flight) of 256 MiB;
-    /// the cache gets the rest, at least 4 MiB.
+    /// Memory budget of the mount process, e.g. 4GiB (default 256MiB): its own code, heap and
+    /// stacks (16 MiB plus 1/64 of the budget are set aside for them), its copies of write
+    /// requests (an eighth of the budget, 2 to 18 MiB), the IO threads' buffers and the cache
+    /// together. A quarter of what is left (at least one largest write, at most one per IO
+    /// thread) goes to the buffers, the cache gets the rest, at least 4 MiB.
     #[arg(long)]
     memory: Option<String>,
     /// One flag per knob of the registry (`--dirty_ratio 10`, `--wbt off`, `--strict_limit`),

@@ -277,8 +277,9 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     let upper = root.path().join("upper");
     std::fs::create_dir(&upper).unwrap();
     let mut below = Running::start(&dir, &lower, &["--memory", "64MiB"]);
-    // 18 MiB: 2 MiB for the mount's request copies, a 12 MiB cache beside 4 MiB of buffers.
-    let mut above = Running::start(&lower, &upper, &["--memory", "18MiB"]);
+    // 38 MiB: 16.6 MiB for the process itself, 4 MiB for the mount's request copies, a 13 MiB
+    // cache beside 4.4 MiB of buffers.
+    let mut above = Running::start(&lower, &upper, &["--memory", "38MiB"]);
     let below_pid = below.child.as_ref().unwrap().id().to_string();
     // If the test fails while the lower mount is stopped, resume it before the mounts are
     // dropped: the upper one cannot exit while its writes to the lower one wait.

@@ -157,3 +157,16 @@ fn request_copies_are_an_eighth_of_the_budget_within_bounds() {
     assert_eq!(kept_request_copies(Some(256 * mib)), 18);
     assert_eq!(kept_request_copies(None), 18);
 }
+
+// The runtime gets the budget less the process's own memory and the request copies; a budget
+// that leaves nothing is refused with the numbers.
+#[test]
+fn the_cache_budget_leaves_the_process_its_own_memory() {
+    use crate::runtime::cache_budget;
+    let mib = 1 << 20;
+    assert_eq!(cache_budget(256 * mib).unwrap(), 256 * mib - 20 * mib - 18 * mib);
+    assert_eq!(cache_budget(1024 * mib).unwrap(), 1024 * mib - 32 * mib - 18 * mib);
+    let error = cache_budget(16 * mib).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(error.to_string().contains("own memory (17039360 bytes)"), "{error}");
+}
