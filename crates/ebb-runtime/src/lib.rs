@@ -254,6 +254,7 @@ impl Builder {
         let mut config = Config::new(self.memory, first);
         config.nr_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
         config.backends.extend(configs);
+        config.stage_for_granules();
         for setting in &self.knobs {
             setting.apply(&mut config);
         }

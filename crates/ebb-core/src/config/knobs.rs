@@ -31,10 +31,16 @@ declare_knobs! {
                 Kind::Bytes { min: 4 << 20, max: MEMORY_BYTES_MAX };
             /// Hard dirty threshold, % of dirtyable memory; `dirty_bytes`, when nonzero, takes
             /// precedence as in the kernel.
+            ///
+            /// 60 by default when every backend writes in granules (an S3 bucket:
+            /// `Config::stage_for_granules`).
             dirty_ratio: u32 = 20, "%", Kind::Number { min: 0, max: 100 };
             /// Hard dirty threshold in bytes (0: use `dirty_ratio`).
             dirty_bytes: u64 = 0, "bytes", Kind::Bytes { min: 0, max: u64::MAX };
             /// The flusher starts writing back above this, % of dirtyable memory.
+            ///
+            /// 50 by default when every backend writes in granules
+            /// (`Config::stage_for_granules`).
             dirty_background_ratio: u32 = 10, "%", Kind::Number { min: 0, max: 100 };
             /// The background threshold in bytes (0: use `dirty_background_ratio`).
             dirty_background_bytes: u64 = 0, "bytes", Kind::Bytes { min: 0, max: u64::MAX };

@@ -103,3 +103,30 @@ fn a_budget_too_small_for_the_buffers_is_refused() {
     assert!(text.contains("memory_bytes") && text.contains("8388608"), "{text}");
     assert!(text.contains(&(12 * MIB).to_string()), "names the smallest budget: {text}");
 }
+
+/// A cache whose backend writes in granules (an object store's parts) stages its writes:
+/// `dirty_ratio` 60 and `dirty_background_ratio` 50 by default, still overridden by the
+/// user's knobs; other backends keep the kernel's 20 and 10.
+#[test]
+fn a_granular_backend_gets_the_staging_ratios_unless_knobs_say_otherwise() {
+    let granular = || {
+        let mut config = ebb_core::BackendConfig::new("parts");
+        config.write_granule_bytes = Some(8 * MIB);
+        config
+    };
+    let ratios = |ebb: &Ebb| (ebb.config().dirty_ratio, ebb.config().dirty_background_ratio);
+    let staged = Builder::new()
+        .backend_with("parts", Arc::new(MemBackend::new()), granular())
+        .build()
+        .unwrap();
+    assert_eq!(ratios(&staged), (60, 50));
+    let told = Builder::new()
+        .knob("dirty_ratio", "30")
+        .unwrap()
+        .backend_with("parts", Arc::new(MemBackend::new()), granular())
+        .build()
+        .unwrap();
+    assert_eq!(ratios(&told), (30, 50));
+    let plain = Builder::new().backend("mem", Arc::new(MemBackend::new())).build().unwrap();
+    assert_eq!(ratios(&plain), (20, 10));
+}

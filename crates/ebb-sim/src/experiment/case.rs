@@ -83,6 +83,7 @@ pub(super) fn build_case(
     let first = backends_iter.next().expect("at least one backend, checked above");
     let mut config = Config::new(memory_bytes, first);
     config.backends.extend(backends_iter);
+    config.stage_for_granules();
     config.swap_backend = swaps.first().copied();
     for setting in knob_settings(&raw.knobs, Scope::Global, compare)
         .map_err(|(key, reason)| fail(&format!("knobs.{key}"), reason))?
