@@ -101,12 +101,13 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// A mount over a 64 MiB tmpfs with 4 MiB free and a 16 MiB cache (a 22 MiB budget: 2 MiB go
-/// to the mount's copies of write requests, 4 MiB to the IO buffers), and `dd` writing `mib`
-/// MiB into it: write-backs fail with ENOSPC and the pages they could not write are held.
+/// A mount over a 64 MiB tmpfs with 4 MiB free and a 17 MiB cache (a 44 MiB budget: 16.7 MiB
+/// are the process's own, 5 MiB go to the mount's copies of write requests, 5.6 MiB to the IO
+/// buffers), and `dd` writing `mib` MiB into it: write-backs fail with ENOSPC and the pages
+/// they could not write are held.
 fn full_backend_with_a_writer(mib: usize) -> Option<(Tmpfs, Fixture, std::process::Child)> {
     let tmpfs = Tmpfs::new(64)?;
-    let fx = Fixture::on(&tmpfs.path, Some(22 << 20))?;
+    let fx = Fixture::on(&tmpfs.path, Some(44 << 20))?;
     filler(&fx.dir, 60);
     let writer = dd(&fx.mnt.join("big"), mib);
     let mount = fx.mount.as_ref().unwrap();
