@@ -51,6 +51,7 @@ mod sync;
 mod timer;
 mod truncate;
 mod views;
+mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -59,7 +60,7 @@ pub use planted::CoreBug;
 use crate::bandwidth::Rates;
 use crate::config::{Config, ConfigError};
 use crate::event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, errno};
-use crate::flusher::{Flusher, Submitter};
+use crate::flusher::{Flusher, Submissions, Submitter};
 use crate::fprop::{EventProportions, Local, Proportions};
 use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
 use crate::memory::{List, Memory};
@@ -142,25 +143,13 @@ impl Counters {
     }
 }
 
-/// Where a file is on its backend's writeback lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum InodeList {
-    None,
-    Dirty,
-    Io,
-    MoreIo,
-}
-
 pub(crate) struct InodeMeta {
     pub(crate) backend: BackendId,
     pub(crate) group: GroupId,
-    pub(crate) dirtied_when: Instant,
     /// When a writer last dirtied pages of the file (folded in from its batch): on a
     /// backend with write granules, a file written within the expire interval is still
     /// growing, and its last granule waits.
     pub(crate) last_dirtied: Instant,
-    pub(crate) dirty_seq: u64,
-    pub(crate) list: InodeList,
     /// The submitter currently writing this file's chunk (the kernel's `I_SYNC`).
     pub(crate) syncing: Option<Issuer>,
     pub(crate) writeback_index: u64,
@@ -213,9 +202,7 @@ pub(crate) struct Wb {
     pub(crate) dirty_exceeded: bool,
     /// Requests in flight (writes and reads).
     pub(crate) inflight: u32,
-    pub(crate) submitters: BTreeMap<Issuer, Submitter>,
-    /// Submitters waiting for a free request slot, served round robin.
-    pub(crate) ready: VecDeque<Issuer>,
+    pub(crate) submissions: Submissions,
     pub(crate) flusher: Flusher,
     pub(crate) verifiers: Vec<u64>,
     pub(crate) last_completion: Instant,
@@ -349,7 +336,6 @@ pub struct Engine {
     /// `[2^(i-1), 2^i)` pages, entry 0 the calls that wrote none.
     pub(crate) writepages_sizes: [u64; WRITEPAGES_SIZE_BUCKETS],
     pub(crate) trace: Vec<(Instant, TraceEvent)>,
-    pub(crate) dirty_seq: u64,
     pub(crate) min_ratio_sum: u32,
     /// kswapd's last batch was all unqueued dirty pages (the kernel's `PGDAT_DIRTY`).
     pub(crate) node_dirty: bool,
@@ -382,8 +368,7 @@ impl Engine {
                 share: Local::default(),
                 dirty_exceeded: false,
                 inflight: 0,
-                submitters: BTreeMap::new(),
-                ready: VecDeque::new(),
+                submissions: Submissions::default(),
                 flusher: Flusher::new(now),
                 verifiers: Vec::new(),
                 last_completion: now,
@@ -426,7 +411,6 @@ impl Engine {
             stats: Stats::default(),
             writepages_sizes: [0; WRITEPAGES_SIZE_BUCKETS],
             trace: Vec::new(),
-            dirty_seq: 0,
             min_ratio_sum,
             node_dirty: false,
             last_hold: None,
@@ -473,7 +457,7 @@ impl Engine {
             }
         };
         for wb in &self.wbs {
-            consider(wb.flusher.timer);
+            consider(wb.flusher.timer());
             consider(wb.wbt.timer());
             consider(wb.bw_update_at);
             consider(self.outage_deadline(wb));
@@ -557,10 +541,7 @@ impl Engine {
         let meta = self.inodes.entry(inode).or_insert_with(|| InodeMeta {
             backend,
             group: GroupId(0),
-            dirtied_when: Instant::ZERO,
             last_dirtied: Instant::ZERO,
-            dirty_seq: 0,
-            list: InodeList::None,
             syncing: None,
             writeback_index: 0,
             inflight: BTreeSet::new(),
@@ -677,39 +658,6 @@ impl Engine {
         self.inodes.get_mut(&inode).expect("a known inode")
     }
 
-    pub(crate) fn mark_inode_dirty(&mut self, inode: InodeId) {
-        let now = self.now;
-        let Some(meta) = self.inodes.get_mut(&inode) else {
-            panic!("inode {inode} dirtied before it was opened");
-        };
-        if meta.list != InodeList::None {
-            // Already dirty, or queued by the flusher, which requeues it: never reposition.
-            return;
-        }
-        self.dirty_seq += 1;
-        meta.dirtied_when = now;
-        meta.dirty_seq = self.dirty_seq;
-        meta.list = InodeList::Dirty;
-        let b = meta.backend;
-        let key = (now, self.dirty_seq);
-        let interval = self.writeback_interval();
-        let wb = &mut self.wbs[b.index()];
-        let was_empty = wb.flusher.dirty.is_empty();
-        wb.flusher.dirty.insert(key, inode);
-        if was_empty && wb.flusher.timer.is_none() && self.cfg.dirty_writeback_centisecs > 0 {
-            // First dirty file of the backend: wake the flusher one period later.
-            wb.flusher.timer = Some(now + interval);
-        }
-    }
-
-    pub(crate) fn writeback_interval(&self) -> Duration {
-        Duration::from_millis(u64::from(self.cfg.dirty_writeback_centisecs) * 10)
-    }
-
-    pub(crate) fn expire_interval(&self) -> Duration {
-        Duration::from_millis(u64::from(self.cfg.dirty_expire_centisecs) * 10)
-    }
-
     /// Folds a writer's batched dirtying into the shared counters and LRU. A frame whose page
     /// was truncated meanwhile is not put on the LRU (truncate already freed it).
     pub(crate) fn apply_pending<M: PageMaps>(&mut self, w: &mut Writer, maps: &mut M) {
@@ -718,7 +666,8 @@ impl Engine {
             if p.dirtied > 0 {
                 meta.last_dirtied = self.now;
             }
-            if meta.group != w.group && meta.list == InodeList::None {
+            let listed = self.wbs[meta.backend.index()].flusher.is_listed(p.inode);
+            if meta.group != w.group && !listed {
                 meta.group = w.group;
             }
             let (b, g) = (meta.backend, meta.group);

@@ -681,7 +681,7 @@ impl Engine {
     pub(crate) fn writer_io_done(&mut self, w: WriterId) {
         let left = self.writer_ios.get_mut(&w).expect("writer io");
         *left -= 1;
-        let submitting = self.wbs.iter().any(|wb| wb.submitters.contains_key(&Issuer::Writer(w)));
+        let submitting = self.wbs.iter().any(|wb| wb.submissions.has(Issuer::Writer(w)));
         if *left == 0 && !submitting {
             self.writer_ios.remove(&w);
             self.resume_writer(w);

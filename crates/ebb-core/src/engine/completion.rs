@@ -109,7 +109,7 @@ impl Engine {
                 meta.hold_retry_at = None;
                 // The backend takes writes again: the rest of the held pages follow at once.
                 meta.retry_held = true;
-                self.wbs[b.index()].flusher.start_all = true;
+                self.start_all(b);
             }
         }
         // The inode's writeback ended: a bandwidth update 200 ms later (BANDWIDTH_INTERVAL), so

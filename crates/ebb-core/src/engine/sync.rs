@@ -209,14 +209,13 @@ impl Engine {
         let done: Vec<RequestId> = {
             let wb = &self.wbs[b.index()];
             wb.flusher
-                .sync_waits
-                .iter()
-                .filter(|&(_, &last)| {
+                .sync_waits()
+                .filter(|&(_, last)| {
                     self.ios
                         .range(..=last)
                         .all(|(_, r)| r.backend != b || matches!(r.kind, IoKind::Read { .. }))
                 })
-                .map(|(&r, _)| r)
+                .map(|(r, _)| r)
                 .collect()
         };
         for request in done {
@@ -238,7 +237,7 @@ impl Engine {
                 // Keep waiting: the commits' completions call back here. Track them by the
                 // newest IO issued.
                 let last = IoId(self.next_io - 1);
-                self.wbs[b.index()].flusher.sync_waits.insert(request, last);
+                self.wbs[b.index()].flusher.wait_sync(request, last);
                 if self
                     .ios
                     .range(..=last)
@@ -247,7 +246,7 @@ impl Engine {
                     continue;
                 }
             }
-            self.wbs[b.index()].flusher.sync_waits.remove(&request);
+            self.wbs[b.index()].flusher.end_sync_wait(request);
             let Some(state) = self.syncs.get_mut(&request) else { continue };
             if state.rewrite.remove(&b) {
                 // A COMMIT redirtied pages: write this backend's part again.

@@ -19,10 +19,7 @@ impl Engine {
             }
         }
         for b in 0..self.wbs.len() {
-            if self.wbs[b].flusher.timer.is_some_and(|t| t <= now) {
-                self.wbs[b].flusher.timer = None;
-                self.wbs[b].flusher.wake_periodic = true;
-            }
+            self.wbs[b].flusher.tick(now);
         }
         let due: Vec<InodeId> = self
             .inodes
@@ -47,7 +44,7 @@ impl Engine {
             let b = meta.backend;
             // Retry: make sure the file is queued and the flusher runs.
             self.mark_inode_dirty(inode);
-            self.wbs[b.index()].flusher.start_all = true;
+            self.start_all(b);
             let waiting: Vec<RequestId> = self
                 .fsyncs
                 .iter()

@@ -12,9 +12,6 @@
 //! fsync, sync, close, reclaim and a file idle past the expire interval write the tail like
 //! any page.
 
-use crate::engine::Engine;
-use crate::ids::{BackendId, InodeId};
-
 use super::Submitter;
 
 /// The flusher's chunk selection: the next run a submitter writes from its position, up to
@@ -22,7 +19,7 @@ use super::Submitter;
 /// with write granules a run ends at its granule's end instead, however far that is, and with
 /// a `tail_budget` the file's last granule waits while it is partly dirty and no larger than
 /// the budget (module doc).
-pub(super) fn take_run(
+pub(crate) fn take_run(
     m: &mut crate::pagemap::PageMap,
     backend: &crate::config::BackendConfig,
     sub: &Submitter,
@@ -41,33 +38,4 @@ pub(super) fn take_run(
         return None;
     }
     m.start_writeback(first, granule.end - first, tagged, skip)
-}
-
-impl Engine {
-    /// How large a file's last granule may be for the flusher's current work to leave it for
-    /// later, or `None` if it may not (module doc): only background and
-    /// periodic work, only for a file dirtied within the expire interval, and only while the
-    /// tails of all dirty files of granular backends fit in half the background threshold, so
-    /// that deferred tails can never keep writeback from bringing the cache under it.
-    pub(super) fn tail_budget(&self, b: BackendId, inode: InodeId) -> Option<u64> {
-        self.cfg.backends[b.index()].write_granule_bytes?;
-        let f = &self.wbs[b.index()].flusher;
-        let work = f.current.as_ref()?;
-        if !(work.for_background || work.for_kupdate) {
-            return None;
-        }
-        let meta = self.inodes.get(&inode)?;
-        if meta.last_dirtied + self.expire_interval() <= self.now {
-            return None;
-        }
-        // Every granular backend's dirty files, so that the tails of all of them together fit.
-        let files: usize = self
-            .wbs
-            .iter()
-            .zip(&self.cfg.backends)
-            .filter(|(_, backend)| backend.write_granule_bytes.is_some())
-            .map(|(wb, _)| wb.flusher.dirty.len() + wb.flusher.io.len() + wb.flusher.more_io.len())
-            .sum();
-        Some(self.global_thresholds().bg_thresh / 2 / (files as u64 + 1))
-    }
 }
