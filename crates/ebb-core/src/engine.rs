@@ -45,8 +45,10 @@ pub(crate) const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 mod completion;
 mod durable;
+mod kswapd;
 mod planted;
 mod read;
+mod reclaim;
 mod sync;
 mod timer;
 mod truncate;

@@ -1,8 +1,9 @@
-//! Background reclaim (kswapd's role; the parent module's doc): woken below `low`, it
+//! Background reclaim (kswapd's role; `crate::reclaim`'s module doc): woken below `low`, it
 //! balances every zone to `high`, instantly or in timed batches, and throttles itself while
 //! the pages it meets are under writeback.
 
 use super::*;
+use crate::reclaim::{SWAP_CLUSTER_MAX, Shrink, WRITEBACK_THROTTLE};
 
 impl Engine {
     /// Wakes background reclaim (module doc). Instant mode (`kswapd_scan_ns` 0): balances the
@@ -14,47 +15,47 @@ impl Engine {
             self.kswapd_balance(u64::MAX, maps);
             return;
         }
-        if let Some(at) = self.reclaim.kswapd_at {
+        if let Some(at) = self.reclaim.kswapd_at() {
             if at > self.now
-                && let Some((_, written)) = self.reclaim.kswapd_throttled
+                && let Some((_, written)) = self.reclaim.kswapd_throttled()
                 && self.pages_written().saturating_sub(written) >= SWAP_CLUSTER_MAX
             {
-                self.reclaim.kswapd_at = Some(self.now);
+                self.reclaim.kswapd_schedule(self.now);
             }
             return;
         }
         let zones = self.mem.zones();
         if (0..zones).any(|z| self.mem.zone_free(z) < self.mem.zone_wmark(z).low) {
-            self.reclaim.kswapd_at = Some(self.now + self.kswapd_batch_time(SWAP_CLUSTER_MAX));
+            self.reclaim.kswapd_schedule(self.now + self.kswapd_batch_time(SWAP_CLUSTER_MAX));
         }
     }
 
     /// An allocation found no zone of its zonelist above `low` plus reserve: wakes kswapd (in
     /// timed mode even though no zone is yet under its bare `low`; the wake is the kernel's
     /// `wakeup_kswapd` from the allocator's slow path).
-    pub(super) fn kswapd_wake<M: PageMaps>(&mut self, maps: &mut M) {
-        if self.cfg.kswapd_scan_ns > 0 && self.reclaim.kswapd_at.is_none() {
-            self.reclaim.kswapd_at = Some(self.now + self.kswapd_batch_time(SWAP_CLUSTER_MAX));
+    pub(crate) fn kswapd_wake<M: PageMaps>(&mut self, maps: &mut M) {
+        if self.cfg.kswapd_scan_ns > 0 && self.reclaim.kswapd_at().is_none() {
+            self.reclaim.kswapd_schedule(self.now + self.kswapd_batch_time(SWAP_CLUSTER_MAX));
         } else {
             self.kswapd(maps);
         }
     }
 
     /// Virtual time kswapd spends scanning `pages` pages.
-    pub(super) fn kswapd_batch_time(&self, pages: u64) -> Duration {
+    pub(crate) fn kswapd_batch_time(&self, pages: u64) -> Duration {
         Duration::from_nanos(pages.max(1).saturating_mul(self.cfg.kswapd_scan_ns))
     }
 
     /// When the awake kswapd runs its next batch (timed mode).
     pub(crate) fn kswapd_timer(&self) -> Option<Instant> {
-        self.reclaim.kswapd_at
+        self.reclaim.kswapd_at()
     }
 
     /// Timed mode: kswapd's batch is due. It reclaims at most `SWAP_CLUSTER_MAX` pages per zone
     /// it balances, then schedules its next batch after the time the pages it scanned cost, or
     /// after its throttle; it sleeps once every zone is at `high`.
     pub(crate) fn kswapd_run<M: PageMaps>(&mut self, maps: &mut M) {
-        let Some(at) = self.reclaim.kswapd_at else { return };
+        let Some(at) = self.reclaim.kswapd_at() else { return };
         if at > self.now {
             return;
         }
@@ -62,32 +63,31 @@ impl Engine {
         if (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).high) {
             // Balanced: kswapd sleeps and the node flags clear.
             self.node_dirty = false;
-            self.reclaim.kswapd_at = None;
-            self.reclaim.kswapd_throttled = None;
+            self.reclaim.kswapd_sleep();
             return;
         }
-        if let Some((until, written)) = self.reclaim.kswapd_throttled
+        if let Some((until, written)) = self.reclaim.kswapd_throttled()
             && self.now < until
             && self.pages_written().saturating_sub(written) < SWAP_CLUSTER_MAX
         {
-            self.reclaim.kswapd_at = Some(until);
+            self.reclaim.kswapd_schedule(until);
             return;
         }
-        self.reclaim.kswapd_throttled = None;
+        self.reclaim.kswapd_unthrottle();
         let scanned = self.kswapd_balance(SWAP_CLUSTER_MAX, maps);
-        let next = match self.reclaim.kswapd_throttled {
+        let next = match self.reclaim.kswapd_throttled() {
             Some((until, _)) => until.max(self.now + self.kswapd_batch_time(scanned)),
             None if scanned == 0 => {
                 // Nothing it could scan (what is left is on its way to swap or disk): kswapd
                 // naps HZ/10 as 2.6.3x-3.x `congestion_wait` does, or until SWAP_CLUSTER_MAX
                 // pages have been written.
-                self.reclaim.kswapd_throttled =
-                    Some((self.now + WRITEBACK_THROTTLE, self.pages_written()));
+                let written = self.pages_written();
+                self.reclaim.kswapd_throttle(self.now + WRITEBACK_THROTTLE, written);
                 self.now + WRITEBACK_THROTTLE
             }
             None => self.now + self.kswapd_batch_time(scanned),
         };
-        self.reclaim.kswapd_at = Some(next);
+        self.reclaim.kswapd_schedule(next);
         self.wake_memory_waiters(maps);
     }
 
@@ -95,7 +95,7 @@ impl Engine {
     /// zones up to `high`, freeing at most `batch` pages per zone (module doc); an awake timed
     /// kswapd (`batch` limited) keeps balancing while any zone is under `high`. While throttled
     /// (WRITEBACK, below) it does nothing. Returns the pages scanned.
-    pub(super) fn kswapd_balance<M: PageMaps>(&mut self, batch: u64, maps: &mut M) -> u64 {
+    pub(crate) fn kswapd_balance<M: PageMaps>(&mut self, batch: u64, maps: &mut M) -> u64 {
         let zones = self.mem.zones();
         let instant = batch == u64::MAX;
         if instant && (0..zones).all(|z| self.mem.zone_free(z) >= self.mem.zone_wmark(z).low) {
@@ -105,12 +105,12 @@ impl Engine {
             }
             return 0;
         }
-        if let Some((until, written)) = self.reclaim.kswapd_throttled {
+        if let Some((until, written)) = self.reclaim.kswapd_throttled() {
             let done = self.pages_written().saturating_sub(written);
             if self.now < until && done < SWAP_CLUSTER_MAX {
                 return 0;
             }
-            self.reclaim.kswapd_throttled = None;
+            self.reclaim.kswapd_unthrottle();
         }
         // The highest zone under its high watermark; every zone up to it is balanced against
         // that class (its high watermark plus the lowmem reserve for end_zone).
@@ -128,11 +128,7 @@ impl Engine {
                 continue;
             }
             let (s, file) = self.shrink_counted(z, (goal - free).min(batch), false, maps);
-            shrink.scanned += s.scanned;
-            shrink.reclaimed += s.reclaimed;
-            shrink.unqueued_dirty += s.unqueued_dirty;
-            shrink.writeback += s.writeback;
-            shrink.immediate += s.immediate;
+            shrink.add(s);
             file_scanned += file;
         }
         if file_scanned > 0 {
@@ -147,8 +143,8 @@ impl Engine {
             // reclaim_throttle(WRITEBACK), HZ/10, or until SWAP_CLUSTER_MAX pages are written.
             // Under both policies: 2.6.3x kswapd also napped HZ/10 (`congestion_wait`) when its
             // passes made poor progress.
-            self.reclaim.kswapd_throttled =
-                Some((self.now + WRITEBACK_THROTTLE, self.pages_written()));
+            let written = self.pages_written();
+            self.reclaim.kswapd_throttle(self.now + WRITEBACK_THROTTLE, written);
             self.stats.kswapd_throttled += 1;
         }
         shrink.scanned
