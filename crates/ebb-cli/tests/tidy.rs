@@ -11,6 +11,12 @@
 //! - No source file is longer than `LINES_MAX` lines outside its tests (files under `tests/`,
 //!   files named `tests.rs`, and everything from a file's `#[cfg(test)]` on do not count), but
 //!   the files of `RATCHET`, which may not grow and leave the list once split.
+//! - No circle inside a crate: the top-level modules of a crate's `src/`, with an arrow from a
+//!   module to each module its code names (`crate::name`, `super::name` reaching the crate
+//!   root, outside comments and tests), form no cycle, but the crates of `CYCLES_LEFT`, whose
+//!   modules in cycles may only become fewer. In ebb-core only `engine/` implements `Engine`:
+//!   the controllers (flusher, reclaim, wbt, ...) own their state and the engine drives them,
+//!   so no `impl Engine` elsewhere reaches back into the engine's fields.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -34,6 +40,13 @@ const RATCHET: &[(&str, usize)] = &[];
 
 /// Constants a table names that are not defined yet (each must leave the list once defined).
 const CONSTANTS_MISSING: &[(&str, &str)] = &[];
+
+/// Crates whose top-level modules still form cycles, with the modules in them: the list may
+/// only shrink (a module leaving a cycle leaves it, a crate without cycles leaves the list).
+const CYCLES_LEFT: &[(&str, &[&str])] = &[
+    ("ebb-runtime", &["file", "shared", "writeio"]),
+    ("ebb-sim", &["experiment", "report", "run"]),
+];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
@@ -295,4 +308,190 @@ fn source_files_stay_within_the_budget() {
         }
     }
     assert!(wrong.is_empty(), "file sizes (tests/tidy.rs):\n{}", wrong.join("\n"));
+}
+
+/// The top-level modules `code` (of a file `depth` directories below `src/`) names: `crate::m`,
+/// `crate::{m, n::x}` and `super::m` where that `super` is the crate root.
+fn named_modules(code: &str, depth: usize) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+    };
+    let mut names = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        if code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let rest = &code[at + "crate::".len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                // The first name of each top-level item of the group.
+                let (mut level, mut start) = (0, 0);
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => level += 1,
+                        '}' if level == 0 => {
+                            names.insert(ident(&group[start..i]));
+                            break;
+                        }
+                        '}' => level -= 1,
+                        ',' if level == 0 => {
+                            names.insert(ident(&group[start..i]));
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            None => {
+                names.insert(ident(rest));
+            }
+        }
+    }
+    for (at, _) in code.match_indices("super::") {
+        if code[..at].ends_with("super::")
+            || code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let mut rest = &code[at..];
+        let mut ups = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            rest = r;
+            ups += 1;
+        }
+        if ups > depth {
+            names.insert(ident(rest));
+        }
+    }
+    names.remove("");
+    names
+}
+
+/// A crate's module graph: each top-level module of `src/` and the top-level modules it names.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let top = |path: &Path| -> Option<(String, usize)> {
+        let rel = path.strip_prefix(src).ok()?;
+        let first = rel.components().next()?.as_os_str().to_string_lossy();
+        let name = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
+        let depth = rel.components().count() - 1;
+        (!["lib", "main"].contains(&name.as_str())).then_some((name, depth))
+    };
+    let files: Vec<(String, usize, PathBuf)> = rust_files(src)
+        .into_iter()
+        .filter_map(|file| top(&file).map(|(name, depth)| (name, depth, file)))
+        .collect();
+    let modules: BTreeSet<String> = files.iter().map(|(name, ..)| name.clone()).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> =
+        modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    for (name, depth, file) in &files {
+        if file.file_name().is_some_and(|f| f == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read source");
+        let code: String = text
+            .lines()
+            .take_while(|line| !line.starts_with("#[cfg(test)]"))
+            .map(|line| line.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for named in named_modules(&code, *depth) {
+            if named != *name && modules.contains(&named) {
+                graph.get_mut(name).expect("module").insert(named);
+            }
+        }
+    }
+    graph
+}
+
+/// The modules of `graph` that lie on a cycle, each with one cycle through it.
+fn modules_in_cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, Vec<String>> {
+    let mut found = BTreeMap::new();
+    for start in graph.keys() {
+        // Breadth first from `start`, remembering how each module was reached, back to `start`.
+        let mut from: BTreeMap<&String, &String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([start]);
+        while let Some(module) = queue.pop_front() {
+            for next in &graph[module] {
+                if next == start {
+                    let mut back = Vec::new();
+                    let mut at = module;
+                    while at != start {
+                        back.push(at.clone());
+                        at = from[at];
+                    }
+                    let mut cycle = vec![start.clone()];
+                    cycle.extend(back.into_iter().rev());
+                    cycle.push(start.clone());
+                    found.insert(start.clone(), cycle);
+                    queue.clear();
+                    break;
+                }
+                if !from.contains_key(next) {
+                    from.insert(next, module);
+                    queue.push_back(next);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn module_graph_reads_paths_and_finds_cycles() {
+    let code = "use crate::{a::X, b::{Y, Z}};\nuse crate::c;\nfn f() { super::d::g(); super::super::e::h(); }";
+    let at_root: Vec<String> = named_modules(code, 0).into_iter().collect();
+    assert_eq!(at_root, ["a", "b", "c", "d", "e"]);
+    let nested: Vec<String> = named_modules(code, 1).into_iter().collect();
+    assert_eq!(nested, ["a", "b", "c", "e"]);
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", &["b"][..]), ("b", &["c"][..]), ("c", &["a", "d"][..]), ("d", &[][..])]
+            .into_iter()
+            .map(|(m, to)| (m.to_owned(), to.iter().map(|t| (*t).to_owned()).collect()))
+            .collect();
+    let cycles = modules_in_cycles(&graph);
+    assert_eq!(cycles.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert_eq!(cycles["a"], ["a", "b", "c", "a"]);
+}
+
+#[test]
+fn no_circle_inside_a_crate() {
+    let root = workspace_root();
+    let left: BTreeMap<&str, &[&str]> = CYCLES_LEFT.iter().copied().collect();
+    let mut wrong = Vec::new();
+    for (name, dir) in crates(&root) {
+        let cycles = modules_in_cycles(&module_graph(&dir.join("src")));
+        let allowed: BTreeSet<&str> =
+            left.get(name.as_str()).copied().unwrap_or(&[]).iter().copied().collect();
+        for (module, cycle) in &cycles {
+            if !allowed.contains(module.as_str()) {
+                wrong.push(format!("{name}: {}", cycle.join(" -> ")));
+            }
+        }
+        for module in &allowed {
+            if !cycles.contains_key(*module) {
+                wrong.push(format!("{name}: {module} is on no cycle now: take it off CYCLES_LEFT"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "module cycles (tests/tidy.rs):\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn only_the_engine_implements_engine() {
+    let root = workspace_root();
+    let src = root.join("crates/ebb-core/src");
+    let mut found = Vec::new();
+    for file in rust_files(&src) {
+        let path = relative(&root, &file);
+        if path.ends_with("src/engine.rs") || path.contains("src/engine/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read source");
+        for (index, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("impl Engine") || line.contains("impl crate::Engine") {
+                found.push(format!("{path}:{}", index + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "impl Engine outside ebb-core's engine/:\n{}", found.join("\n"));
 }

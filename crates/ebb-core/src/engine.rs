@@ -50,6 +50,7 @@ mod planted;
 mod read;
 mod reclaim;
 mod sync;
+mod throttle;
 mod timer;
 mod truncate;
 mod views;

@@ -19,7 +19,6 @@ pub mod pagemap;
 pub mod position;
 pub mod reclaim;
 pub mod stats;
-mod throttle;
 pub mod time;
 pub mod trace;
 pub mod wbt;
