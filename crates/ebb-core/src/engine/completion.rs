@@ -17,30 +17,8 @@ impl Engine {
             panic!("io {io} is not a write")
         };
         let (b, inode) = (record.backend, record.inode);
-        let now = self.now;
-        let wb = &mut self.wbs[b.index()];
-        wb.inflight -= 1;
-        wb.write_inflight -= 1;
-        wb.last_completion = now;
-        let latency = now.saturating_since(record.issued);
-        let inflight = wb.write_inflight;
-        wb.wbt.on_write_done(now, latency, inflight);
-        let end = match result {
-            Ok(Stability::Stable) => WriteEnd::Stable,
-            Ok(Stability::Unstable { verifier }) => {
-                WriteEnd::Unstable(self.verifier_slot(b, verifier))
-            }
-            Err(e) if e.class() == ErrorClass::Hold => WriteEnd::Hold,
-            Err(_) => WriteEnd::Redirty,
-        };
-        if result.is_ok() {
-            self.backend_reached(b);
-        }
-        let end = if end == WriteEnd::Hold && self.planted(CoreBug::DropHeldPage) {
-            WriteEnd::Stable
-        } else {
-            end
-        };
+        self.write_slot_freed(b, record.issued);
+        let end = self.write_end(b, result);
         let out = maps.with(inode, |m| m.end_writeback(run, end));
         if let Err(e) = result {
             self.stats.write_errors += 1;
@@ -56,13 +34,77 @@ impl Engine {
                 self.write_failed(b, inode, e);
             }
         }
+        let became_dirty = out.inode_became_dirty || out.unstable > 0;
+        self.write_accounted(b, inode, run, end, out);
+        if became_dirty {
+            // Unstable pages keep the file on the dirty list until committed, as the NFS
+            // client marks the inode dirty (I_DIRTY_DATASYNC) for them: the flusher's passes
+            // call writepages on it and its write_inode step sends the COMMIT.
+            self.mark_inode_dirty(inode);
+        }
+        self.write_inode_done(b, inode, io, result.is_ok(), maps);
+        if let Issuer::Writer(w) = issuer {
+            self.writer_io_done(w);
+        }
+        self.wake_page_waiters(inode);
+        self.maybe_commit(inode, maps);
+        self.fsync_progress(inode, maps);
+        self.sync_progress(b, maps);
+        self.wake_memory_waiters(maps);
+    }
+
+    /// A write issued at `issued` left the backend's request slots: wbt hears its latency.
+    fn write_slot_freed(&mut self, b: BackendId, issued: Instant) {
+        let now = self.now;
+        let wb = &mut self.wbs[b.index()];
+        wb.inflight -= 1;
+        wb.write_inflight -= 1;
+        wb.last_completion = now;
+        let latency = now.saturating_since(issued);
+        let inflight = wb.write_inflight;
+        wb.wbt.on_write_done(now, latency, inflight);
+    }
+
+    /// Where a write's pages go by its result: clean, unstable under the verifier's slot, held
+    /// (an error of class `Hold`) or dirty again. A success means the backend is reached.
+    fn write_end(&mut self, b: BackendId, result: Result<Stability, IoError>) -> WriteEnd {
+        let end = match result {
+            Ok(Stability::Stable) => WriteEnd::Stable,
+            Ok(Stability::Unstable { verifier }) => {
+                WriteEnd::Unstable(self.verifier_slot(b, verifier))
+            }
+            Err(e) if e.class() == ErrorClass::Hold => WriteEnd::Hold,
+            Err(_) => WriteEnd::Redirty,
+        };
+        if result.is_ok() {
+            self.backend_reached(b);
+        }
+        if end == WriteEnd::Hold && self.planted(CoreBug::DropHeldPage) {
+            WriteEnd::Stable
+        } else {
+            end
+        }
+    }
+
+    /// The counters, durability watermark, completion share and LRU after a write of `run`
+    /// ended as `end` with outcome `out`.
+    fn write_accounted(
+        &mut self,
+        b: BackendId,
+        inode: InodeId,
+        run: Run,
+        end: WriteEnd,
+        out: crate::pagemap::EndOutcome,
+    ) {
         let held = end == WriteEnd::Hold && !self.planted(CoreBug::SkipHeldCount);
-        let mut delta = Counters {
+        let completed = out.cleaned + out.unstable;
+        let delta = Counters {
             writeback: -(run.count as i64),
             dirty: out.redirtied as i64,
             held: if held { out.redirtied as i64 } else { 0 },
             unstable: out.unstable as i64,
             resident: -(out.freed as i64),
+            written: completed,
             ..Counters::default()
         };
         if end == WriteEnd::Stable
@@ -72,8 +114,6 @@ impl Engine {
         {
             meta.durability.cleaned(run.first, run.first + run.count);
         }
-        let completed = out.cleaned + out.unstable;
-        delta.written = completed;
         self.account(inode, delta);
         if completed > 0 {
             let max_frac =
@@ -91,18 +131,25 @@ impl Engine {
                 self.mem.move_to_inactive_tail(frame);
             }
         }
-        if out.inode_became_dirty || out.unstable > 0 {
-            // Unstable pages keep the file on the dirty list until committed, as the NFS
-            // client marks the inode dirty (I_DIRTY_DATASYNC) for them: the flusher's passes
-            // call writepages on it and its write_inode step sends the COMMIT.
-            self.mark_inode_dirty(inode);
-        }
+    }
+
+    /// The file's part of a write's end: one write fewer in flight, the retry backoff reset by
+    /// a success, held pages retried at once once the backend takes writes again (`ok`), and
+    /// the delayed bandwidth update armed when the file has no write left in flight.
+    fn write_inode_done<M: PageMaps>(
+        &mut self,
+        b: BackendId,
+        inode: InodeId,
+        io: IoId,
+        ok: bool,
+        maps: &mut M,
+    ) {
         let mut inode_idle = false;
-        let held_left = result.is_ok() && maps.with(inode, |m| m.counts().held) > 0;
+        let held_left = ok && maps.with(inode, |m| m.counts().held) > 0;
         if let Some(meta) = self.inodes.get_mut(&inode) {
             meta.inflight.remove(&io);
             inode_idle = meta.inflight.is_empty();
-            if result.is_ok() {
+            if ok {
                 meta.retry_backoff = Duration::ZERO;
             }
             if held_left && meta.retry_at.is_none() && !meta.retry_held {
@@ -118,14 +165,6 @@ impl Engine {
         if inode_idle && wb.bw_update_at.is_none() {
             wb.bw_update_at = Some(self.now + crate::bandwidth::BANDWIDTH_INTERVAL);
         }
-        if let Issuer::Writer(w) = issuer {
-            self.writer_io_done(w);
-        }
-        self.wake_page_waiters(inode);
-        self.maybe_commit(inode, maps);
-        self.fsync_progress(inode, maps);
-        self.sync_progress(b, maps);
-        self.wake_memory_waiters(maps);
     }
 
     pub(super) fn verifier_slot(&mut self, b: BackendId, verifier: u64) -> u16 {

@@ -21,83 +21,16 @@ impl Engine {
             self.emit(Action::ReadDone { request, result: Err(IoError { errno: errno::EBADF }) });
             return;
         };
-        // Readahead (the kernel's on-demand readahead, simplified): on sequential reads keep a
-        // window, doubling up to READAHEAD_MAX_PAGES, in flight beyond the request, so the
-        // next read usually finds its pages resident or on their way; a seek resets it.
-        let sequential = meta.last_read_end == first;
-        meta.readahead = if sequential {
-            (meta.readahead * 2).clamp(READAHEAD_MIN_PAGES, READAHEAD_MAX_PAGES)
-        } else {
-            0
-        };
-        meta.last_read_end = first + pages;
-        let span = pages + meta.readahead;
+        let span = pages + readahead(meta, first, pages);
         let b = meta.backend;
-        let end = first + pages;
+        let wanted = Run { first, count: pages };
         let mut missing = Vec::new();
         maps.with(inode, |m| m.lookup(first, span, &mut missing));
         let mut waiting = BTreeSet::new();
         for run in missing {
-            // Parts already being read: wait for those reads instead of reading twice.
-            let mut cursor = run.first;
-            let in_flight: Vec<(u64, u64, IoId)> = self.inodes[&inode]
-                .reading
-                .range(..run.end())
-                .filter(|(_, (e, _))| *e > run.first)
-                .map(|(&f, &(e, io))| (f, e, io))
-                .collect();
-            let mut gaps = Vec::new();
-            for (f, e, io) in in_flight {
-                if f > cursor {
-                    gaps.push(Run { first: cursor, count: f - cursor });
-                }
-                if f < end && e > first {
-                    waiting.insert(io);
-                }
-                cursor = cursor.max(e);
-            }
-            if cursor < run.end() {
-                gaps.push(Run { first: cursor, count: run.end() - cursor });
-            }
-            for gap in gaps {
-                let mut frames = Vec::new();
-                self.alloc_frames(gap.count as usize, &mut frames, maps);
-                if frames.is_empty() {
-                    continue;
-                }
-                let gap = Run { first: gap.first, count: frames.len() as u64 };
-                let io = self.new_io();
-                self.ios.insert(
-                    io,
-                    IoRecord {
-                        backend: b,
-                        inode,
-                        kind: IoKind::Read {
-                            run: gap,
-                            frames,
-                            keep_below: u64::MAX,
-                            stale: Vec::new(),
-                        },
-                        issued: self.now,
-                    },
-                );
-                self.inodes
-                    .get_mut(&inode)
-                    .expect("known")
-                    .reading
-                    .insert(gap.first, (gap.end(), io));
-                self.wbs[b.index()].inflight += 1;
-                self.wbs[b.index()].wbt.on_read_issue(self.now, io.0);
-                self.stats.reads += 1;
-                self.stats.read_pages += gap.count;
-                self.emit(Action::Read {
-                    io,
-                    backend: b,
-                    inode,
-                    first_page: gap.first,
-                    pages: gap.count,
-                });
-                if gap.first < end {
+            for gap in self.not_in_flight(inode, run, wanted, &mut waiting) {
+                let Some(io) = self.issue_read(b, inode, gap, maps) else { continue };
+                if gap.first < wanted.end() {
                     waiting.insert(io);
                 }
             }
@@ -109,6 +42,60 @@ impl Engine {
         }
     }
 
+    /// The parts of `run` no read in flight covers; the reads in flight over pages of the
+    /// request (`wanted`) join `waiting`, so nothing is read twice.
+    fn not_in_flight(
+        &self,
+        inode: InodeId,
+        run: Run,
+        wanted: Run,
+        waiting: &mut BTreeSet<IoId>,
+    ) -> Vec<Run> {
+        let mut cursor = run.first;
+        let mut gaps = Vec::new();
+        let in_flight = self.inodes[&inode].reading.range(..run.end());
+        for (&f, &(e, io)) in in_flight.filter(|(_, (e, _))| *e > run.first) {
+            if f > cursor {
+                gaps.push(Run { first: cursor, count: f - cursor });
+            }
+            if f < wanted.end() && e > wanted.first {
+                waiting.insert(io);
+            }
+            cursor = cursor.max(e);
+        }
+        if cursor < run.end() {
+            gaps.push(Run { first: cursor, count: run.end() - cursor });
+        }
+        gaps
+    }
+
+    /// Reads `gap` of `inode` into new frames (as many as can be had, from its start); `None`
+    /// if not one frame could be had.
+    fn issue_read<M: PageMaps>(
+        &mut self,
+        b: BackendId,
+        inode: InodeId,
+        gap: Run,
+        maps: &mut M,
+    ) -> Option<IoId> {
+        let mut frames = Vec::new();
+        self.alloc_frames(gap.count as usize, &mut frames, maps);
+        if frames.is_empty() {
+            return None;
+        }
+        let gap = Run { first: gap.first, count: frames.len() as u64 };
+        let io = self.new_io();
+        let kind = IoKind::Read { run: gap, frames, keep_below: u64::MAX, stale: Vec::new() };
+        self.ios.insert(io, IoRecord { backend: b, inode, kind, issued: self.now });
+        self.inode_mut(inode).reading.insert(gap.first, (gap.end(), io));
+        self.wbs[b.index()].inflight += 1;
+        self.wbs[b.index()].wbt.on_read_issue(self.now, io.0);
+        self.stats.reads += 1;
+        self.stats.read_pages += gap.count;
+        self.emit(Action::Read { io, backend: b, inode, first_page: gap.first, pages: gap.count });
+        Some(io)
+    }
+
     pub(super) fn read_done<M: PageMaps>(
         &mut self,
         io: IoId,
@@ -117,7 +104,7 @@ impl Engine {
     ) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Read { run, mut frames, keep_below, mut stale } = record.kind else {
+        let IoKind::Read { run, mut frames, keep_below, stale } = record.kind else {
             panic!("io {io} is not a read")
         };
         let (b, inode) = (record.backend, record.inode);
@@ -128,34 +115,7 @@ impl Engine {
         let fresh = keep_below.saturating_sub(run.first).min(frames.len() as u64) as usize;
         let mut unused = frames.split_off(fresh);
         if result.is_ok() {
-            // Insert the runs between stale pages; a stale page's frame goes back unused.
-            stale.sort_unstable();
-            stale.dedup();
-            let mut inserted = Vec::new();
-            let mut start = 0usize;
-            let cuts: Vec<usize> = stale
-                .iter()
-                .filter(|&&p| p >= run.first)
-                .map(|&p| (p - run.first) as usize)
-                .filter(|&c| c < fresh)
-                .chain(std::iter::once(fresh))
-                .collect();
-            for cut in cuts {
-                let first = run.first + start as u64;
-                let segment = &frames[start..cut];
-                let (ins, rest) = maps.with(inode, |m| m.insert_clean(first, segment));
-                inserted.extend(ins);
-                unused.extend(rest);
-                if cut < fresh {
-                    unused.push(frames[cut]);
-                }
-                start = cut + 1;
-            }
-            let n = inserted.len() as i64;
-            for (frame, index) in inserted {
-                self.mem.add_to_lru(frame, inode, index);
-            }
-            self.account(inode, Counters { resident: n, ..Counters::default() });
+            unused.extend(self.insert_read(inode, run.first, &frames, stale, maps));
         } else {
             unused.extend(frames);
         }
@@ -165,7 +125,56 @@ impl Engine {
         if let Some(meta) = self.inodes.get_mut(&inode) {
             meta.reading.remove(&run.first);
         }
-        // Complete the requests that waited for this read.
+        self.answer_reads(io, result);
+        self.wake_memory_waiters(maps);
+    }
+
+    /// Inserts the pages a read from `first` brought into `frames`, as clean pages, in the
+    /// runs between stale pages (evicted while it was in flight, `stale`); returns the frames
+    /// not used (a stale page's, or one whose page is resident again).
+    fn insert_read<M: PageMaps>(
+        &mut self,
+        inode: InodeId,
+        first: u64,
+        frames: &[FrameId],
+        mut stale: Vec<u64>,
+        maps: &mut M,
+    ) -> Vec<FrameId> {
+        let fresh = frames.len();
+        stale.sort_unstable();
+        stale.dedup();
+        let mut inserted = Vec::new();
+        let mut unused = Vec::new();
+        let mut start = 0usize;
+        let cuts: Vec<usize> = stale
+            .iter()
+            .filter(|&&p| p >= first)
+            .map(|&p| (p - first) as usize)
+            .filter(|&c| c < fresh)
+            .chain(std::iter::once(fresh))
+            .collect();
+        for cut in cuts {
+            let segment_first = first + start as u64;
+            let segment = &frames[start..cut];
+            let (ins, rest) = maps.with(inode, |m| m.insert_clean(segment_first, segment));
+            inserted.extend(ins);
+            unused.extend(rest);
+            if cut < fresh {
+                unused.push(frames[cut]);
+            }
+            start = cut + 1;
+        }
+        let n = inserted.len() as i64;
+        for (frame, index) in inserted {
+            self.mem.add_to_lru(frame, inode, index);
+        }
+        self.account(inode, Counters { resident: n, ..Counters::default() });
+        unused
+    }
+
+    /// Answers the requests that waited for read `io` and nothing else (with its error, if it
+    /// failed).
+    fn answer_reads(&mut self, io: IoId, result: Result<(), IoError>) {
         let done: Vec<RequestId> = self
             .reads
             .iter_mut()
@@ -183,6 +192,20 @@ impl Engine {
             let state = self.reads.remove(&request).expect("read");
             self.emit(Action::ReadDone { request, result: state.error.map_or(Ok(()), Err) });
         }
-        self.wake_memory_waiters(maps);
     }
+}
+
+/// Readahead (the kernel's on-demand readahead, simplified): on sequential reads keep a
+/// window, doubling up to `READAHEAD_MAX_PAGES`, in flight beyond the request, so the next read
+/// usually finds its pages resident or on their way; a seek resets it. Returns the window for
+/// a read of `pages` pages from `first`.
+fn readahead(meta: &mut InodeMeta, first: u64, pages: u64) -> u64 {
+    let sequential = meta.last_read_end == first;
+    meta.readahead = if sequential {
+        (meta.readahead * 2).clamp(READAHEAD_MIN_PAGES, READAHEAD_MAX_PAGES)
+    } else {
+        0
+    };
+    meta.last_read_end = first + pages;
+    meta.readahead
 }

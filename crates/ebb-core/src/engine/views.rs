@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The page counts [`Engine::check_accounting`] compares, in its order.
+const COUNTED: [&str; 5] = ["dirty", "writeback", "unstable", "resident", "held"];
+
 impl Engine {
     /// The cache as a whole (`/proc/meminfo` style).
     pub fn meminfo(&self) -> MemInfo {
@@ -98,6 +101,15 @@ impl Engine {
     /// recount, nothing is negative, and `clean + dirty + writeback + unstable = resident`.
     /// Also checks the frame budget. For tests and the simulator's checkers (O(pages)).
     pub fn check_accounting(&self, maps: &MapStore, writers: &[&Writer]) -> Result<(), String> {
+        let (per_backend, total) = self.recount(maps)?;
+        let pending = self.pending_counts(writers);
+        self.check_counters(&per_backend, &total, &pending)?;
+        self.check_frames(total[3] as u64, writers)
+    }
+
+    /// Every page map recounted, checked against its own counts, and summed per backend and in
+    /// total, in the order of [`COUNTED`].
+    fn recount(&self, maps: &MapStore) -> Result<(Vec<[i64; 5]>, [i64; 5]), String> {
         let mut per_backend = vec![[0i64; 5]; self.wbs.len()];
         let mut total = [0i64; 5];
         for (inode, map) in maps.iter() {
@@ -130,7 +142,11 @@ impl Engine {
                 total[k] += v[k];
             }
         }
-        // Pending batches are dirtying not yet folded into the counters.
+        Ok((per_backend, total))
+    }
+
+    /// The writers' pending batches per backend: dirtying not yet folded into the counters.
+    fn pending_counts(&self, writers: &[&Writer]) -> Vec<[i64; 5]> {
         let mut pending = vec![[0i64; 5]; self.wbs.len()];
         for w in writers {
             for p in &w.pending {
@@ -141,34 +157,48 @@ impl Engine {
                 pending[b][4] -= p.unheld as i64;
             }
         }
-        let names = ["dirty", "writeback", "unstable", "resident", "held"];
+        pending
+    }
+
+    /// Each backend's counters and the global ones, plus what is pending, against the pages.
+    fn check_counters(
+        &self,
+        per_backend: &[[i64; 5]],
+        total: &[i64; 5],
+        pending: &[[i64; 5]],
+    ) -> Result<(), String> {
+        let values = |c: &Counters| [c.dirty, c.writeback, c.unstable, c.resident, c.held];
         for (b, wb) in self.wbs.iter().enumerate() {
-            let c = &wb.counters;
-            let have = [c.dirty, c.writeback, c.unstable, c.resident, c.held];
+            let have = values(&wb.counters);
             for k in 0..5 {
                 let exact = have[k] + pending[b][k];
                 if exact != per_backend[b][k] {
                     return Err(format!(
                         "backend {b}: {} counter {} + pending {} != pages {}",
-                        names[k], have[k], pending[b][k], per_backend[b][k]
+                        COUNTED[k], have[k], pending[b][k], per_backend[b][k]
                     ));
                 }
                 if exact < 0 {
-                    return Err(format!("backend {b}: {} is negative", names[k]));
+                    return Err(format!("backend {b}: {} is negative", COUNTED[k]));
                 }
             }
         }
-        let c = &self.global;
-        let g = [c.dirty, c.writeback, c.unstable, c.resident, c.held];
-        let pending_total: Vec<i64> = (0..5).map(|k| pending.iter().map(|p| p[k]).sum()).collect();
+        let g = values(&self.global);
         for k in 0..5 {
-            if g[k] + pending_total[k] != total[k] {
+            let pending_total: i64 = pending.iter().map(|p| p[k]).sum();
+            if g[k] + pending_total != total[k] {
                 return Err(format!(
                     "global {} counter {} + pending {} != pages {}",
-                    names[k], g[k], pending_total[k], total[k]
+                    COUNTED[k], g[k], pending_total, total[k]
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Frames: the allocated ones are the `resident` pages', the writers' reserves and the
+    /// reads' in flight, and they and anonymous memory fit in the budget.
+    fn check_frames(&self, resident: u64, writers: &[&Writer]) -> Result<(), String> {
         let reserved: u64 = writers.iter().map(|w| w.frames.len() as u64).sum();
         let read_frames: u64 = self
             .ios
@@ -177,7 +207,6 @@ impl Engine {
                 |r| if let IoKind::Read { frames, .. } = &r.kind { frames.len() as u64 } else { 0 },
             )
             .sum();
-        let resident = total[3] as u64;
         if self.mem.allocated() != resident + reserved + read_frames {
             return Err(format!(
                 "frames: allocated {} != resident {resident} + reserved {reserved} + reading {read_frames}",
