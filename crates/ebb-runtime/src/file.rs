@@ -13,6 +13,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use ebb_backend::AlignedBuf;
 use ebb_core::{
     Event, GroupId, HandleId, InodeId, NextStep, PAGE_SIZE, Run, Writer, WriterId, write_pages,
 };
@@ -32,6 +33,38 @@ pub use throttle::{TryWrite, WriteAt};
 
 /// Pages one step of a write or read covers at most (bounds the time a page map is locked).
 const STEP_PAGES: u64 = 1024;
+/// One step of a write: at most `STEP_PAGES` pages from byte `pos`, covering the bytes up to
+/// `covered_end`; a partial first or last page keeps bytes the write does not cover.
+struct StepSpan {
+    pos: u64,
+    first: u64,
+    count: u64,
+    last: u64,
+    covered_end: u64,
+    head_partial: bool,
+    tail_partial: bool,
+}
+
+impl StepSpan {
+    /// The step of a write with `rest` bytes left from `pos`.
+    fn new(pos: u64, rest: usize) -> StepSpan {
+        let first = pos / PAGE_SIZE;
+        let in_page = (pos % PAGE_SIZE) as usize;
+        let count = ((in_page + rest).div_ceil(PAGE) as u64).min(STEP_PAGES);
+        let last = first + count - 1;
+        let covered_end = (pos + rest as u64).min((first + count) * PAGE_SIZE);
+        StepSpan {
+            pos,
+            first,
+            count,
+            last,
+            covered_end,
+            head_partial: in_page != 0 || covered_end < (first + 1) * PAGE_SIZE,
+            tail_partial: last != first && !covered_end.is_multiple_of(PAGE_SIZE),
+        }
+    }
+}
+
 /// Direct-read events queued before a reader delivers them to the engine itself.
 const DIRECT_READ_BATCH: usize = 256;
 /// How often a waiting call asks whether its caller gave up (see [`Interrupt`]).
@@ -211,24 +244,7 @@ impl File {
         if buf.is_empty() {
             return Ok((0, None));
         }
-        let shared = &self.ebb.inner.shared;
-        if shared.draining.load(Ordering::Acquire) {
-            return Err(io::Error::new(
-                io::ErrorKind::ReadOnlyFilesystem,
-                "the ebb cache is draining and accepts no more writes",
-            ));
-        }
-        offset.checked_add(buf.len() as u64).filter(|&e| e <= i64::MAX as u64).ok_or_else(
-            || {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "write of {} bytes at {offset} ends past the largest offset",
-                        buf.len()
-                    ),
-                )
-            },
-        )?;
+        self.check_writable(buf.len(), offset)?;
         let mut ws = self.writer.lock();
         match self.pay_owed(&mut ws, mode) {
             Throttled::Go => {}
@@ -238,66 +254,12 @@ impl File {
         }
         let mut done = 0usize;
         while done < buf.len() {
-            let pos = offset + done as u64;
-            let first = pos / PAGE_SIZE;
-            let in_page = (pos % PAGE_SIZE) as usize;
-            let rest = buf.len() - done;
-            let count = ((in_page + rest).div_ceil(PAGE) as u64).min(STEP_PAGES);
-            let last = first + count - 1;
-            let covered_end = (pos + rest as u64).min((first + count) * PAGE_SIZE);
-            let head_partial = in_page != 0 || covered_end < (first + 1) * PAGE_SIZE;
-            let tail_partial = last != first && !covered_end.is_multiple_of(PAGE_SIZE);
-            // A partial page that is not cached but holds data gets its old bytes first (the
-            // kernel's write_begin read), outside the lock.
-            let size = self.fs.size.load(Ordering::Acquire);
-            // Whole-page steps (the common case) skip this and take the page-map lock once.
-            let (need_head, need_tail) = if !head_partial && !tail_partial {
-                (false, false)
-            } else {
-                let map = self.fs.map.lock();
-                let need = |p: u64| map.page(p).is_none() && p * PAGE_SIZE < size;
-                (head_partial && need(first), tail_partial && need(last))
-            };
-            let head_base = if need_head { Some(read_page_direct(&self.fs, first)?) } else { None };
-            let tail_base = if need_tail { Some(read_page_direct(&self.fs, last)?) } else { None };
-
-            let mut map = self.fs.map.lock();
-            let fresh_head = head_partial && map.page(first).is_none();
-            let fresh_tail = tail_partial && map.page(last).is_none();
-            let step = write_pages(&mut ws.writer, self.inode(), &mut map, first, count);
-            let frames = &shared.frames;
-            let mut copied = 0usize;
-            for page in first..first + step.consumed {
-                let frame = map.page(page).expect("a page just dirtied is resident").frame;
-                let page_start = page * PAGE_SIZE;
-                let from = pos.max(page_start);
-                let to = covered_end.min(page_start + PAGE_SIZE);
-                let src = &buf[done + (from - pos) as usize..done + (to - pos) as usize];
-                let base = if page == first && fresh_head {
-                    Some(head_base.as_deref())
-                } else if page == last && fresh_tail {
-                    Some(tail_base.as_deref())
-                } else {
-                    None
-                };
-                frames.with(frame, |bytes| {
-                    if let Some(base) = base {
-                        match base {
-                            Some(old) => bytes.copy_from_slice(old),
-                            None => bytes.fill(0),
-                        }
-                    }
-                    let at = (from - page_start) as usize;
-                    bytes[at..at + src.len()].copy_from_slice(src);
-                });
-                copied = (to - pos) as usize;
-            }
-            if copied > 0 {
-                self.fs.size.fetch_max(pos + copied as u64, Ordering::AcqRel);
-            }
-            drop(map);
+            let span = StepSpan::new(offset + done as u64, buf.len() - done);
+            let bases = self.old_bytes(&span)?;
+            let (copied, step) = self.copy_step(&mut ws.writer, &buf[done..], &span, bases);
             done += copied;
             if step.inode_became_dirty {
+                let shared = &self.ebb.inner.shared;
                 shared.enter(|core, _, now| core.engine.inode_dirtied(now, self.inode()));
             }
             let outcome = match step.next {
@@ -315,6 +277,90 @@ impl File {
             }
         }
         Ok((buf.len(), None))
+    }
+
+    /// A write of `len` bytes at `offset` may go ahead: the cache is not draining and the
+    /// write ends within the largest offset.
+    fn check_writable(&self, len: usize, offset: u64) -> io::Result<()> {
+        if self.ebb.inner.shared.draining.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the ebb cache is draining and accepts no more writes",
+            ));
+        }
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= i64::MAX as u64 => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("write of {len} bytes at {offset} ends past the largest offset"),
+            )),
+        }
+    }
+
+    /// The old bytes of a step's partial first and last pages that are not cached but hold
+    /// data (the kernel's write_begin read), read outside the page-map lock. Whole-page steps
+    /// (the common case) skip this and take the lock once.
+    fn old_bytes(&self, span: &StepSpan) -> io::Result<[Option<AlignedBuf>; 2]> {
+        if !span.head_partial && !span.tail_partial {
+            return Ok([None, None]);
+        }
+        let size = self.fs.size.load(Ordering::Acquire);
+        let (need_head, need_tail) = {
+            let map = self.fs.map.lock();
+            let need = |p: u64| map.page(p).is_none() && p * PAGE_SIZE < size;
+            (span.head_partial && need(span.first), span.tail_partial && need(span.last))
+        };
+        let head = if need_head { Some(read_page_direct(&self.fs, span.first)?) } else { None };
+        let tail = if need_tail { Some(read_page_direct(&self.fs, span.last)?) } else { None };
+        Ok([head, tail])
+    }
+
+    /// Dirties the step's pages under the page-map lock (`write_pages`, which may take fewer)
+    /// and copies `data` into their frames; a partial page new to the cache starts from its
+    /// old bytes (`bases`) or zeros. Returns the bytes copied and the step.
+    fn copy_step(
+        &self,
+        writer: &mut Writer,
+        data: &[u8],
+        span: &StepSpan,
+        bases: [Option<AlignedBuf>; 2],
+    ) -> (usize, ebb_core::WriteStep) {
+        let (first, last, pos) = (span.first, span.last, span.pos);
+        let mut map = self.fs.map.lock();
+        let fresh_head = span.head_partial && map.page(first).is_none();
+        let fresh_tail = span.tail_partial && map.page(last).is_none();
+        let step = write_pages(writer, self.inode(), &mut map, first, span.count);
+        let frames = &self.ebb.inner.shared.frames;
+        let mut copied = 0usize;
+        for page in first..first + step.consumed {
+            let frame = map.page(page).expect("a page just dirtied is resident").frame;
+            let page_start = page * PAGE_SIZE;
+            let from = pos.max(page_start);
+            let to = span.covered_end.min(page_start + PAGE_SIZE);
+            let src = &data[(from - pos) as usize..(to - pos) as usize];
+            let base = if page == first && fresh_head {
+                Some(bases[0].as_deref())
+            } else if page == last && fresh_tail {
+                Some(bases[1].as_deref())
+            } else {
+                None
+            };
+            frames.with(frame, |bytes| {
+                if let Some(base) = base {
+                    match base {
+                        Some(old) => bytes.copy_from_slice(old),
+                        None => bytes.fill(0),
+                    }
+                }
+                let at = (from - page_start) as usize;
+                bytes[at..at + src.len()].copy_from_slice(src);
+            });
+            copied = (to - pos) as usize;
+        }
+        if copied > 0 {
+            self.fs.size.fetch_max(pos + copied as u64, Ordering::AcqRel);
+        }
+        (copied, step)
     }
 
     /// Reads into `buf` from `offset`; returns fewer bytes only at the end of the file. Pages not
