@@ -7,7 +7,7 @@ use std::path::Path;
 use super::case::build_case;
 use super::check::{Check, CompareOp, Template};
 use super::expr::Expr;
-use super::schema::{RawCheck, RawExperiment, RawPublished, RawQuick};
+use super::schema::{RawCheck, RawExperiment, RawPublished, RawQuick, RawReference};
 use super::units::{duration_value, size_value};
 use super::verdict::{PublishedValue, Tolerance};
 use super::{Case, DEFAULT_SEED, Experiment, ExperimentError, Published, Quick, Variant, run_name};
@@ -16,97 +16,34 @@ use ebb_core::config;
 
 /// Turns the raw file into an experiment, checking everything that does not need a run.
 pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, ExperimentError> {
-    let err = |key: &str, reason: String| Err(ExperimentError::new(path, key, reason));
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
-    let name = match raw.name {
-        Some(name) if name != stem => {
-            return err(
-                "name",
-                format!("{name:?} differs from the file name {stem:?}; the name is the file stem"),
-            );
-        }
-        Some(name) => name,
-        None => stem,
-    };
-    if !is_plain_name(&name) {
-        return err("name", format!("{name:?} is not made of letters, digits, '.', '_' and '-'"));
-    }
+    let name = experiment_name(path, raw.name)?;
     let compare = config::knob(&raw.compare).map_err(|error| {
         ExperimentError::new(path, "compare", format!("{:?}: {}", raw.compare, error.reason))
     })?;
-    if raw.variants.is_empty() {
-        return err("variants", "at least one variant is needed".to_owned());
-    }
-    let mut variants: Vec<Variant> = Vec::new();
-    for (i, value) in raw.variants.iter().enumerate() {
-        let variant = Variant::parse(compare, value)
-            .map_err(|reason| ExperimentError::new(path, format!("variants[{i}]"), reason))?;
-        if variants.iter().any(|v| v.label == variant.label) {
-            return err(&format!("variants[{i}]"), format!("{} is listed twice", variant.label));
-        }
-        variants.push(variant);
-    }
+    let variants = build_variants(path, compare, &raw.variants)?;
     if raw.cases.is_empty() {
-        return err("case", "at least one [[case]] is needed".to_owned());
+        return fail(path, "case", "at least one [[case]] is needed".to_owned());
     }
     let mut cases: Vec<Case> = Vec::new();
     for (i, raw_case) in raw.cases.into_iter().enumerate() {
         let case = build_case(path, i, compare, raw_case)?;
         if cases.iter().any(|c| c.name == case.name) {
-            return err(&format!("case[{i}].name"), format!("{:?} is used twice", case.name));
+            let reason = format!("{:?} is used twice", case.name);
+            return fail(path, &format!("case[{i}].name"), reason);
         }
         cases.push(case);
     }
     let quick = build_quick(path, raw.quick)?;
-
     let run_names: Vec<String> = cases
         .iter()
         .flat_map(|case| variants.iter().map(move |v| run_name(&case.name, &v.label)))
         .collect();
-    let mut checks: Vec<Check> = Vec::new();
-    for (i, raw_check) in raw.checks.into_iter().enumerate() {
-        let key = format!("check[{i}]");
-        let check = build_check(path, &key, raw_check, &run_names)?;
-        if let Some(id) = &check.id
-            && checks.iter().any(|c| c.id.as_ref() == Some(id))
-        {
-            return err(&format!("{key}.id"), format!("{id:?} is used twice"));
-        }
-        checks.push(check);
-    }
-    let mut references = Vec::new();
-    for (i, raw_reference) in raw.references.into_iter().enumerate() {
-        let key = format!("reference[{i}]");
-        let run = run_name(&raw_reference.case, &raw_reference.variant);
-        if !run_names.contains(&run) {
-            return err(
-                &key,
-                format!("unknown run {run:?}; the runs are {}", run_names.join(", ")),
-            );
-        }
-        let points: Vec<(f64, f64)> =
-            raw_reference.read_latency_us.iter().map(|[p, us]| (*p, *us)).collect();
-        if points.iter().any(|(p, us)| !(*p > 0.0 && *p < 100.0 && *us >= 0.0)) {
-            return err(
-                &format!("{key}.read_latency_us"),
-                "each point is [percentile in (0, 100), microseconds >= 0]".to_owned(),
-            );
-        }
-        references.push(super::Reference {
-            run,
-            label: raw_reference.label,
-            read_latency_us: points,
-        });
-    }
+    let checks = build_checks(path, raw.checks, &run_names)?;
+    let references = build_references(path, raw.references, &run_names)?;
     let mut published = Vec::new();
     for (i, row) in raw.published.into_iter().enumerate() {
-        published.push(build_published(
-            path,
-            &format!("published[{i}]"),
-            row,
-            &checks,
-            &run_names,
-        )?);
+        let key = format!("published[{i}]");
+        published.push(build_published(path, &key, row, &checks, &run_names)?);
     }
     Ok(Experiment {
         path: path.to_owned(),
@@ -123,6 +60,107 @@ pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, Exper
         checks,
         references,
     })
+}
+
+/// The error of `key` in the experiment file at `path`.
+fn fail<T>(path: &Path, key: &str, reason: String) -> Result<T, ExperimentError> {
+    Err(ExperimentError::new(path, key, reason))
+}
+
+/// The experiment's name: the file stem, which a `name` given must equal.
+fn experiment_name(path: &Path, given: Option<String>) -> Result<String, ExperimentError> {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
+    let name = match given {
+        Some(name) if name != stem => {
+            let reason =
+                format!("{name:?} differs from the file name {stem:?}; the name is the file stem");
+            return fail(path, "name", reason);
+        }
+        Some(name) => name,
+        None => stem,
+    };
+    if !is_plain_name(&name) {
+        let reason = format!("{name:?} is not made of letters, digits, '.', '_' and '-'");
+        return fail(path, "name", reason);
+    }
+    Ok(name)
+}
+
+/// The compared knob's values, parsed, at least one and none twice.
+fn build_variants(
+    path: &Path,
+    compare: &'static config::Knob,
+    values: &[toml::Value],
+) -> Result<Vec<Variant>, ExperimentError> {
+    if values.is_empty() {
+        return fail(path, "variants", "at least one variant is needed".to_owned());
+    }
+    let mut variants: Vec<Variant> = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        let variant = Variant::parse(compare, value)
+            .map_err(|reason| ExperimentError::new(path, format!("variants[{i}]"), reason))?;
+        if variants.iter().any(|v| v.label == variant.label) {
+            return fail(
+                path,
+                &format!("variants[{i}]"),
+                format!("{} is listed twice", variant.label),
+            );
+        }
+        variants.push(variant);
+    }
+    Ok(variants)
+}
+
+/// The checks, over the runs `run_names`, each `id` used once.
+fn build_checks(
+    path: &Path,
+    raw: Vec<RawCheck>,
+    run_names: &[String],
+) -> Result<Vec<Check>, ExperimentError> {
+    let mut checks: Vec<Check> = Vec::new();
+    for (i, raw_check) in raw.into_iter().enumerate() {
+        let key = format!("check[{i}]");
+        let check = build_check(path, &key, raw_check, run_names)?;
+        if let Some(id) = &check.id
+            && checks.iter().any(|c| c.id.as_ref() == Some(id))
+        {
+            return fail(path, &format!("{key}.id"), format!("{id:?} is used twice"));
+        }
+        checks.push(check);
+    }
+    Ok(checks)
+}
+
+/// The reference curves, each of a run of `run_names`, with percentiles in (0, 100).
+fn build_references(
+    path: &Path,
+    raw: Vec<RawReference>,
+    run_names: &[String],
+) -> Result<Vec<super::Reference>, ExperimentError> {
+    let mut references = Vec::new();
+    for (i, raw_reference) in raw.into_iter().enumerate() {
+        let key = format!("reference[{i}]");
+        let run = run_name(&raw_reference.case, &raw_reference.variant);
+        if !run_names.contains(&run) {
+            let reason = format!("unknown run {run:?}; the runs are {}", run_names.join(", "));
+            return fail(path, &key, reason);
+        }
+        let points: Vec<(f64, f64)> =
+            raw_reference.read_latency_us.iter().map(|[p, us]| (*p, *us)).collect();
+        if points.iter().any(|(p, us)| !(*p > 0.0 && *p < 100.0 && *us >= 0.0)) {
+            return fail(
+                path,
+                &format!("{key}.read_latency_us"),
+                "each point is [percentile in (0, 100), microseconds >= 0]".to_owned(),
+            );
+        }
+        references.push(super::Reference {
+            run,
+            label: raw_reference.label,
+            read_latency_us: points,
+        });
+    }
+    Ok(references)
 }
 
 pub(super) fn is_plain_name(name: &str) -> bool {

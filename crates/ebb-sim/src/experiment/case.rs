@@ -21,81 +21,27 @@ pub(super) fn build_case(
     compare: &Knob,
     raw: RawCase,
 ) -> Result<Case, ExperimentError> {
-    let case_key = format!("case[{index}]");
-    let key = |field: &str| format!("{case_key}.{field}");
-    let fail = |field: &str, reason: String| ExperimentError::new(path, key(field), reason);
+    let at = CaseAt { path, key: format!("case[{index}]") };
     if !is_plain_name(&raw.name) {
-        return Err(fail(
+        return Err(at.fail(
             "name",
             format!("{:?} is not made of letters, digits, '.', '_' and '-'", raw.name),
         ));
     }
-    let memory_bytes = size_value(&raw.memory).map_err(|reason| fail("memory", reason))?;
-    let time_limit = duration_value(&raw.time_limit).map_err(|r| fail("time_limit", r))?;
-    let steady_from = match &raw.steady_from {
-        Some(value) => duration_value(value).map_err(|r| fail("steady_from", r))?,
-        None => Duration::ZERO,
-    };
-    let sample_interval = match &raw.sample_interval {
-        Some(value) => duration_value(value).map_err(|r| fail("sample_interval", r))?,
-        None => DEFAULT_SAMPLE_INTERVAL,
-    };
-    if time_limit == Duration::ZERO {
-        return Err(fail("time_limit", "must be positive".to_owned()));
-    }
-    if let Some(band) = raw.settle_within
-        && !(band > 0.0 && band < 1.0)
-    {
-        return Err(fail("settle_within", format!("{band} is not a fraction in (0, 1)")));
-    }
-    if sample_interval == Duration::ZERO {
-        return Err(fail("sample_interval", "must be positive".to_owned()));
-    }
+    let memory_bytes = size_value(&raw.memory).map_err(|reason| at.fail("memory", reason))?;
+    let (time_limit, steady_from, sample_interval) = case_times(&at, &raw)?;
     if raw.backends.is_empty() {
-        return Err(fail("backend", "at least one [[case.backend]] is needed".to_owned()));
+        return Err(at.fail("backend", "at least one [[case.backend]] is needed".to_owned()));
     }
     if raw.workloads.is_empty() {
-        return Err(fail("workload", "at least one [[case.workload]] is needed".to_owned()));
+        return Err(at.fail("workload", "at least one [[case.workload]] is needed".to_owned()));
     }
-
-    let mut backends: Vec<BackendConfig> = Vec::new();
-    let mut devices = Vec::new();
-    for (b, raw_backend) in raw.backends.iter().enumerate() {
-        let bkey = |field: &str| format!("backend[{b}].{field}");
-        if backends.iter().any(|existing| existing.name == raw_backend.name) {
-            return Err(fail(&bkey("name"), format!("{:?} is used twice", raw_backend.name)));
-        }
-        let backend = build_backend(raw_backend, compare)
-            .map_err(|(field, reason)| fail(&bkey(&field), reason))?;
-        backends.push(backend);
-        devices.push(DeviceSpec {
-            model: raw_backend.device.clone(),
-            overrides: raw_backend.device_overrides.clone(),
-        });
-    }
-
-    let swaps: Vec<usize> =
-        (0..raw.backends.len()).filter(|&b| raw.backends[b].swap == Some(true)).collect();
-    if swaps.len() > 1 {
-        return Err(fail(&format!("backend[{}].swap", swaps[1]), "a second swap backend".into()));
-    }
-    let mut backends_iter = backends.into_iter();
-    let first = backends_iter.next().expect("at least one backend, checked above");
-    let mut config = Config::new(memory_bytes, first);
-    config.backends.extend(backends_iter);
-    config.stage_for_granules();
-    config.swap_backend = swaps.first().copied();
-    for setting in knob_settings(&raw.knobs, Scope::Global, compare)
-        .map_err(|(key, reason)| fail(&format!("knobs.{key}"), reason))?
-    {
-        setting.apply(&mut config);
-    }
-
+    let (config, devices) = case_config(&at, &raw, memory_bytes, compare)?;
     let mut workloads = Vec::new();
     for (w, raw_workload) in raw.workloads.iter().enumerate() {
         let wkey = format!("workload[{w}]");
         workloads.push(build_workload(
-            &raw_workload_ctx(path, &case_key, &wkey),
+            &raw_workload_ctx(path, &at.key, &wkey),
             raw_workload,
             &config,
         )?);
@@ -106,12 +52,13 @@ pub(super) fn build_case(
         .iter()
         .enumerate()
         .map(|(f, fault)| {
-            build_fault(fault, &names).map_err(|(field, r)| fail(&format!("fault[{f}].{field}"), r))
+            build_fault(fault, &names)
+                .map_err(|(field, r)| at.fail(&format!("fault[{f}].{field}"), r))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let crash = match &raw.crash {
         Some(crash) => {
-            Some(build_crash(crash).map_err(|(field, r)| fail(&format!("crash.{field}"), r))?)
+            Some(build_crash(crash).map_err(|(field, r)| at.fail(&format!("crash.{field}"), r))?)
         }
         None => None,
     };
@@ -127,6 +74,91 @@ pub(super) fn build_case(
         sample_interval,
         settle_within: raw.settle_within,
     })
+}
+
+/// Where in an experiment file a case is, for its errors.
+struct CaseAt<'a> {
+    path: &'a Path,
+    /// `case[i]`.
+    key: String,
+}
+
+impl CaseAt<'_> {
+    /// The error of the case's `field`.
+    fn fail(&self, field: &str, reason: String) -> ExperimentError {
+        ExperimentError::new(self.path, format!("{}.{field}", self.key), reason)
+    }
+}
+
+/// A case's time limit, the start of its steady state and its sample interval, checked (and
+/// its `settle_within` band).
+fn case_times(
+    at: &CaseAt<'_>,
+    raw: &RawCase,
+) -> Result<(Duration, Duration, Duration), ExperimentError> {
+    let time_limit = duration_value(&raw.time_limit).map_err(|r| at.fail("time_limit", r))?;
+    let steady_from = match &raw.steady_from {
+        Some(value) => duration_value(value).map_err(|r| at.fail("steady_from", r))?,
+        None => Duration::ZERO,
+    };
+    let sample_interval = match &raw.sample_interval {
+        Some(value) => duration_value(value).map_err(|r| at.fail("sample_interval", r))?,
+        None => DEFAULT_SAMPLE_INTERVAL,
+    };
+    if time_limit == Duration::ZERO {
+        return Err(at.fail("time_limit", "must be positive".to_owned()));
+    }
+    if let Some(band) = raw.settle_within
+        && !(band > 0.0 && band < 1.0)
+    {
+        return Err(at.fail("settle_within", format!("{band} is not a fraction in (0, 1)")));
+    }
+    if sample_interval == Duration::ZERO {
+        return Err(at.fail("sample_interval", "must be positive".to_owned()));
+    }
+    Ok((time_limit, steady_from, sample_interval))
+}
+
+/// A case's engine configuration (its backends, at most one of them swap, then its global
+/// knobs) and each backend's device model.
+fn case_config(
+    at: &CaseAt<'_>,
+    raw: &RawCase,
+    memory_bytes: u64,
+    compare: &Knob,
+) -> Result<(Config, Vec<DeviceSpec>), ExperimentError> {
+    let mut backends: Vec<BackendConfig> = Vec::new();
+    let mut devices = Vec::new();
+    for (b, raw_backend) in raw.backends.iter().enumerate() {
+        let bkey = |field: &str| format!("backend[{b}].{field}");
+        if backends.iter().any(|existing| existing.name == raw_backend.name) {
+            return Err(at.fail(&bkey("name"), format!("{:?} is used twice", raw_backend.name)));
+        }
+        let backend = build_backend(raw_backend, compare)
+            .map_err(|(field, reason)| at.fail(&bkey(&field), reason))?;
+        backends.push(backend);
+        devices.push(DeviceSpec {
+            model: raw_backend.device.clone(),
+            overrides: raw_backend.device_overrides.clone(),
+        });
+    }
+    let swaps: Vec<usize> =
+        (0..raw.backends.len()).filter(|&b| raw.backends[b].swap == Some(true)).collect();
+    if swaps.len() > 1 {
+        return Err(at.fail(&format!("backend[{}].swap", swaps[1]), "a second swap backend".into()));
+    }
+    let mut backends_iter = backends.into_iter();
+    let first = backends_iter.next().expect("at least one backend, checked before");
+    let mut config = Config::new(memory_bytes, first);
+    config.backends.extend(backends_iter);
+    config.stage_for_granules();
+    config.swap_backend = swaps.first().copied();
+    for setting in knob_settings(&raw.knobs, Scope::Global, compare)
+        .map_err(|(key, reason)| at.fail(&format!("knobs.{key}"), reason))?
+    {
+        setting.apply(&mut config);
+    }
+    Ok((config, devices))
 }
 
 /// One backend: the settings the kernel would give its device model, then its knobs. Errors

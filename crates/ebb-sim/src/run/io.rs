@@ -1,7 +1,9 @@
 //! The engine's actions carried out on the device models, and the devices' completions sent
 //! back to the engine as events (with the faults that hold at the time).
 
-use ebb_core::{Action, BackendId, Duration, Event, InodeId, IoClass, IoError, IoId, Stability};
+use ebb_core::{
+    Action, BackendId, Duration, Event, InodeId, IoClass, IoError, IoId, RequestId, Stability,
+};
 
 use super::checks::Landing;
 use super::readers::DIRECT_READ_BIT;
@@ -25,15 +27,8 @@ impl Sim<'_> {
             match action {
                 Action::Write { io, backend, inode, first_page, pages, class, .. } => {
                     let id = self.dev_id(io);
-                    self.submit(
-                        backend,
-                        id,
-                        IoOp::Write,
-                        inode,
-                        first_page,
-                        pages,
-                        class == IoClass::Sync,
-                    );
+                    let sync = class == IoClass::Sync;
+                    self.submit(backend, id, IoOp::Write, inode, first_page, pages, sync);
                     self.ios.insert(id, IoPending::Write(io));
                     self.device_pages += pages;
                     if let Some(check) = self.check.as_deref_mut() {
@@ -60,44 +55,8 @@ impl Sim<'_> {
                     let i = writer.0 as usize;
                     self.queue.push(self.now, Ev::Resume(i));
                 }
-                Action::FsyncDone { request, result } => {
-                    if result.is_ok() && self.driver_flush(request) {
-                        continue;
-                    }
-                    if let Some(check) = self.check.as_deref_mut() {
-                        check.answered(self.now, request, result);
-                    }
-                    if let Err(e) = result {
-                        self.fsync_errors += 1;
-                        self.fsync_errno = e.errno;
-                    }
-                    if let Some(i) =
-                        self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
-                    {
-                        self.finish_writer(i);
-                    }
-                }
-                Action::ReadDone { request, result } => {
-                    if let Some((_, started)) = self.read_started.remove(&request) {
-                        // Each read call's latency, cache hits included (read-to-pipe-async).
-                        let ns = self.now.saturating_since(started).as_nanos().max(1_000);
-                        self.read_latency.record(ns);
-                    }
-                    if let Some(check) = self.check.as_deref_mut() {
-                        check.read_answered(self.now, request, result);
-                    }
-                    if let Some(i) =
-                        self.writers.iter().position(|w| w.state == WriterState::Reading(request))
-                    {
-                        if result.is_err() {
-                            // cp stops at a read error ("cp: error reading"), closing its copy.
-                            self.finish_writer(i);
-                            continue;
-                        }
-                        self.writers[i].state = WriterState::Running;
-                        self.queue.push(self.now, Ev::Step(i));
-                    }
-                }
+                Action::FsyncDone { request, result } => self.fsync_done(request, result),
+                Action::ReadDone { request, result } => self.read_call_done(request, result),
                 Action::CloseDone { request, result } => {
                     if let Some(check) = self.check.as_deref_mut() {
                         check.answered(self.now, request, result);
@@ -121,6 +80,49 @@ impl Sim<'_> {
             self.write_trace()?;
         }
         Ok(())
+    }
+
+    /// An fsync was answered: the writer that waited for it finishes (after the driver's own
+    /// flush of the device cache, if it needs one first).
+    fn fsync_done(&mut self, request: RequestId, result: Result<(), IoError>) {
+        if result.is_ok() && self.driver_flush(request) {
+            return;
+        }
+        if let Some(check) = self.check.as_deref_mut() {
+            check.answered(self.now, request, result);
+        }
+        if let Err(e) = result {
+            self.fsync_errors += 1;
+            self.fsync_errno = e.errno;
+        }
+        if let Some(i) = self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
+        {
+            self.finish_writer(i);
+        }
+    }
+
+    /// A read call was answered: its latency is recorded, and the copying writer that waited
+    /// for it writes on, or stops at an error.
+    fn read_call_done(&mut self, request: RequestId, result: Result<(), IoError>) {
+        if let Some((_, started)) = self.read_started.remove(&request) {
+            // Each read call's latency, cache hits included (read-to-pipe-async).
+            let ns = self.now.saturating_since(started).as_nanos().max(1_000);
+            self.read_latency.record(ns);
+        }
+        if let Some(check) = self.check.as_deref_mut() {
+            check.read_answered(self.now, request, result);
+        }
+        let Some(i) = self.writers.iter().position(|w| w.state == WriterState::Reading(request))
+        else {
+            return;
+        };
+        if result.is_err() {
+            // cp stops at a read error ("cp: error reading"), closing its copy.
+            self.finish_writer(i);
+            return;
+        }
+        self.writers[i].state = WriterState::Running;
+        self.queue.push(self.now, Ev::Step(i));
     }
 
     /// The device request id of the engine's `io`: an engine restarted after a crash numbers

@@ -107,6 +107,16 @@ impl SimWriter {
     }
 }
 
+/// What a writer between write calls does next ([`Sim::between_calls`]).
+enum Between {
+    /// Look again (its state changed).
+    Again,
+    /// Nothing until an event wakes it.
+    Stop,
+    /// Write its next call's pages.
+    Write,
+}
+
 impl Sim<'_> {
     /// Advances writer `i` through its workload until it must wait.
     pub(super) fn step(&mut self, i: usize) {
@@ -122,96 +132,102 @@ impl Sim<'_> {
                 _ => return,
             }
             if sw.left == 0 {
-                if sw.truncate.is_some_and(|(at, _)| sw.pos >= at) {
-                    self.truncate(i);
-                    continue;
-                }
-                if sw.pos >= sw.end && sw.planned {
-                    if self.next_segment(i) {
-                        continue;
-                    }
-                    return;
-                }
-                if sw.anon {
-                    self.anon_step(i);
-                    return;
-                }
-                if sw.pos >= sw.end {
-                    if sw.fsync {
-                        let request = self.request();
-                        let sw = &mut self.writers[i];
-                        self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
-                        sw.state = WriterState::Fsyncing(request);
-                        sw.sync_started = Some(self.now);
-                        let (handle, inode, b) = (sw.handle, sw.inode, sw.backend);
-                        if let Some(check) = self.check.as_deref_mut() {
-                            check.issued(request, (inode, b), handle, true);
-                        }
-                        self.engine.handle(
-                            self.now,
-                            Event::Fsync { handle, request },
-                            &mut self.maps,
-                        );
-                    } else {
-                        self.finish_writer(i);
-                    }
-                    return;
-                }
-                sw.left = sw.bs.min(sw.end - sw.pos);
-                if let Some(src) = sw.src {
-                    let (first, pages) = (sw.pos, sw.left);
-                    let request = self.request();
-                    self.writers[i].state = WriterState::Reading(request);
-                    self.read_started.insert(request, (i, self.now));
-                    if let Some(check) = self.check.as_deref_mut() {
-                        check.read_issued(request);
-                    }
-                    self.engine.handle(
-                        self.now,
-                        Event::Read { inode: src, first_page: first, pages, request },
-                        &mut self.maps,
-                    );
-                    return;
+                match self.between_calls(i) {
+                    Between::Again => continue,
+                    Between::Stop => return,
+                    Between::Write => {}
                 }
             }
-            let sw = &mut self.writers[i];
-            let (inode, pos, left) = (sw.inode, sw.pos, sw.left);
-            let step = self.maps.with(inode, |m| write_pages(&mut sw.w, inode, m, pos, left));
-            if let Some(check) = self.check.as_deref_mut() {
-                check.wrote(inode, pos, step.consumed);
-            }
-            sw.pos += step.consumed;
-            sw.left -= step.consumed;
-            self.pages_done += step.consumed;
-            if step.inode_became_dirty {
-                self.engine.inode_dirtied(self.now, inode);
-            }
-            let verdict = match step.next {
-                NextStep::Done => {
-                    // The write call is done: the copy took CPU time, then the application thinks.
-                    let sw = &self.writers[i];
-                    let at = self.now + Duration::from_nanos(sw.bs * NS_PER_PAGE) + sw.think;
-                    self.queue.push(at, Ev::Step(i));
-                    return;
-                }
-                NextStep::Check => self.engine.balance_dirty_pages(
-                    self.now,
-                    &mut self.writers[i].w,
-                    &mut self.maps,
-                ),
-                NextStep::Busy(page) => self.engine.wait_for_page(
-                    self.now,
-                    &mut self.writers[i].w,
-                    inode,
-                    page,
-                    &mut self.maps,
-                ),
-            };
+            let Some(verdict) = self.write_call(i) else { return };
             if !self.obey_inline(i, verdict) {
                 return;
             }
         }
         panic!("writer {i} makes no progress at {}", self.now);
+    }
+
+    /// A writer between write calls: truncates where its plan says, moves to its next segment,
+    /// faults in anonymous memory, fsyncs or finishes at its end, or starts its next call (of
+    /// `bs` pages, first reading them from its source, if it copies).
+    fn between_calls(&mut self, i: usize) -> Between {
+        let sw = &mut self.writers[i];
+        if sw.truncate.is_some_and(|(at, _)| sw.pos >= at) {
+            self.truncate(i);
+            return Between::Again;
+        }
+        if sw.pos >= sw.end && sw.planned {
+            return if self.next_segment(i) { Between::Again } else { Between::Stop };
+        }
+        if sw.anon {
+            self.anon_step(i);
+            return Between::Stop;
+        }
+        if sw.pos >= sw.end {
+            if sw.fsync {
+                self.start_fsync(i);
+            } else {
+                self.finish_writer(i);
+            }
+            return Between::Stop;
+        }
+        sw.left = sw.bs.min(sw.end - sw.pos);
+        let Some(src) = sw.src else { return Between::Write };
+        let (first, pages) = (sw.pos, sw.left);
+        let request = self.request();
+        self.writers[i].state = WriterState::Reading(request);
+        self.read_started.insert(request, (i, self.now));
+        if let Some(check) = self.check.as_deref_mut() {
+            check.read_issued(request);
+        }
+        let read = Event::Read { inode: src, first_page: first, pages, request };
+        self.engine.handle(self.now, read, &mut self.maps);
+        Between::Stop
+    }
+
+    /// The writer reached its end: it fsyncs its file.
+    fn start_fsync(&mut self, i: usize) {
+        let request = self.request();
+        let sw = &mut self.writers[i];
+        self.engine.flush_writer(self.now, &mut sw.w, &mut self.maps);
+        sw.state = WriterState::Fsyncing(request);
+        sw.sync_started = Some(self.now);
+        let (handle, inode, b) = (sw.handle, sw.inode, sw.backend);
+        if let Some(check) = self.check.as_deref_mut() {
+            check.issued(request, (inode, b), handle, true);
+        }
+        self.engine.handle(self.now, Event::Fsync { handle, request }, &mut self.maps);
+    }
+
+    /// Dirties what is left of the writer's call (`write_pages`) as far as it goes: the
+    /// throttle's verdict when a check is due or a page is busy; `None` once the call is done
+    /// (its next one is queued after the copy's CPU time and the think time).
+    fn write_call(&mut self, i: usize) -> Option<Verdict> {
+        let sw = &mut self.writers[i];
+        let (inode, pos, left) = (sw.inode, sw.pos, sw.left);
+        let step = self.maps.with(inode, |m| write_pages(&mut sw.w, inode, m, pos, left));
+        if let Some(check) = self.check.as_deref_mut() {
+            check.wrote(inode, pos, step.consumed);
+        }
+        sw.pos += step.consumed;
+        sw.left -= step.consumed;
+        self.pages_done += step.consumed;
+        if step.inode_became_dirty {
+            self.engine.inode_dirtied(self.now, inode);
+        }
+        let w = &mut self.writers[i].w;
+        match step.next {
+            NextStep::Done => {
+                // The write call is done: the copy took CPU time, then the application thinks.
+                let sw = &self.writers[i];
+                let at = self.now + Duration::from_nanos(sw.bs * NS_PER_PAGE) + sw.think;
+                self.queue.push(at, Ev::Step(i));
+                None
+            }
+            NextStep::Check => Some(self.engine.balance_dirty_pages(self.now, w, &mut self.maps)),
+            NextStep::Busy(page) => {
+                Some(self.engine.wait_for_page(self.now, w, inode, page, &mut self.maps))
+            }
+        }
     }
 
     /// Applies a verdict; true if the writer may go on at once.
