@@ -228,6 +228,34 @@ pub(crate) struct Wb {
     pub(crate) outage_reported: bool,
 }
 
+impl Wb {
+    /// A backend's writeback state at `now` (`now_j` in jiffies), its bandwidth estimate
+    /// seeded as `initial_write_bandwidth` says.
+    fn new(b: &crate::config::BackendConfig, now: Instant, now_j: u64) -> Wb {
+        let mut rates = Rates::new(now_j);
+        if let Some(bytes_per_sec) = b.initial_bandwidth_bytes() {
+            rates.seed(bytes_per_sec / crate::config::PAGE_SIZE);
+        }
+        Wb {
+            counters: Counters::default(),
+            rates,
+            share: Local::default(),
+            dirty_exceeded: false,
+            inflight: 0,
+            submissions: Submissions::default(),
+            flusher: Flusher::new(now),
+            verifiers: Vec::new(),
+            last_completion: now,
+            bw_update_at: None,
+            throttled_at: None,
+            wbt: crate::wbt::Wbt::for_backend(b),
+            write_inflight: 0,
+            outage_since: None,
+            outage_reported: false,
+        }
+    }
+}
+
 pub(crate) enum IoKind {
     Write {
         run: Run,
@@ -356,33 +384,7 @@ impl Engine {
         config.validate()?;
         let hz = config.hz;
         let now_j = now.jiffies(hz);
-        let wbs = config
-            .backends
-            .iter()
-            .map(|b| Wb {
-                counters: Counters::default(),
-                rates: {
-                    let mut r = Rates::new(now_j);
-                    if let Some(bytes_per_sec) = b.initial_bandwidth_bytes() {
-                        r.seed(bytes_per_sec / crate::config::PAGE_SIZE);
-                    }
-                    r
-                },
-                share: Local::default(),
-                dirty_exceeded: false,
-                inflight: 0,
-                submissions: Submissions::default(),
-                flusher: Flusher::new(now),
-                verifiers: Vec::new(),
-                last_completion: now,
-                bw_update_at: None,
-                throttled_at: None,
-                wbt: crate::wbt::Wbt::for_backend(b),
-                write_inflight: 0,
-                outage_since: None,
-                outage_reported: false,
-            })
-            .collect();
+        let wbs = config.backends.iter().map(|b| Wb::new(b, now, now_j)).collect();
         let mem = Memory::new(&config);
         let memory_pages = config.memory_pages();
         let min_ratio_sum = config.backends.iter().map(|b| b.min_ratio).sum();

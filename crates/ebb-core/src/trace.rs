@@ -302,40 +302,7 @@ impl TraceEvent {
                     bdi(b)
                 )
             }
-            TraceEvent::Wbt { bdi: b, eval: e, inflight } => {
-                let mut line = format!(
-                    "wbt_stat: {}: rmean={}, rmin={}, rmax={}, rsamples={}, wmean={}, wsamples={}",
-                    bdi(b),
-                    e.read_mean_ns,
-                    e.read_min_ns,
-                    e.read_max_ns,
-                    e.reads,
-                    e.write_mean_ns,
-                    e.writes
-                );
-                if e.scaled {
-                    line.push_str(&format!(
-                        "\nwbt_step: {}: step={}, window={}, background={}, normal={}, max={}",
-                        bdi(b),
-                        e.step,
-                        e.window_ns / 1000,
-                        e.wb_background,
-                        e.wb_normal,
-                        e.max_depth
-                    ));
-                    if let Some(pages) = e.write_pages {
-                        line.push_str(&format!(", write_pages={pages}"));
-                    }
-                }
-                line.push_str(&format!(
-                    "\nwbt_timer: {}: status={}, step={}, inflight={}",
-                    bdi(b),
-                    e.status.code(),
-                    e.step,
-                    inflight
-                ));
-                line
-            }
+            TraceEvent::Wbt { bdi: b, eval: e, inflight } => wbt_lines(&bdi(b), e, *inflight),
             TraceEvent::GlobalDirtyState {
                 dirty,
                 writeback,
@@ -358,4 +325,35 @@ impl TraceEvent {
             }
         }
     }
+}
+
+/// The `wbt_stat`, `wbt_step` (when the limits were scaled) and `wbt_timer` lines of one wbt
+/// window's evaluation on backend `name`.
+fn wbt_lines(name: &str, e: &crate::wbt::Evaluation, inflight: u32) -> String {
+    let mut line = format!(
+        "wbt_stat: {}: rmean={}, rmin={}, rmax={}, rsamples={}, wmean={}, wsamples={}",
+        name, e.read_mean_ns, e.read_min_ns, e.read_max_ns, e.reads, e.write_mean_ns, e.writes
+    );
+    if e.scaled {
+        line.push_str(&format!(
+            "\nwbt_step: {}: step={}, window={}, background={}, normal={}, max={}",
+            name,
+            e.step,
+            e.window_ns / 1000,
+            e.wb_background,
+            e.wb_normal,
+            e.max_depth
+        ));
+        if let Some(pages) = e.write_pages {
+            line.push_str(&format!(", write_pages={pages}"));
+        }
+    }
+    line.push_str(&format!(
+        "\nwbt_timer: {}: status={}, step={}, inflight={}",
+        name,
+        e.status.code(),
+        e.step,
+        inflight
+    ));
+    line
 }
