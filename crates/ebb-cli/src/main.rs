@@ -267,37 +267,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 with_progress(|progress| reproduce::sim(&args.experiment, &options, progress))?;
             Ok(finish(&outcome))
         }
-        Command::Mount(args) => {
-            fixed_mmap_threshold();
-            let backend = args.backend.clone();
-            if let Some(url) = backend.to_str().filter(|text| text.starts_with("s3://")) {
-                let Some(endpoint) = args.endpoint.clone() else {
-                    return Err(Usage(format!("--backend {url} needs --endpoint URL")).into());
-                };
-                let options = ebb_backend::S3Options::from_env(url, &endpoint)?;
-                let config = mount_config(*args)?;
-                let namespace =
-                    ebb_backend::S3Namespace::new(ebb_backend::S3Backend::open(options)?);
-                ebb_fuse::run(&config, namespace)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            if let Some(url) = backend.to_str().filter(|text| text.starts_with("nfs://")) {
-                let config = mount_config(*args)?;
-                let namespace = ebb_backend::NfsNamespace::connect(url)?;
-                ebb_fuse::run(&config, namespace)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let config = mount_config(*args)?;
-            let namespace = match config.data {
-                ebb_fuse::DataMode::Ebb => ebb_fuse::DirNamespace::open(&backend),
-                ebb_fuse::DataMode::Passthrough => ebb_fuse::DirNamespace::open_buffered(&backend),
-            }
-            .map_err(|error| {
-                std::io::Error::new(error.kind(), format!("backend directory {error}"))
-            })?;
-            ebb_fuse::run(&config, namespace)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Mount(args) => mount(*args),
         Command::Bench(command) => bench::run(command),
         Command::Swarm(args) => swarm::run(args),
         Command::Top(args) => {
@@ -305,27 +275,61 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             top::top(&args.mountpoint, interval)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Report(args) => {
-            let report = ebb_sim::report::trace_file::write_trace_report(&args.trace, &args.out)?;
-            let metrics = &report.result.metrics;
-            let figure = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
-            print_out(&format!(
-                "{} tracepoints over {:.1} s, {} writers, {} pauses (p99 {:.1} ms)\nreport: {}\n",
-                figure("tracepoints"),
-                figure("elapsed_s"),
-                figure("writers"),
-                figure("pause_count"),
-                figure("pause_ms_p99"),
-                report.files[0].display()
-            ))?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Report(args) => report(&args),
         Command::Stat(args) => {
             let stats = ebb_fuse::read_stats(&args.mountpoint)?;
             print_out(&format!("{stats}\n"))?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `ebb mount`: an S3 bucket (`s3://`, with `--endpoint`), an NFS export (`nfs://`) or a
+/// local directory, mounted until a signal.
+fn mount(args: MountArgs) -> anyhow::Result<ExitCode> {
+    fixed_mmap_threshold();
+    let backend = args.backend.clone();
+    if let Some(url) = backend.to_str().filter(|text| text.starts_with("s3://")) {
+        let Some(endpoint) = args.endpoint.clone() else {
+            return Err(Usage(format!("--backend {url} needs --endpoint URL")).into());
+        };
+        let options = ebb_backend::S3Options::from_env(url, &endpoint)?;
+        let config = mount_config(args)?;
+        let namespace = ebb_backend::S3Namespace::new(ebb_backend::S3Backend::open(options)?);
+        ebb_fuse::run(&config, namespace)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(url) = backend.to_str().filter(|text| text.starts_with("nfs://")) {
+        let config = mount_config(args)?;
+        let namespace = ebb_backend::NfsNamespace::connect(url)?;
+        ebb_fuse::run(&config, namespace)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let config = mount_config(args)?;
+    let namespace = match config.data {
+        ebb_fuse::DataMode::Ebb => ebb_fuse::DirNamespace::open(&backend),
+        ebb_fuse::DataMode::Passthrough => ebb_fuse::DirNamespace::open_buffered(&backend),
+    }
+    .map_err(|error| std::io::Error::new(error.kind(), format!("backend directory {error}")))?;
+    ebb_fuse::run(&config, namespace)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ebb report`: the report of a trace file, and a line of its figures.
+fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let report = ebb_sim::report::trace_file::write_trace_report(&args.trace, &args.out)?;
+    let metrics = &report.result.metrics;
+    let figure = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
+    print_out(&format!(
+        "{} tracepoints over {:.1} s, {} writers, {} pauses (p99 {:.1} ms)\nreport: {}\n",
+        figure("tracepoints"),
+        figure("elapsed_s"),
+        figure("writers"),
+        figure("pause_count"),
+        figure("pause_ms_p99"),
+        report.files[0].display()
+    ))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A size argument (`4GiB`, `512M`, `1048576`; `ebb_core::config::size` says the units).

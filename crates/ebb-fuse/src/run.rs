@@ -5,7 +5,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{RecvTimeoutError, unbounded};
+use crossbeam::channel::{RecvTimeoutError, Sender, unbounded};
 use ebb_backend::Namespace;
 use nix::sys::signal::{SigSet, Signal};
 
@@ -82,35 +82,18 @@ pub fn run<N: Namespace>(config: &MountConfig, namespace: N) -> io::Result<()> {
     })?;
     let mut draining = false;
     let mut errors = ErrorLog::default();
-    let start_drain = |reason: &str| {
-        eprintln!("ebb mount: {reason}: writes stopped, draining to {backend}");
-        let mount = Arc::clone(&mount);
-        let sender = sender.clone();
-        std::thread::Builder::new().name("ebb-drain".to_owned()).spawn(move || {
-            let mut last = Instant::now() - Duration::from_secs(1);
-            let result = mount.drain(DRAIN_DEADLINE, &mut |line, done| {
-                if done || last.elapsed() >= Duration::from_millis(500) {
-                    eprintln!("ebb mount: drain: {line}");
-                    last = Instant::now();
-                }
-            });
-            drop(mount);
-            let _ = sender.send(Event::Drained(result));
-        })
-    };
     loop {
         match events.recv_timeout(Duration::from_millis(200)) {
             Ok(Event::Signal(signal)) if !draining => {
                 draining = true;
-                start_drain(&format!("{signal}"))?;
+                start_drain(&mount, &sender, &backend, &format!("{signal}"))?;
             }
             Ok(Event::Signal(signal)) => {
                 eprintln!(
                     "ebb mount: {signal} again: exiting now; not written to {backend}: {}",
                     mount.unwritten()
                 );
-                let _ =
-                    rustix::mount::unmount(mount.mountpoint(), rustix::mount::UnmountFlags::DETACH);
+                detach(&mount);
                 std::process::exit(1);
             }
             Ok(Event::Drained(result)) => {
@@ -120,10 +103,7 @@ pub fn run<N: Namespace>(config: &MountConfig, namespace: N) -> io::Result<()> {
                         "ebb mount: drain failed: {error}; not written: {}",
                         mount.unwritten()
                     );
-                    let _ = rustix::mount::unmount(
-                        mount.mountpoint(),
-                        rustix::mount::UnmountFlags::DETACH,
-                    );
+                    detach(&mount);
                     return Err(error);
                 }
                 break;
@@ -132,7 +112,7 @@ pub fn run<N: Namespace>(config: &MountConfig, namespace: N) -> io::Result<()> {
                 errors.check(&mount, &backend);
                 if !draining && mount.is_finished() {
                     draining = true;
-                    start_drain("unmounted from outside")?;
+                    start_drain(&mount, &sender, &backend, "unmounted from outside")?;
                 }
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -144,4 +124,33 @@ pub fn run<N: Namespace>(config: &MountConfig, namespace: N) -> io::Result<()> {
     mount.unmount()?;
     eprintln!("ebb mount: everything written; {} unmounted", mountpoint.display());
     Ok(())
+}
+
+/// Stops writes and drains the mount to `backend` on a thread of its own, which reports
+/// progress every half second and sends [`Event::Drained`] when done.
+fn start_drain(
+    mount: &Arc<Mount>,
+    sender: &Sender<Event>,
+    backend: &str,
+    reason: &str,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    eprintln!("ebb mount: {reason}: writes stopped, draining to {backend}");
+    let mount = Arc::clone(mount);
+    let sender = sender.clone();
+    std::thread::Builder::new().name("ebb-drain".to_owned()).spawn(move || {
+        let mut last = Instant::now() - Duration::from_secs(1);
+        let result = mount.drain(DRAIN_DEADLINE, &mut |line, done| {
+            if done || last.elapsed() >= Duration::from_millis(500) {
+                eprintln!("ebb mount: drain: {line}");
+                last = Instant::now();
+            }
+        });
+        drop(mount);
+        let _ = sender.send(Event::Drained(result));
+    })
+}
+
+/// Detaches the mount from its mountpoint, leaving what is not written (an exit now).
+fn detach(mount: &Mount) {
+    let _ = rustix::mount::unmount(mount.mountpoint(), rustix::mount::UnmountFlags::DETACH);
 }

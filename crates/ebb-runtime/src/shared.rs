@@ -283,49 +283,37 @@ impl Shared {
             trace: tracer,
             alarms: Default::default(),
         });
+        let threads = shared.start_threads(rx, io_threads, nice, trace_file);
+        (shared, threads)
+    }
+
+    /// The threads behind the engine: the trace writer and sampler (with a trace file), the IO
+    /// workers at nice `nice`, the timer and the alarm thread.
+    fn start_threads(
+        self: &Arc<Shared>,
+        rx: Receiver<Job>,
+        io_threads: usize,
+        nice: u32,
+        trace_file: Option<crate::trace::TraceFile>,
+    ) -> Vec<std::thread::JoinHandle<()>> {
         let mut threads = Vec::new();
         if let Some(file) = trace_file {
-            threads.push(
-                std::thread::Builder::new()
-                    .name("ebb-trace".into())
-                    .spawn(move || file.run())
-                    .expect("spawning the trace thread"),
-            );
-            let s = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("ebb-trace-sample".into())
-                    .spawn(move || s.sample_loop())
-                    .expect("spawning the trace sampling thread"),
-            );
+            threads.push(spawn_named("ebb-trace".into(), move || file.run()));
+            let s = self.clone();
+            threads.push(spawn_named("ebb-trace-sample".into(), move || s.sample_loop()));
         }
         for i in 0..io_threads.max(1) {
-            let (s, rx): (Arc<Shared>, Receiver<Job>) = (shared.clone(), rx.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("ebb-io-{i}"))
-                    .spawn(move || {
-                        lower_priority(nice);
-                        s.io_worker(&rx);
-                    })
-                    .expect("spawning an IO thread"),
-            );
+            let (s, rx) = (self.clone(), rx.clone());
+            threads.push(spawn_named(format!("ebb-io-{i}"), move || {
+                lower_priority(nice);
+                s.io_worker(&rx);
+            }));
         }
-        let s = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("ebb-timer".into())
-                .spawn(move || s.timer_loop())
-                .expect("spawning the timer thread"),
-        );
-        let s = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("ebb-alarm".into())
-                .spawn(move || s.alarms.run())
-                .expect("spawning the alarm thread"),
-        );
-        (shared, threads)
+        let s = self.clone();
+        threads.push(spawn_named("ebb-timer".into(), move || s.timer_loop()));
+        let s = self.clone();
+        threads.push(spawn_named("ebb-alarm".into(), move || s.alarms.run()));
+        threads
     }
 
     /// Stops the threads (after the last user handle is gone).
@@ -567,6 +555,14 @@ impl Shared {
 }
 
 /// Reads one page straight from the backend (for a partial write of a page not in the cache).
+/// Starts a thread named `name` running `f`.
+fn spawn_named(name: String, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .unwrap_or_else(|e| panic!("spawning the thread {name}: {e}"))
+}
+
 pub(crate) fn read_page_direct(fs: &FileState, page: u64) -> io::Result<AlignedBuf> {
     let mut buf = AlignedBuf::zeroed(PAGE);
     let n = fs.file.read_at(&mut buf, page * PAGE_SIZE)?;
