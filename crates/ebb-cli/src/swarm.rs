@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Args;
-use ebb_sim::swarm::{self, Draw, POLICIES, SwarmOptions, replay_command};
+use ebb_sim::swarm::{self, Draw, POLICIES, SeedOutcome, SwarmOptions, replay_command};
 
 use crate::{Usage, print_out};
 
@@ -79,13 +79,24 @@ pub(crate) fn run(args: SwarmArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let elapsed = started.elapsed().as_secs_f64();
+    let mut text = totals(&outcomes, &args, options.jobs, elapsed);
     let failures: Vec<_> = outcomes.iter().filter(|o| o.result.is_err()).collect();
+    for o in &failures {
+        text.push_str(&failure_text(o, &args)?);
+    }
+    print_out(&text)?;
+    Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The run's line of totals: seeds, rate, failures, crashes, restarts, pages checked.
+fn totals(outcomes: &[SeedOutcome], args: &SwarmArgs, jobs: usize, elapsed: f64) -> String {
+    let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
     let crashed = outcomes.iter().filter(|o| o.result.as_ref().is_ok_and(|s| s.crashed)).count();
     let restarted =
         outcomes.iter().filter(|o| o.result.as_ref().is_ok_and(|s| s.restarts > 0)).count();
     let acked: u64 =
         outcomes.iter().filter_map(|o| o.result.as_ref().ok()).map(|s| s.acked_pages).sum();
-    let mut text = format!(
+    format!(
         "{} seeds ({}..{}) in {elapsed:.1} s: {:.1} seeds/s on {} threads; {} failed; {crashed} \
          ended in a crash, {restarted} restarted ebb after one; {acked} fsync-acknowledged pages \
          checked\n",
@@ -93,37 +104,39 @@ pub(crate) fn run(args: SwarmArgs) -> anyhow::Result<ExitCode> {
         args.from,
         args.from + args.seeds - 1,
         outcomes.len() as f64 / elapsed.max(1e-9),
-        options.jobs,
-        failures.len(),
+        jobs,
+        failed,
+    )
+}
+
+/// A failed seed: its checker, message and replay command, and unless `--no-shrink` the
+/// reproducer it shrinks to (written under `--out`).
+fn failure_text(o: &SeedOutcome, args: &SwarmArgs) -> anyhow::Result<String> {
+    let Err(f) = &o.result else { return Ok(String::new()) };
+    let mut text = format!(
+        "\nFAILED seed {} ({}): {}: {}\n  replay: {}\n",
+        o.seed,
+        o.policy,
+        f.checker,
+        f.message,
+        replay_command(o.seed, &o.policy)
     );
-    for o in &failures {
-        let Err(f) = &o.result else { continue };
+    if !args.no_shrink {
+        let draw = Draw::generate(o.seed, &o.policy);
+        let (small, failure, runs) = swarm::shrink(&draw, f, None);
+        std::fs::create_dir_all(&args.out)?;
+        let path = args.out.join(format!("swarm-{}.toml", o.seed));
+        std::fs::write(&path, small.to_toml())?;
         text.push_str(&format!(
-            "\nFAILED seed {} ({}): {}: {}\n  replay: {}\n",
-            o.seed,
-            o.policy,
-            f.checker,
-            f.message,
-            replay_command(o.seed, &o.policy)
-        ));
-        if !args.no_shrink {
-            let draw = Draw::generate(o.seed, &o.policy);
-            let (small, failure, runs) = swarm::shrink(&draw, f, None);
-            std::fs::create_dir_all(&args.out)?;
-            let path = args.out.join(format!("swarm-{}.toml", o.seed));
-            std::fs::write(&path, small.to_toml())?;
-            text.push_str(&format!(
-                "  shrunk in {runs} runs: {} workload(s), {} fault(s){}: {}\n  reproducer: {} \
+            "  shrunk in {runs} runs: {} workload(s), {} fault(s){}: {}\n  reproducer: {} \
                  (ebb sim {})\n",
-                small.workloads.len(),
-                small.faults.len(),
-                if small.crash.is_some() { ", a crash" } else { "" },
-                failure.message,
-                path.display(),
-                path.display()
-            ));
-        }
+            small.workloads.len(),
+            small.faults.len(),
+            if small.crash.is_some() { ", a crash" } else { "" },
+            failure.message,
+            path.display(),
+            path.display()
+        ));
     }
-    print_out(&text)?;
-    Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(text)
 }

@@ -202,17 +202,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let json = JsonOut::create(json)?;
-            let (memory, mut knobs, kernel_thresholds) = if memory == "kernel" {
-                let (thresh, bg) = kernel_dirty_thresholds()?;
-                let knobs = vec![
-                    ("dirty_bytes".to_owned(), thresh.to_string()),
-                    ("dirty_background_bytes".to_owned(), bg.to_string()),
-                ];
-                (2 * thresh, knobs, Some((thresh, bg)))
-            } else {
-                (size_arg("--memory", &memory)?, Vec::new(), None)
-            };
-            knobs.extend(knob_texts(&knob));
+            let (memory, knobs, kernel_thresholds) = memory_and_knobs(&memory, &knob)?;
             let opts = ReadUnderWriteOptions {
                 knobs,
                 kernel_thresholds,
@@ -247,12 +237,8 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::WritePath { threads, size, passes, repeats, json } => {
             let json = JsonOut::create(json)?;
-            let mut counts = vec![1];
-            while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
-                counts.push(counts.last().copied().unwrap_or(1) * 2);
-            }
             let opts = WritePathOptions {
-                threads: counts,
+                threads: thread_counts(threads),
                 bytes_per_thread: at_least("--size", size_arg("--size", &size)?, 4096, "one page")?,
                 passes,
                 repeats,
@@ -348,6 +334,36 @@ fn dir_backend(dir: &Path) -> io::Result<DirBackend> {
 fn settle() {
     let _ = std::process::Command::new("sync").status();
     std::thread::sleep(Duration::from_secs(1));
+}
+
+/// `read-under-write`'s memory and knobs: `--memory kernel` gives ebb twice the kernel's dirty
+/// threshold and the kernel's two thresholds in bytes (returned too), then the `--knob`s.
+#[expect(clippy::type_complexity, reason = "three results of one choice, used once")]
+fn memory_and_knobs(
+    memory: &str,
+    knob: &[Setting],
+) -> anyhow::Result<(u64, Vec<(String, String)>, Option<(u64, u64)>)> {
+    let (memory, mut knobs, kernel_thresholds) = if memory == "kernel" {
+        let (thresh, bg) = kernel_dirty_thresholds()?;
+        let knobs = vec![
+            ("dirty_bytes".to_owned(), thresh.to_string()),
+            ("dirty_background_bytes".to_owned(), bg.to_string()),
+        ];
+        (2 * thresh, knobs, Some((thresh, bg)))
+    } else {
+        (size_arg("--memory", memory)?, Vec::new(), None)
+    };
+    knobs.extend(knob_texts(knob));
+    Ok((memory, knobs, kernel_thresholds))
+}
+
+/// The thread counts `write-path` measures: 1, 2, 4, ... up to `threads`.
+fn thread_counts(threads: usize) -> Vec<usize> {
+    let mut counts = vec![1];
+    while counts.last().is_some_and(|&n| n * 2 <= threads.max(1)) {
+        counts.push(counts.last().copied().unwrap_or(1) * 2);
+    }
+    counts
 }
 
 /// The kernel's dirty and background thresholds now, bytes (`/proc/vmstat`).

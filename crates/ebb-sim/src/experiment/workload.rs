@@ -29,34 +29,9 @@ pub(super) fn build_workload(
     raw: &RawWorkload,
     config: &Config,
 ) -> Result<Workload, ExperimentError> {
-    let fail = |field: &str, reason: String| {
-        ExperimentError::new(ctx.path, format!("{}.{field}", ctx.key), reason)
-    };
-    let backend = match &raw.backend {
-        Some(name) => config.backends.iter().position(|b| &b.name == name).ok_or_else(|| {
-            let known: Vec<&str> = config.backends.iter().map(|b| b.name.as_str()).collect();
-            fail("backend", format!("no backend named {name:?}; the case has {}", known.join(", ")))
-        })?,
-        None if config.backends.len() == 1 => 0,
-        None => {
-            return Err(fail("backend", "the case has several backends; name one".to_owned()));
-        }
-    };
-    let size_bytes = size_value(&raw.size).map_err(|r| fail("size", r))?;
-    let bs_bytes = match &raw.bs {
-        Some(value) => size_value(value).map_err(|r| fail("bs", r))?,
-        None => 1 << 20,
-    };
-    if size_bytes == 0 {
-        return Err(fail("size", "must be positive".to_owned()));
-    }
-    if bs_bytes == 0 || bs_bytes > 1 << 30 {
-        return Err(fail("bs", format!("{bs_bytes} bytes is outside 1 byte..1 GiB")));
-    }
-    let start = match &raw.start {
-        Some(value) => duration_value(value).map_err(|r| fail("start", r))?,
-        None => Duration::ZERO,
-    };
+    let fail = |field: &str, reason: String| ctx.fail(field, reason);
+    let backend = workload_backend(ctx, raw, config)?;
+    let (size_bytes, bs_bytes, start) = workload_extent(ctx, raw)?;
     if raw.kind != "dd"
         && (raw.truncate_at.is_some() || raw.truncate_to.is_some() || raw.unlink.is_some())
     {
@@ -120,6 +95,54 @@ pub(super) fn build_workload(
             ),
         )),
     }
+}
+
+impl WorkloadCtx<'_> {
+    /// The error of the workload's `field`.
+    fn fail(&self, field: &str, reason: String) -> ExperimentError {
+        ExperimentError::new(self.path, format!("{}.{field}", self.key), reason)
+    }
+}
+
+/// The index of the backend a workload names (the case's only one if it names none).
+fn workload_backend(
+    ctx: &WorkloadCtx<'_>,
+    raw: &RawWorkload,
+    config: &Config,
+) -> Result<usize, ExperimentError> {
+    match &raw.backend {
+        Some(name) => config.backends.iter().position(|b| &b.name == name).ok_or_else(|| {
+            let known: Vec<&str> = config.backends.iter().map(|b| b.name.as_str()).collect();
+            let reason = format!("no backend named {name:?}; the case has {}", known.join(", "));
+            ctx.fail("backend", reason)
+        }),
+        None if config.backends.len() == 1 => Ok(0),
+        None => Err(ctx.fail("backend", "the case has several backends; name one".to_owned())),
+    }
+}
+
+/// A workload's size and block size in bytes (1 MiB blocks unless it says), checked, and when
+/// it starts.
+fn workload_extent(
+    ctx: &WorkloadCtx<'_>,
+    raw: &RawWorkload,
+) -> Result<(u64, u64, Duration), ExperimentError> {
+    let size_bytes = size_value(&raw.size).map_err(|r| ctx.fail("size", r))?;
+    let bs_bytes = match &raw.bs {
+        Some(value) => size_value(value).map_err(|r| ctx.fail("bs", r))?,
+        None => 1 << 20,
+    };
+    if size_bytes == 0 {
+        return Err(ctx.fail("size", "must be positive".to_owned()));
+    }
+    if bs_bytes == 0 || bs_bytes > 1 << 30 {
+        return Err(ctx.fail("bs", format!("{bs_bytes} bytes is outside 1 byte..1 GiB")));
+    }
+    let start = match &raw.start {
+        Some(value) => duration_value(value).map_err(|r| ctx.fail("start", r))?,
+        None => Duration::ZERO,
+    };
+    Ok((size_bytes, bs_bytes, start))
 }
 
 /// An fsmark, mmap-strm or anon-churn workload (`crate::memload`). Errors give the field.

@@ -21,34 +21,14 @@ fn shown_name(name: &str) -> String {
 pub fn charts(result: &RunResult, throttle: ThrottlePolicy) -> Vec<(&'static str, Chart)> {
     let ioless = throttle == ThrottlePolicy::Ioless;
     let line_chart = |title: &str, y_label: Option<&str>, names: &[&str]| {
-        let present: Vec<_> = names
-            .iter()
-            .filter_map(|name| result.series(name))
-            .filter(|series| !series.points.is_empty())
-            .collect();
-        let unit = present.first().map(|series| series.unit.clone()).unwrap_or_default();
-        let series = present
-            .iter()
-            .filter(|series| {
-                ioless || !matches!(series.name.as_str(), "setpoint" | "dirty_ratelimit")
-            })
-            .map(|series| Series {
-                name: shown_name(&series.name),
-                points: series.points.clone(),
-                kind: SeriesKind::Line,
-                color: None,
-            })
-            .collect::<Vec<_>>();
-        Chart {
-            title: format!("{}: {title}", result.name),
-            x_label: "time (s)".to_owned(),
-            y_label: y_label.map_or(unit, str::to_owned),
-            series,
-            y_min: None,
-            y_max: None,
-            x_log: false,
-        }
+        line_chart(result, ioless, title, y_label, names)
     };
+    let writer_names: Vec<&str> = result
+        .series
+        .iter()
+        .map(|series| series.name.as_str())
+        .filter(|name| name.starts_with("writer") && name.ends_with("_dirtied"))
+        .collect();
     let mut charts = vec![
         (
             "dirty.png",
@@ -66,27 +46,71 @@ pub fn charts(result: &RunResult, throttle: ThrottlePolicy) -> Vec<(&'static str
                 &["dirty_ratelimit", "write_bw", "avg_write_bw"],
             ),
         ),
+        (
+            "wbt.png",
+            line_chart(
+                "writeback throttling: in-flight limits",
+                Some("requests"),
+                &["wbt_max_depth", "wbt_background"],
+            ),
+        ),
+        (
+            "wbt-latency.png",
+            line_chart(
+                "writeback throttling: minimum read latency per window",
+                Some("us"),
+                &["wbt_read_min_us"],
+            ),
+        ),
+        ("pauses.png", pauses_chart(result)),
+        ("writers.png", line_chart("dirtied by each writer", None, &writer_names)),
     ];
-    charts.push((
-        "wbt.png",
-        line_chart(
-            "writeback throttling: in-flight limits",
-            Some("requests"),
-            &["wbt_max_depth", "wbt_background"],
-        ),
-    ));
-    charts.push((
-        "wbt-latency.png",
-        line_chart(
-            "writeback throttling: minimum read latency per window",
-            Some("us"),
-            &["wbt_read_min_us"],
-        ),
-    ));
+    charts.retain(|(_, chart)| chart.series.iter().any(|series| !series.points.is_empty()));
+    charts
+}
+
+/// A chart of the run's time series `names` that have points, in the unit of the first
+/// unless `y_label` says; the setpoint and ratelimit only under `ioless`, which has them.
+fn line_chart(
+    result: &RunResult,
+    ioless: bool,
+    title: &str,
+    y_label: Option<&str>,
+    names: &[&str],
+) -> Chart {
+    let present: Vec<_> = names
+        .iter()
+        .filter_map(|name| result.series(name))
+        .filter(|series| !series.points.is_empty())
+        .collect();
+    let unit = present.first().map(|series| series.unit.clone()).unwrap_or_default();
+    let series = present
+        .iter()
+        .filter(|series| ioless || !matches!(series.name.as_str(), "setpoint" | "dirty_ratelimit"))
+        .map(|series| Series {
+            name: shown_name(&series.name),
+            points: series.points.clone(),
+            kind: SeriesKind::Line,
+            color: None,
+        })
+        .collect::<Vec<_>>();
+    Chart {
+        title: format!("{}: {title}", result.name),
+        x_label: "time (s)".to_owned(),
+        y_label: y_label.map_or(unit, str::to_owned),
+        series,
+        y_min: None,
+        y_max: None,
+        x_log: false,
+    }
+}
+
+/// Every throttle pause of the run, a series of points per writer.
+fn pauses_chart(result: &RunResult) -> Chart {
     let mut writers: Vec<u32> = result.pauses.iter().map(|&(_, _, writer)| writer).collect();
     writers.sort_unstable();
     writers.dedup();
-    let pause_series = writers
+    let series = writers
         .iter()
         .map(|&writer| Series {
             name: format!("writer {writer}"),
@@ -100,27 +124,15 @@ pub fn charts(result: &RunResult, throttle: ThrottlePolicy) -> Vec<(&'static str
             color: Some(writer as usize),
         })
         .collect();
-    charts.push((
-        "pauses.png",
-        Chart {
-            title: format!("{}: pause per throttle call", result.name),
-            x_label: "time (s)".to_owned(),
-            y_label: "pause (ms)".to_owned(),
-            series: pause_series,
-            y_min: None,
-            y_max: None,
-            x_log: false,
-        },
-    ));
-    let writer_names: Vec<&str> = result
-        .series
-        .iter()
-        .map(|series| series.name.as_str())
-        .filter(|name| name.starts_with("writer") && name.ends_with("_dirtied"))
-        .collect();
-    charts.push(("writers.png", line_chart("dirtied by each writer", None, &writer_names)));
-    charts.retain(|(_, chart)| chart.series.iter().any(|series| !series.points.is_empty()));
-    charts
+    Chart {
+        title: format!("{}: pause per throttle call", result.name),
+        x_label: "time (s)".to_owned(),
+        y_label: "pause (ms)".to_owned(),
+        series,
+        y_min: None,
+        y_max: None,
+        x_log: false,
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,307 @@
+//! One experiment's part of the report: its summary.json, the charts of its cases and runs,
+//! the evaluated checks and published rows, and its section of report.html.
+
+use super::*;
+
+/// Writes one experiment's summary and charts, evaluates it, and builds its report section.
+pub(super) fn report_experiment(
+    experiment: &Experiment,
+    runs: &[(&RunSpec, RunResult)],
+    options: &Options,
+) -> Result<(ExperimentOutcome, ExperimentSection), ReproduceError> {
+    let experiment_dir = options.out_dir.join(&experiment.name);
+    let (metrics, mut summary) = summarize_runs(experiment, runs, options.quick);
+    let checks = experiment.evaluate_checks(&metrics);
+    let published = experiment.evaluate_published(&metrics, &checks);
+    summary.published = published.iter().map(published_summary).collect();
+    summary.verdicts = count_verdicts(published.iter().map(|row| &row.verdict));
+    let summary_path = experiment_dir.join("summary.json");
+    summary.write_json(&summary_path)?;
+
+    let mut plots = case_plots(experiment, runs, &experiment_dir)?;
+    let verdict_plot = match compare_charts::verdict_chart(&experiment.name, &published) {
+        Some(chart) => {
+            render_png(&chart, &experiment_dir.join("verdicts.png"), 640, 340)?;
+            Some(PlotRef {
+                caption: chart.title.clone(),
+                path: format!("{}/verdicts.png", experiment.name),
+            })
+        }
+        None => None,
+    };
+    plots.extend(run_plots(experiment, runs, &experiment_dir)?);
+    let section = ExperimentSection {
+        name: experiment.name.clone(),
+        description: format!(
+            "{}\n{}\nReproduces: {}",
+            experiment.title,
+            experiment.description.trim(),
+            experiment.reproduces
+        ),
+        comparisons: published.iter().map(comparison).collect(),
+        tables: vec![metrics_table(experiment, &metrics), checks_table(&checks)],
+        plots,
+        verdict_plot,
+        reproduces: experiment.reproduces.clone(),
+    };
+    let outcome = ExperimentOutcome {
+        name: experiment.name.clone(),
+        title: experiment.title.clone(),
+        summary_path,
+        metrics,
+        checks,
+        published,
+    };
+    Ok((outcome, section))
+}
+
+/// Each run's finite metrics (undefined ones, NaN, are left out, as summary.json requires),
+/// and the summary of the runs, whose published rows and verdicts are filled in later.
+fn summarize_runs(
+    experiment: &Experiment,
+    runs: &[(&RunSpec, RunResult)],
+    quick: bool,
+) -> (RunMetrics, Summary) {
+    let mut metrics = RunMetrics::new();
+    let mut summary = Summary {
+        experiment: experiment.name.clone(),
+        runs: Vec::new(),
+        published: Vec::new(),
+        verdicts: BTreeMap::new(),
+    };
+    for (spec, result) in runs {
+        let finite: BTreeMap<String, f64> = result
+            .metrics
+            .iter()
+            .filter(|(_, value)| value.is_finite())
+            .map(|(name, value)| (name.clone(), *value))
+            .collect();
+        metrics.insert(spec.name.clone(), finite.clone());
+        summary.runs.push(RunSummary {
+            name: spec.name.clone(),
+            config: config_json(experiment, spec, quick),
+            metrics: finite,
+        });
+    }
+    (metrics, summary)
+}
+
+/// Each run's charts, drawn into its directory under `experiment_dir`.
+fn run_plots(
+    experiment: &Experiment,
+    runs: &[(&RunSpec, RunResult)],
+    experiment_dir: &Path,
+) -> Result<Vec<PlotRef>, ReproduceError> {
+    let mut plots = Vec::new();
+    for (spec, result) in runs {
+        let run_dir = experiment_dir.join(&spec.name);
+        create_dir(&run_dir)?;
+        for (file, chart) in charts(result, spec.config.throttle) {
+            render_png(&chart, &run_dir.join(file), CHART_WIDTH, CHART_HEIGHT)?;
+            plots.push(PlotRef {
+                caption: chart.title.clone(),
+                path: format!("{}/{}/{file}", experiment.name, spec.name),
+            });
+        }
+    }
+    Ok(plots)
+}
+
+/// A published row as the report's comparison table shows it.
+fn comparison(row: &PublishedOutcome) -> Comparison {
+    Comparison {
+        claim: row.claim.clone(),
+        published: row.published.clone(),
+        ours: row.ours.clone(),
+        ratio: row.ratio.map_or(String::new(), format_number),
+        tolerance: row.tolerance.clone(),
+        verdict: row.verdict,
+        why: row.why.clone(),
+        analysis: row.analysis.clone(),
+    }
+}
+
+fn published_summary(row: &PublishedOutcome) -> PublishedSummary {
+    PublishedSummary {
+        claim: row.claim.clone(),
+        published: row.published.clone(),
+        ours: row.ours.clone(),
+        published_value: row.value,
+        ours_value: row.ours_value,
+        ratio: row.ratio,
+        tolerance: row.tolerance.clone(),
+        verdict: row.verdict,
+        why: row.why.clone(),
+        analysis: row.analysis.clone(),
+    }
+}
+
+/// The charts comparing the variants of each case (read-latency distributions with the
+/// posting's points, pause distributions), written under `<experiment>/<case>/`.
+fn case_plots(
+    experiment: &Experiment,
+    runs: &[(&RunSpec, RunResult)],
+    experiment_dir: &Path,
+) -> Result<Vec<PlotRef>, ReproduceError> {
+    let mut plots = Vec::new();
+    for case in &experiment.cases {
+        let prefix = format!("{}/", case.name);
+        let case_runs: Vec<(&str, &RunResult)> = runs
+            .iter()
+            .filter_map(|(spec, result)| spec.name.strip_prefix(&prefix).map(|v| (v, result)))
+            .collect();
+        let references: Vec<&crate::experiment::Reference> =
+            experiment.references.iter().filter(|r| r.run.starts_with(&prefix)).collect();
+        let charts = [
+            (
+                "read-latency.png",
+                compare_charts::latency_cdf_chart(&case.name, &case_runs, &references),
+            ),
+            ("pauses-hist.png", compare_charts::pause_histogram_chart(&case.name, &case_runs)),
+            (
+                "writepages-hist.png",
+                compare_charts::writepages_histogram_chart(&case.name, &case_runs),
+            ),
+        ];
+        for (file, chart) in charts {
+            let Some(chart) = chart else { continue };
+            let dir = experiment_dir.join(&case.name);
+            create_dir(&dir)?;
+            render_png(&chart, &dir.join(file), CHART_WIDTH, CHART_HEIGHT)?;
+            plots.push(PlotRef {
+                caption: chart.title.clone(),
+                path: format!("{}/{}/{file}", experiment.name, case.name),
+            });
+        }
+    }
+    Ok(plots)
+}
+
+/// The metrics table: one row per run, key metrics and every metric the checks read.
+fn metrics_table(experiment: &Experiment, metrics: &RunMetrics) -> Table {
+    let mut names: Vec<&str> = KEY_METRICS.to_vec();
+    let referenced = experiment
+        .checks
+        .iter()
+        .flat_map(|check| check.left.references().into_iter().chain(check.right.references()))
+        .chain(experiment.published.iter().flat_map(|row| row.ours.references()));
+    for (_, metric) in referenced {
+        if !names.contains(&metric) {
+            names.push(metric);
+        }
+    }
+    names.retain(|name| metrics.values().any(|run| run.contains_key(*name)));
+    let mut columns = vec!["run".to_owned()];
+    columns.extend(names.iter().map(|name| (*name).to_owned()));
+    let rows = metrics
+        .iter()
+        .map(|(run, values)| {
+            let mut row = vec![run.clone()];
+            row.extend(
+                names
+                    .iter()
+                    .map(|name| values.get(*name).map_or(String::new(), |v| format_number(*v))),
+            );
+            row
+        })
+        .collect();
+    Table { caption: "Key metrics per run".to_owned(), columns, rows }
+}
+
+fn checks_table(checks: &[CheckOutcome]) -> Table {
+    let rows = checks
+        .iter()
+        .map(|check| {
+            vec![
+                check.what.clone(),
+                check.expression.clone(),
+                check.values(),
+                if check.pass { "pass" } else { "FAIL" }.to_owned(),
+            ]
+        })
+        .collect();
+    Table {
+        caption: "What must hold".to_owned(),
+        columns: ["check", "expression", "values", "result"].map(str::to_owned).to_vec(),
+        rows,
+    }
+}
+
+/// The knobs of a run that matter, for `summary.json`.
+fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
+    let config: &Config = &spec.config;
+    let backends: Vec<Value> = config
+        .backends
+        .iter()
+        .zip(&spec.devices)
+        .map(|(backend, device)| {
+            json!({
+                "name": backend.name,
+                "device": device.model,
+                "device_overrides": serde_json::to_value(&device.overrides).unwrap_or(Value::Null),
+                "min_ratio": backend.min_ratio,
+                "max_ratio": backend.max_ratio,
+                "strict_limit": backend.strict_limit,
+                "queue_depth": backend.queue_depth,
+                "max_write_pages": backend.max_write_pages,
+                "rotational": backend.rotational,
+                "write_cache": backend.write_cache,
+                "wbt": backend.wbt.name(),
+                "wbt_lat_usec": backend.wbt_target_usec(),
+                "wbt_window_usec": backend.wbt_window_usec,
+            })
+        })
+        .collect();
+    let workloads: Vec<Value> = spec
+        .workloads
+        .iter()
+        .map(|workload| match workload {
+            Workload::Dd { backend, size_bytes, bs_bytes, start, fsync, think, .. } => json!({
+                "kind": "dd",
+                "backend": config.backends[*backend].name,
+                "size_bytes": size_bytes,
+                "bs_bytes": bs_bytes,
+                "start_s": start.as_secs_f64(),
+                "fsync": fsync,
+                "think_s": think.as_secs_f64(),
+            }),
+            Workload::Cp { backend, size_bytes, bs_bytes, start } => json!({
+                "kind": "cp",
+                "backend": config.backends[*backend].name,
+                "size_bytes": size_bytes,
+                "bs_bytes": bs_bytes,
+                "start_s": start.as_secs_f64(),
+            }),
+            Workload::RandomReader { backend, size_bytes, bs_bytes, start } => json!({
+                "kind": "randread",
+                "backend": config.backends[*backend].name,
+                "size_bytes": size_bytes,
+                "bs_bytes": bs_bytes,
+                "start_s": start.as_secs_f64(),
+            }),
+            Workload::Memory(memory) => memory.to_json(config),
+        })
+        .collect();
+    json!({
+        "compare": experiment.compare.name,
+        "memory_bytes": config.memory_bytes,
+        "hz": config.hz,
+        "nr_cpus": config.nr_cpus,
+        "dirty_ratio": config.dirty_ratio,
+        "dirty_bytes": config.dirty_bytes,
+        "dirty_background_ratio": config.dirty_background_ratio,
+        "dirty_background_bytes": config.dirty_background_bytes,
+        "dirty_expire_centisecs": config.dirty_expire_centisecs,
+        "dirty_writeback_centisecs": config.dirty_writeback_centisecs,
+        "throttle": config.throttle.name(),
+        "reclaim": config.reclaim.name(),
+        "swap_backend": config.swap_backend.map(|b| config.backends[b].name.clone()),
+        "unstable_accounting": config.unstable_accounting.name(),
+        "backends": backends,
+        "workloads": workloads,
+        "seed": spec.seed,
+        "quick": quick,
+        "time_limit_s": spec.time_limit.as_secs_f64(),
+        "steady_from_s": spec.steady_from.as_secs_f64(),
+    })
+}
