@@ -13,6 +13,7 @@ pub mod backend;
 pub mod device;
 pub mod experiment;
 pub mod memload;
+pub mod output;
 pub mod prng;
 pub mod queue;
 pub mod report;

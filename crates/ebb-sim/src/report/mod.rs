@@ -20,10 +20,7 @@
 //! | [`text`] | aligned plain-text tables for terminals |
 //! | [`trace_file`] | the report of a trace file (`ebb report`): charts, `report.html`, `trace.json` |
 
-pub mod chrome_trace;
 pub mod compare_charts;
-mod error;
-pub mod hist;
 pub mod html;
 pub mod plot;
 pub mod run_charts;
@@ -31,12 +28,12 @@ pub mod summary;
 pub mod text;
 pub mod trace_file;
 
-pub use error::ReportError;
+pub use crate::output::{ReportError, chrome_trace, hist};
 
 /// A fresh, empty directory for one test's output, unique per test name and process, under
 /// `std::env::temp_dir()`.
 #[cfg(test)]
-fn test_dir(test_name: &str) -> std::path::PathBuf {
+pub(crate) fn test_dir(test_name: &str) -> std::path::PathBuf {
     let dir =
         std::env::temp_dir().join(format!("ebb-sim-report-{test_name}-{}", std::process::id()));
     match std::fs::remove_dir_all(&dir) {

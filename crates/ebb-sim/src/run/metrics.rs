@@ -8,7 +8,7 @@ use ebb_core::{BackendId, Instant};
 
 use super::writers::WriterState;
 use super::{PAGE, RunResult, Sim, TimeSeries};
-use crate::report::hist::SampleStats;
+use crate::output::hist::SampleStats;
 
 /// Points kept of a run's read-latency distribution (enough for a smooth curve).
 const READ_CDF_POINTS_MAX: usize = 2000;

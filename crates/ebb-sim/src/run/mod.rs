@@ -35,9 +35,9 @@ pub use faults::Fault;
 pub use spec::{Crash, DeviceSpec, RunSpec, Workload};
 
 use crate::device::Device;
+use crate::output::hist::LatencyHistogram;
 use crate::prng::Prng;
 use crate::queue::EventQueue;
-use crate::report::hist::LatencyHistogram;
 use checks::Checker;
 use io::IoPending;
 use readers::Reader;

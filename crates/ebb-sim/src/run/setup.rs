@@ -12,9 +12,9 @@ use super::readers::Reader;
 use super::writers::{SimWriter, WriterState, plan_pages};
 use super::{Ev, PAGE, RunSpec, Sim, SimError, Tracer, Workload};
 use crate::memload::MemoryWorkload;
+use crate::output::hist::LatencyHistogram;
 use crate::prng::Prng;
 use crate::queue::EventQueue;
-use crate::report::hist::LatencyHistogram;
 
 /// Each file gets its own gigabyte-aligned region of the device's address space.
 const FILE_REGION_ALIGN: u64 = 1 << 30;

@@ -7,7 +7,7 @@ use std::io::{BufWriter, Write};
 use ebb_core::TraceEvent;
 
 use super::{RunSpec, Sim, SimError};
-use crate::report::chrome_trace::{ArgValue, ChromeTrace};
+use crate::output::chrome_trace::{ArgValue, ChromeTrace};
 
 /// Writes trace.txt and trace.json as the run goes.
 pub(super) struct Tracer {

@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::report::ReportError;
+use crate::output::ReportError;
 
 /// The value of one event argument (the `args` object shown when an event is selected).
 #[derive(Clone, Copy, Debug, PartialEq)]
