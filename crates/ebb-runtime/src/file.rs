@@ -26,8 +26,6 @@ use crate::shared::{FileState, PAGE, Shared, from_io_error, read_page_direct};
 mod durable;
 mod throttle;
 
-pub(crate) use durable::{DurableWatch, durable_changed};
-
 pub(crate) use throttle::{Obey, Owed, Throttled};
 pub use throttle::{TryWrite, WriteAt};
 
@@ -708,7 +706,7 @@ pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<(
     shared
         .enter(|core, maps, now| core.engine.handle(now, Event::FileSynced { inode, mark }, maps));
     drop(_s);
-    durable_changed(shared, fs);
+    crate::shared::durable::durable_changed(shared, fs);
     Ok(())
 }
 

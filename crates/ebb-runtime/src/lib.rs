@@ -35,7 +35,6 @@ mod pauses;
 mod shared;
 mod stats;
 mod trace;
-mod writeio;
 
 use std::io;
 use std::path::Path;

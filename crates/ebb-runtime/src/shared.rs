@@ -39,7 +39,10 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bufpool::BufPool;
 use crate::frames::FramePool;
-pub(crate) use crate::writeio::Lane;
+pub(crate) mod durable;
+mod writeio;
+
+pub(crate) use writeio::Lane;
 
 pub(crate) const PAGE: usize = PAGE_SIZE as usize;
 
@@ -83,7 +86,7 @@ pub(crate) struct FileState {
     /// Serialises syncs of the backend file, so each reports what it covers.
     pub(crate) sync_lock: Mutex<()>,
     /// Who is told when the durable length grows (`file/durable.rs`).
-    pub(crate) durable: crate::file::DurableWatch,
+    pub(crate) durable: durable::DurableWatch,
     /// Discarded (`Ebb::discard`, the last handle closed): its cached pages are dropped, and
     /// a sync of everything no longer syncs its backend file, which may be gone.
     pub(crate) discarded: AtomicBool,
@@ -546,7 +549,7 @@ impl Shared {
                         core.engine.handle(now, Event::CommitDone { io, result }, maps)
                     });
                     if let Some(fs) = fs {
-                        crate::file::durable_changed(self, &fs);
+                        durable::durable_changed(self, &fs);
                     }
                 }
             }

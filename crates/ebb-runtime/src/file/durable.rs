@@ -11,46 +11,10 @@
 
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender, channel};
-
-use parking_lot::Mutex;
+use std::sync::mpsc::Receiver;
 
 use super::File;
-use crate::shared::{FileState, Shared};
-
-/// The channels of one file's watchers ([`File::durable_watch`]) and the length each was last
-/// sent.
-#[derive(Default)]
-pub(crate) struct DurableWatch {
-    watchers: Mutex<Vec<(Sender<u64>, u64)>>,
-}
-
-/// The durable byte ranges of `fs` now.
-fn ranges(shared: &Shared, fs: &FileState) -> Vec<Range<u64>> {
-    let (inode, size) = (fs.inode, fs.size.load(Ordering::Acquire));
-    shared.enter(|core, maps, _| core.engine.durable_ranges(inode, size, maps))
-}
-
-fn prefix(ranges: &[Range<u64>]) -> u64 {
-    ranges.first().filter(|r| r.start == 0).map_or(0, |r| r.end)
-}
-
-/// Something that can make more of `fs` durable happened (a sync, a COMMIT): sends its
-/// durable length to the watchers it grew for.
-pub(crate) fn durable_changed(shared: &Shared, fs: &FileState) {
-    if fs.durable.watchers.lock().is_empty() {
-        return;
-    }
-    let len = prefix(&ranges(shared, fs));
-    fs.durable.watchers.lock().retain_mut(|(tx, sent)| {
-        if len <= *sent {
-            return true;
-        }
-        *sent = len;
-        tx.send(len).is_ok()
-    });
-}
+use crate::shared::durable::{prefix, ranges};
 
 impl File {
     /// How many bytes from the start of the file a crash would keep: every byte below it was
@@ -115,9 +79,6 @@ impl File {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn durable_watch(&self) -> Receiver<u64> {
-        let (tx, rx) = channel();
-        let now = self.durable_len();
-        self.fs.durable.watchers.lock().push((tx, now));
-        rx
+        self.fs.durable.watch(self.durable_len())
     }
 }

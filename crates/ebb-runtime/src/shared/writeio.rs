@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use ebb_backend::AlignedBuf;
 use ebb_core::{Event, FrameId, InodeId, IoError, IoId, PAGE_SIZE, Stability};
 
-use crate::shared::{FileState, Job, PAGE, Shared, to_io_error};
+use super::{FileState, Job, PAGE, Shared, to_io_error};
 
 /// A unit the backend writes whole (`BackendFile::write_unit`) around a shorter write.
 struct Unit {
