@@ -63,6 +63,16 @@ impl StepSpan {
     }
 }
 
+/// One step of a read from `offset`: pages `first..first + count` from byte `pos` up to byte
+/// `end`.
+struct ReadStep {
+    offset: u64,
+    pos: u64,
+    first: u64,
+    count: u64,
+    end: u64,
+}
+
 /// Direct-read events queued before a reader delivers them to the engine itself.
 const DIRECT_READ_BATCH: usize = 256;
 /// How often a waiting call asks whether its caller gave up (see [`Interrupt`]).
@@ -390,37 +400,17 @@ impl File {
             let in_page = (pos % PAGE_SIZE) as usize;
             let count = ((in_page + len - done).div_ceil(PAGE) as u64).min(STEP_PAGES);
             let end = (offset + len as u64).min((first + count) * PAGE_SIZE);
-            let gap: Option<Run> = {
-                let mut map = self.fs.map.lock();
-                missing.clear();
-                map.lookup(first, count, &mut missing);
-                let upto = missing.first().map_or(first + count, |r| r.first);
-                if upto > first {
-                    misses_in_a_row = 0;
-                }
-                for page in first..upto {
-                    let frame = map.page(page).expect("lookup said resident").frame;
-                    let page_start = page * PAGE_SIZE;
-                    let from = pos.max(page_start);
-                    let to = end.min(page_start + PAGE_SIZE);
-                    let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
-                    shared.frames.read(frame, (from - page_start) as usize, dst);
-                    done = (to - offset) as usize;
-                }
-                missing.first().copied()
-            };
+            let step = ReadStep { offset, pos, first, count, end };
+            let (copied, gap) = self.copy_resident(buf, &step, &mut missing);
+            if let Some(copied) = copied {
+                misses_in_a_row = 0;
+                done = copied;
+            }
             let Some(gap) = gap else { continue };
             if misses_in_a_row >= 3 {
                 // The cache could not keep the page (memory is short): read it straight from
                 // the backend; a page not in the cache is not dirty, so the backend is current.
-                let page = read_page_direct(&self.fs, gap.first)?;
-                let page_start = gap.first * PAGE_SIZE;
-                let from = pos.max(page_start);
-                let to = end.min(page_start + PAGE_SIZE);
-                buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
-                    &page[(from - page_start) as usize..(to - page_start) as usize],
-                );
-                done = (to - offset) as usize;
+                done = self.copy_direct(buf, &step, gap.first)?;
                 misses_in_a_row = 0;
                 continue;
             }
@@ -444,6 +434,44 @@ impl File {
             misses_in_a_row += 1;
         }
         Ok(len)
+    }
+
+    /// Copies the step's resident pages up to its first missing one into `buf`; returns how far
+    /// into the read that got (`None` if the first page is missing) and the first missing run.
+    fn copy_resident(
+        &self,
+        buf: &mut [u8],
+        step: &ReadStep,
+        missing: &mut Vec<Run>,
+    ) -> (Option<usize>, Option<Run>) {
+        let frames = &self.ebb.inner.shared.frames;
+        let mut map = self.fs.map.lock();
+        missing.clear();
+        map.lookup(step.first, step.count, missing);
+        let upto = missing.first().map_or(step.first + step.count, |r| r.first);
+        let mut done = None;
+        for page in step.first..upto {
+            let frame = map.page(page).expect("lookup said resident").frame;
+            let page_start = page * PAGE_SIZE;
+            let from = step.pos.max(page_start);
+            let to = step.end.min(page_start + PAGE_SIZE);
+            let dst = &mut buf[(from - step.offset) as usize..(to - step.offset) as usize];
+            frames.read(frame, (from - page_start) as usize, dst);
+            done = Some((to - step.offset) as usize);
+        }
+        (done, missing.first().copied())
+    }
+
+    /// Reads `page` straight from the backend into `buf` (the part of it the step covers);
+    /// returns how far into the read that got.
+    fn copy_direct(&self, buf: &mut [u8], step: &ReadStep, page: u64) -> io::Result<usize> {
+        let bytes = read_page_direct(&self.fs, page)?;
+        let page_start = page * PAGE_SIZE;
+        let from = step.pos.max(page_start);
+        let to = step.end.min(page_start + PAGE_SIZE);
+        buf[(from - step.offset) as usize..(to - step.offset) as usize]
+            .copy_from_slice(&bytes[(from - page_start) as usize..(to - page_start) as usize]);
+        Ok((to - step.offset) as usize)
     }
 
     /// Reads straight from the backend, bypassing the cache, like an `O_DIRECT` read: for
