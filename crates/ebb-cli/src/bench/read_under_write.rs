@@ -376,24 +376,7 @@ fn measure(
         Target::Dir(dir) => device_of(dir),
         Target::Nfs(_) => None,
     };
-    // Per mode: the merged read latencies, the reader's total run delay, each round's writer
-    // MB/s and the device's work.
-    let mut runs: BTreeMap<String, (Histogram<u64>, u64, Vec<f64>, DeviceWork)> = BTreeMap::new();
-    let mut add = |mode: &str, reads: Reads, mb_s: f64| -> io::Result<()> {
-        match runs.entry(mode.to_owned()) {
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert((reads.latencies, reads.run_delay_ns, vec![mb_s], reads.device));
-            }
-            std::collections::btree_map::Entry::Occupied(mut o) => {
-                let (merged, delay, rates, device) = o.get_mut();
-                merged.add(&reads.latencies).map_err(|e| io::Error::other(e.to_string()))?;
-                *delay += reads.run_delay_ns;
-                rates.push(mb_s);
-                device.add(reads.device);
-            }
-        }
-        Ok(())
-    };
+    let mut runs = Modes::default();
     let mut wbt_lat = 0;
     settle();
     for round in 1..=opts.rounds.max(1) {
@@ -405,41 +388,14 @@ fn measure(
             stop.store(true, Ordering::Relaxed);
             r.join().expect("reader thread")
         })?;
-        add("idle", h, 0.0)?;
-
-        let wbt = |value: &str| vec![("wbt".to_owned(), value.to_owned())];
-        let builtin = [("wbt_on", wbt("on")), ("wbt_ebb", wbt("ebb")), ("wbt_off", wbt("off"))];
-        let variants = opts.variants.iter().map(|(label, knobs)| {
-            (label.as_str(), wbt("ebb").into_iter().chain(knobs.iter().cloned()).collect())
-        });
-        for (label, knobs) in builtin.into_iter().chain(variants) {
+        runs.add("idle", h, 0.0)?;
+        for (label, knobs) in ebb_modes(opts) {
             let mode = format!("ebb_{label}");
             progress(&format!("round {round}: {mode}"));
-            let mut builder = builder_with(opts.memory, &opts.knobs)?;
-            for (name, value) in &knobs {
-                builder = builder.knob(name, value).map_err(config_error)?;
-            }
-            let ebb = opts.target.add_to(builder)?.build()?;
-            wbt_lat = wbt_lat.max(ebb.config().backends[0].wbt_target_usec());
-            let rf = ebb.open(READ_FILE, OpenOptions { create: false, truncate: false })?;
-            let wf = ebb.open("ebb-bench-write", CREATE)?;
-            let (h, mb_s) = reader_beside_writer(
-                pages,
-                dev,
-                secs,
-                opts.write_file_size,
-                |b, o| rf.read_direct_at(b, o),
-                |b, o| wf.write_at(b, o).map(drop),
-                || wf.fsync(),
-            )?;
-            add(&mode, h, mb_s)?;
-            drop(rf);
-            wf.close()?;
-            ebb.remove("ebb-bench-write")?;
-            drop(ebb);
-            settle();
+            let (h, mb_s, lat) = ebb_round(opts, &knobs, pages, dev)?;
+            wbt_lat = wbt_lat.max(lat);
+            runs.add(&mode, h, mb_s)?;
         }
-
         let Target::Dir(dir) = &opts.target else { continue };
         progress(&format!("round {round}: kernel, a buffered writer through the page cache"));
         let path = dir.join("ebb-bench-kernel-write");
@@ -456,12 +412,13 @@ fn measure(
             },
             || kf.sync_data(),
         )?;
-        add("kernel", h, mb_s)?;
+        runs.add("kernel", h, mb_s)?;
         drop(kf);
         std::fs::remove_file(&path)?;
         settle();
     }
     let modes = runs
+        .0
         .into_iter()
         .map(|(mode, (h, delay, mb_s, device))| {
             let mean = mb_s.iter().sum::<f64>() / mb_s.len().max(1) as f64;
@@ -477,4 +434,73 @@ fn measure(
         kernel_dirty_thresh_bytes: opts.kernel_thresholds.map(|t| t.0),
         kernel_dirty_background_thresh_bytes: opts.kernel_thresholds.map(|t| t.1),
     })
+}
+
+/// Per mode: the merged read latencies, the reader's total run delay, each round's writer
+/// MB/s and the device's work.
+#[derive(Default)]
+struct Modes(BTreeMap<String, (Histogram<u64>, u64, Vec<f64>, DeviceWork)>);
+
+impl Modes {
+    /// One round of `mode`: its reads, and its writer's MB/s.
+    fn add(&mut self, mode: &str, reads: Reads, mb_s: f64) -> io::Result<()> {
+        match self.0.entry(mode.to_owned()) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert((reads.latencies, reads.run_delay_ns, vec![mb_s], reads.device));
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let (merged, delay, rates, device) = o.get_mut();
+                merged.add(&reads.latencies).map_err(|e| io::Error::other(e.to_string()))?;
+                *delay += reads.run_delay_ns;
+                rates.push(mb_s);
+                device.add(reads.device);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The ebb modes of a round, each a label and its knobs: wbt on, ebb and off, then each
+/// `--variant` (over `wbt = ebb`).
+fn ebb_modes(opts: &ReadUnderWriteOptions) -> Vec<(String, Vec<(String, String)>)> {
+    let wbt = |value: &str| vec![("wbt".to_owned(), value.to_owned())];
+    let builtin = [("wbt_on", wbt("on")), ("wbt_ebb", wbt("ebb")), ("wbt_off", wbt("off"))];
+    let builtin = builtin.into_iter().map(|(label, knobs)| (label.to_owned(), knobs));
+    let variants = opts.variants.iter().map(|(label, knobs)| {
+        (label.clone(), wbt("ebb").into_iter().chain(knobs.iter().cloned()).collect())
+    });
+    builtin.chain(variants).collect()
+}
+
+/// One round of an ebb mode with `knobs`: the reader beside an ebb writer, then the files
+/// removed. Returns the reads, the writer's MB/s and the wbt latency target.
+fn ebb_round(
+    opts: &ReadUnderWriteOptions,
+    knobs: &[(String, String)],
+    pages: u64,
+    dev: Option<(u64, u64)>,
+) -> io::Result<(Reads, f64, u64)> {
+    let mut builder = builder_with(opts.memory, &opts.knobs)?;
+    for (name, value) in knobs {
+        builder = builder.knob(name, value).map_err(config_error)?;
+    }
+    let ebb = opts.target.add_to(builder)?.build()?;
+    let wbt_lat = ebb.config().backends[0].wbt_target_usec();
+    let rf = ebb.open(READ_FILE, OpenOptions { create: false, truncate: false })?;
+    let wf = ebb.open("ebb-bench-write", CREATE)?;
+    let (h, mb_s) = reader_beside_writer(
+        pages,
+        dev,
+        opts.seconds,
+        opts.write_file_size,
+        |b, o| rf.read_direct_at(b, o),
+        |b, o| wf.write_at(b, o).map(drop),
+        || wf.fsync(),
+    )?;
+    drop(rf);
+    wf.close()?;
+    ebb.remove("ebb-bench-write")?;
+    drop(ebb);
+    settle();
+    Ok((h, mb_s, wbt_lat))
 }
