@@ -3,13 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use ebb_core::{
-    BackendId, Duration, Engine, Event, GroupId, HandleId, InodeId, Instant, MapStore, Writer,
-    WriterId,
-};
+use ebb_core::{BackendId, Duration, Engine, Event, HandleId, InodeId, Instant, MapStore};
 
 use super::readers::Reader;
-use super::writers::{SimWriter, WriterState, plan_pages};
+use super::writers::{SimWriter, plan_pages};
 use super::{Ev, PAGE, RunSpec, Sim, SimError, Tracer, Workload};
 use crate::memload::MemoryWorkload;
 use crate::output::hist::LatencyHistogram;
@@ -143,34 +140,16 @@ impl<'a> Sim<'a> {
         let event = Event::Open { handle, inode, backend: backend_id };
         self.engine.handle(Instant::ZERO, event, &mut self.maps);
         self.writers.push(SimWriter {
-            w: Writer::new(WriterId(w as u32), GroupId(w as u32)),
             inode,
             handle,
             src,
-            pos: 0,
             end: pages,
             bs: bs / PAGE,
-            left: 0,
             think,
             fsync,
-            state: WriterState::NotStarted,
-            started: None,
-            finished: None,
-            sync_started: None,
-            plan: Default::default(),
-            cycle: Vec::new(),
-            cycle_start: Instant::ZERO,
-            backend,
-            anon: false,
-            anon_held: 0,
-            planned: false,
-            seg_start: 0,
-            done_before: 0,
-            files_done: 0,
-            count_files: false,
-            append: None,
             truncate,
             unlink,
+            ..SimWriter::idle(w, backend)
         });
         self.queue.push(Instant::ZERO + start, Ev::Step(w));
         Ok(())

@@ -72,8 +72,8 @@ pub(super) fn plan_pages(plan: &Plan) -> u64 {
 }
 
 impl SimWriter {
-    /// A writer following a memory workload's plan (it starts with no segment).
-    pub(super) fn planned(w: usize, plan: Plan) -> SimWriter {
+    /// Writer `w` of `backend`, with nothing to write yet: no file, no plan, not started.
+    pub(super) fn idle(w: usize, backend: usize) -> SimWriter {
         SimWriter {
             w: Writer::new(WriterId(w as u32), GroupId(w as u32)),
             inode: InodeId(0),
@@ -81,7 +81,7 @@ impl SimWriter {
             src: None,
             pos: 0,
             end: 0,
-            bs: plan.bs_pages.max(1),
+            bs: 1,
             left: 0,
             think: Duration::ZERO,
             fsync: false,
@@ -89,20 +89,32 @@ impl SimWriter {
             started: None,
             finished: None,
             sync_started: None,
-            plan: plan.segs.into(),
-            cycle: plan.cycle,
+            plan: Default::default(),
+            cycle: Vec::new(),
             cycle_start: Instant::ZERO,
-            backend: plan.backend,
+            backend,
             anon: false,
             anon_held: 0,
-            planned: true,
+            planned: false,
             seg_start: 0,
             done_before: 0,
             files_done: 0,
-            count_files: plan.count_files,
+            count_files: false,
             append: None,
             truncate: None,
             unlink: false,
+        }
+    }
+
+    /// A writer following a memory workload's plan (it starts with no segment).
+    pub(super) fn planned(w: usize, plan: Plan) -> SimWriter {
+        SimWriter {
+            bs: plan.bs_pages.max(1),
+            plan: plan.segs.into(),
+            cycle: plan.cycle,
+            planned: true,
+            count_files: plan.count_files,
+            ..SimWriter::idle(w, plan.backend)
         }
     }
 }
