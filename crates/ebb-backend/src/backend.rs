@@ -357,3 +357,20 @@ pub fn check_request(capabilities: &Capabilities, offset: u64, len: usize) -> io
     }
     Ok(())
 }
+
+/// Background writes `wbt = ebb` keeps in flight to a network backend at least: one being
+/// served and one on its way, so the server never waits for the client between two (ebb's
+/// own; as a directory's lanes, `ebb_runtime`'s `DIRECTORY_WBT_MIN_DEPTH`).
+pub const NETWORK_WBT_MIN_DEPTH: u32 = 2;
+
+/// The writeback throttling of a network backend (the NFS and S3 backends'
+/// `writeback_settings`): ebb's variant, `wbt = ebb`, on the backend's background writes in
+/// flight (an NFS client's WRITEs, an S3 client's part uploads), with the backend's reads
+/// (cache misses and direct reads) as its signal and its target learned from their idle
+/// latency, and at least [`NETWORK_WBT_MIN_DEPTH`] writes in flight. The kernel has no wbt for
+/// a network filesystem, which has no block queue; ebb's client has a queue of its own (the
+/// IO threads' jobs) whose depth it controls.
+pub fn network_writeback_throttling(settings: &mut ebb_core::BackendConfig) {
+    settings.wbt = ebb_core::WbtMode::Ebb;
+    settings.wbt_min_depth = NETWORK_WBT_MIN_DEPTH;
+}

@@ -25,6 +25,7 @@
 //! | [`conformance`] | named checks any backend (real or simulated) must pass |
 //! | [`backend_conformance!`], [`namespace_conformance!`] | one `#[test]` per check of a suite, for a backend's or a namespace's tests |
 //! | [`check_name`], [`check_request`], [`check_extent`] | the name and request rules, for backends outside this crate |
+//! | [`network_writeback_throttling`] | the wbt settings of a network backend (NFS, S3) |
 //! | [`errno_error`], [`errno_of`] | an IO error with an errno and a server's message, and its errno |
 //!
 //! The simulator's backend, `ebb_sim::backend::SimBackend`, lives in `ebb-sim` (files in
@@ -49,8 +50,9 @@ pub mod s3;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};
 pub use backend::{
-    Backend, BackendFile, Capabilities, CommitReply, OpenOptions, ServerRestart, Stability,
-    WriteReply, check_extent, check_name, check_request, errno_error, errno_of,
+    Backend, BackendFile, Capabilities, CommitReply, NETWORK_WBT_MIN_DEPTH, OpenOptions,
+    ServerRestart, Stability, WriteReply, check_extent, check_name, check_request, errno_error,
+    errno_of, network_writeback_throttling,
 };
 pub use dir::{DirBackend, open_direct_path};
 pub use dir_namespace::{DirNamespace, DirNode};

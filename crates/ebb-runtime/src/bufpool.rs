@@ -10,7 +10,10 @@
 //! unmapped for every write). A thread that needs a buffer the reserve has no room for first
 //! frees spare ones, then waits for one in use to come back; every buffer in use belongs to a
 //! write or read in progress (or queued in a lane whose driver is writing), so it comes back.
-//! Reads are cut to the reserve and writes are at most the largest write, which the reserve
+//! Reads have a pool of their own when the budget has room for one ([`read_reserve`], up to
+//! 1 MiB in page-sized buffers), so a read never waits for a write to give a buffer back (with
+//! S3's 8 MiB parts, eight uploads hold the whole writes' pool for as long as they take).
+//! Reads are cut to their pool and writes are at most the largest write, which the reserve
 //! covers, with one exception: an S3 file's parts double in size every 1000 parts (past 8 GB
 //! of one file with 8 MiB parts), and a part is one write. A buffer larger than the reserve is
 //! taken once every other buffer has come back and the spares are freed: it is the only one,
@@ -27,6 +30,21 @@ pub(crate) const GRAIN: usize = 128 * 4096;
 /// (ebb's own choice: 8 writes of 8 MiB S3 parts in flight in a 256 MiB budget), never less
 /// than one largest buffer nor more than one per IO thread.
 const RESERVE_DIVISOR: u64 = 4;
+
+/// The reads' own pool, at most this share of the budget: 1/64 (ebb's own: 4 MiB of 256).
+const READ_RESERVE_DIVISOR: u64 = 64;
+/// The reads' own pool, at most (one largest NFS READ, or eight 128 KiB readahead windows).
+const READ_RESERVE_MAX: u64 = 1 << 20;
+
+/// The bytes of the budget set aside for the reads' own buffers, beside the writes' `reserve`:
+/// `budget / 64`, at most 1 MiB, and no more than the budget leaves above the writes' buffers
+/// and the smallest cache (`min_cache`); whole pages. 0 when there is no room: then reads take
+/// their buffers from the writes' pool, and may wait for a write to give one back.
+pub(crate) fn read_reserve(budget: u64, reserve: u64, min_cache: u64) -> u64 {
+    let room = budget.saturating_sub(reserve + min_cache);
+    let page = ebb_core::PAGE_SIZE;
+    (budget / READ_RESERVE_DIVISOR).min(READ_RESERVE_MAX).min(room) / page * page
+}
 
 /// The bytes of the budget set aside for IO buffers: `budget / 4`, at least the largest buffer
 /// (`largest`, bytes, as allocated), at most `io_threads` of them; whole pages.
@@ -47,6 +65,8 @@ pub(crate) fn alloc_size(len: usize, huge: bool) -> usize {
 
 pub(crate) struct BufPool {
     limit: usize,
+    /// Ordinary buffers are allocated in multiples of this ([`GRAIN`], or a page for reads).
+    grain: usize,
     state: Mutex<PoolState>,
     freed: Condvar,
 }
@@ -62,8 +82,14 @@ struct PoolState {
 impl BufPool {
     /// A pool of at most `limit` bytes.
     pub(crate) fn new(limit: usize) -> BufPool {
+        BufPool::with_grain(limit, GRAIN)
+    }
+
+    /// A pool of at most `limit` bytes whose ordinary buffers are multiples of `grain` bytes.
+    pub(crate) fn with_grain(limit: usize, grain: usize) -> BufPool {
         BufPool {
             limit,
+            grain: grain.max(1),
             state: Mutex::new(PoolState { held: 0, peak: 0, spare: Vec::new() }),
             freed: Condvar::new(),
         }
@@ -84,7 +110,9 @@ impl BufPool {
     pub(crate) fn take(&self, len: usize, huge: bool) -> AlignedBuf {
         // A huge-page buffer the pool has no room for is an ordinary one.
         let huge = huge && alloc_size(len, true) <= self.limit;
-        let size = alloc_size(len, huge).min(self.limit.max(len));
+        let size =
+            if huge { alloc_size(len, true) } else { len.max(1).next_multiple_of(self.grain) };
+        let size = size.min(self.limit.max(len));
         let mut st = self.state.lock();
         loop {
             if let Some(i) = st.spare.iter().position(|b| b.len() >= len) {
@@ -123,6 +151,16 @@ mod tests {
         assert_eq!(reserve(256 * mib, 8 * mib, 8), 64 * mib);
         assert_eq!(reserve(16 * mib, 8 * mib, 8), 8 * mib, "at least one largest buffer");
         assert_eq!(reserve(1 << 40, 2 * mib, 8), 16 * mib, "at most one per thread");
+    }
+
+    #[test]
+    fn the_reads_pool_fits_beside_the_smallest_cache() {
+        let mib = 1 << 20;
+        assert_eq!(read_reserve(256 * mib, 64 * mib, 4 * mib), mib, "1 MiB at most");
+        assert_eq!(read_reserve(32 * mib, 8 * mib, 4 * mib), mib / 2, "a 64th of the budget");
+        assert_eq!(read_reserve(6 * mib, 2 * mib, 4 * mib), 0, "no room: the writes' pool");
+        let pool = BufPool::with_grain(64 << 10, 4096);
+        assert_eq!(pool.take(4096, false).len(), 4096, "page-sized read buffers");
     }
 
     #[test]

@@ -47,6 +47,12 @@ use ebb_core::{BackendConfig, BackendId, Config, ConfigError, Engine, Event, PAG
 use parking_lot::Mutex;
 
 pub use device::DeviceInfo;
+
+/// Threads that carry out the engine's reads (cache misses and readahead), apart from the IO
+/// threads that write: a read never waits behind queued writes for a thread, nor for a buffer
+/// a write holds (ebb's own: with S3, eight uploads of 8 MiB parts would otherwise hold every
+/// IO thread for tens of milliseconds). Four, the reads a FUSE mount's read pool sends at once.
+pub const READ_THREADS: usize = 4;
 pub use file::{File, Interrupt, ThrottleStats, TryWrite, WriteAt};
 pub use metrics::{MetricsServer, prometheus_name, prometheus_value};
 pub use pauses::{BUCKETS_US, PauseStats, RecentPauses};
@@ -98,7 +104,8 @@ impl Builder {
     /// at most one such write per IO thread; 16 MiB of 256 MiB for local directories, 64 MiB
     /// for S3 with 8 MiB parts. The engine gets the rest (its dirty thresholds derive from it),
     /// which must be at least 4 MiB: `build` refuses a smaller budget, naming the numbers.
-    /// Not counted: writers' one-page reads for partial writes (4 KiB each), and the excess of
+    /// Reads have a pool of their own beside it when the budget has room: a 64th of the
+    /// budget, at most 1 MiB (1 MiB of 256 MiB). Not counted: writers' one-page reads for partial writes (4 KiB each), and the excess of
     /// an S3 part larger than the buffers' part (parts double every 1000 parts of one file),
     /// which is written alone.
     pub fn memory(mut self, bytes: u64) -> Builder {
@@ -169,8 +176,8 @@ impl Builder {
     }
 
     /// Adds an S3 bucket with explicit options, named `name`. Writes go out a part at a time
-    /// (the largest write is one part); wbt is off, as for the kernel's network filesystems,
-    /// which have no block queue to measure.
+    /// (the largest write is one part); writeback throttling limits the parts in flight while
+    /// reads miss their target (`ebb_backend::network_writeback_throttling`).
     pub fn s3_with(self, name: &str, options: ebb_backend::S3Options) -> io::Result<Builder> {
         let backend = ebb_backend::S3Backend::open(options)?;
         Ok(self.s3_backend(name, backend))
@@ -196,7 +203,8 @@ impl Builder {
     /// Adds an NFS backend the caller connected (and may keep a clone of, for its counters),
     /// with the writeback settings the kernel gives an NFS mount's bdi
     /// (`NfsBackend::writeback_settings`: WRITEs of the mount's wsize, no request queue of its
-    /// own, wbt off). Its queue depth is kept, not lowered to the IO threads: a writepages
+    /// own), and writeback throttling of the WRITEs in flight, which the kernel does not have
+    /// (`ebb_backend::network_writeback_throttling`). Its queue depth is kept, not lowered to the IO threads: a writepages
     /// call hands over all its WRITEs, which wait for a thread as the kernel's wait in its RPC
     /// layer.
     pub fn nfs_backend(self, name: &str, backend: ebb_backend::NfsBackend) -> Builder {
@@ -209,7 +217,9 @@ impl Builder {
         builder
     }
 
-    /// IO worker threads (default 8): the most writes and reads in flight to the backends.
+    /// IO worker threads (default 8): the most writes and commits in flight to the backends.
+    /// Reads have threads of their own ([`READ_THREADS`]), so a read never waits for a thread
+    /// behind the writes.
     pub fn io_threads(mut self, n: usize) -> Builder {
         self.io_threads = n.clamp(1, 1024);
         self
@@ -283,13 +293,14 @@ impl Builder {
 
 /// Sets the IO buffers' part of the memory budget aside ([`bufpool::reserve`]; the largest
 /// buffer is the largest write of any backend, in a huge-page buffer for `serial_writes`) and
-/// leaves the engine the rest; returns the buffers' bytes. Errors: `InvalidInput` naming the
+/// leaves the engine the rest, less the reads' own pool where there is room for one
+/// ([`bufpool::read_reserve`]); returns the writes' and the reads' bytes. Errors: `InvalidInput` naming the
 /// numbers when the rest is below the smallest cache, 4 MiB.
 fn set_aside_buffers(
     config: &mut Config,
     slots: &[BackendSlot],
     io_threads: usize,
-) -> io::Result<usize> {
+) -> io::Result<(usize, usize)> {
     let largest = config
         .backends
         .iter()
@@ -315,8 +326,9 @@ fn set_aside_buffers(
             ),
         ));
     }
-    config.memory_bytes = budget - reserve;
-    Ok(reserve as usize)
+    let reads = bufpool::read_reserve(budget, reserve, MIN_CACHE);
+    config.memory_bytes = budget - reserve - reads;
+    Ok((reserve as usize, reads as usize))
 }
 
 pub(crate) fn config_error(e: ConfigError) -> io::Error {
@@ -551,10 +563,11 @@ impl Ebb {
 
     /// The IO buffers' part of the memory budget: the bytes set aside for them (the engine's
     /// memory, [`Config::memory_bytes`] of [`Ebb::config`], is the budget less these) and the
-    /// most bytes of buffers held at once so far.
+    /// most bytes of buffers held at once so far (the writes' and the reads' pools together).
     pub fn io_buffers(&self) -> IoBuffers {
-        let bufs = &self.shared().bufs;
-        IoBuffers { reserved: bufs.limit() as u64, peak: bufs.peak() as u64 }
+        let (bufs, reads) = (&self.shared().bufs, &self.shared().read_bufs);
+        let reserved = bufs.limit() + reads.limit();
+        IoBuffers { reserved: reserved as u64, peak: (bufs.peak() + reads.peak()) as u64 }
     }
 
     /// The cache's state, shaped like `/proc/meminfo` and `/sys/class/bdi/*/stats`.

@@ -12,10 +12,13 @@
 //!
 //! # Threads
 //!
-//! * IO workers (`io_threads`, default 8, at nice `io_thread_nice`) take jobs from one queue: a write gathers the frames
-//!   of its run into an aligned buffer and writes it at once (the core sized the run; the
-//!   backend's request slots pace it), a read fills the frames the core assigned, a commit
-//!   commits; each reports its completion to the engine. For a backend whose writes to one
+//! * IO workers (`io_threads`, default 8, at nice `io_thread_nice`) take jobs from one queue: a
+//!   write gathers the frames of its run into an aligned buffer and writes it at once (the
+//!   core sized the run; the backend's request slots pace it), a commit commits; each reports
+//!   its completion to the engine.
+//! * Read workers ([`crate::READ_THREADS`], at the caller's priority) take the reads from a
+//!   queue of their own and fill the frames the core assigned, from buffers of their own pool
+//!   where the budget has room for one: a read never waits for a writer's thread or buffer. For a backend whose writes to one
 //!   file run one at a time anyway (`Capabilities::serial_writes`, a local filesystem), a
 //!   write's buffer goes to the file's [`Lane`] instead, whose driver writes back to back.
 //! * The timer thread sleeps until the engine's `poll_timeout` (flusher periods, wbt windows,
@@ -201,6 +204,8 @@ pub(crate) struct Shared {
     pub(crate) frames: FramePool,
     clock: std::time::Instant,
     pub(crate) jobs: Sender<Job>,
+    /// The read workers' queue.
+    reads: Sender<Job>,
     pub(crate) backends: Vec<BackendSlot>,
     pub(crate) draining: AtomicBool,
     shutdown: AtomicBool,
@@ -212,6 +217,9 @@ pub(crate) struct Shared {
     pub(crate) direct_reads: crossbeam::queue::SegQueue<Event>,
     /// The IO buffers, within the part of the memory budget set aside for them.
     pub(crate) bufs: BufPool,
+    /// The reads' own buffers (an empty pool when the budget has no room: reads then take the
+    /// writes' buffers).
+    pub(crate) read_bufs: BufPool,
     /// Every writer's throttle pauses (for the stats), recorded as a writer goes to sleep.
     pub(crate) pauses: Mutex<crate::pauses::Pauses>,
     /// Where the engine's trace events go, if the cache is traced.
@@ -251,12 +259,13 @@ impl Shared {
         engine: Engine,
         backends: Vec<BackendSlot>,
         io_threads: usize,
-        buf_bytes: usize,
+        (buf_bytes, read_buf_bytes): (usize, usize),
         clock: std::time::Instant,
         trace: Option<(crate::trace::Tracer, crate::trace::TraceFile)>,
     ) -> (Arc<Shared>, Vec<std::thread::JoinHandle<()>>) {
         let (tracer, trace_file) = trace.unzip();
         let (tx, rx) = crossbeam::channel::unbounded();
+        let (reads_tx, reads_rx) = crossbeam::channel::unbounded();
         let frames = FramePool::new(engine.config().memory_pages());
         let nice = engine.config().io_thread_nice;
         let shared = Arc::new(Shared {
@@ -275,6 +284,7 @@ impl Shared {
             frames,
             clock,
             jobs: tx,
+            reads: reads_tx,
             backends,
             draining: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
@@ -282,19 +292,21 @@ impl Shared {
             open_lock: Mutex::new(()),
             direct_reads: crossbeam::queue::SegQueue::new(),
             bufs: BufPool::new(buf_bytes),
+            read_bufs: BufPool::with_grain(read_buf_bytes, PAGE),
             pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
             trace: tracer,
             alarms: Default::default(),
         });
-        let threads = shared.start_threads(rx, io_threads, nice, trace_file);
+        let threads = shared.start_threads((rx, reads_rx), io_threads, nice, trace_file);
         (shared, threads)
     }
 
     /// The threads behind the engine: the trace writer and sampler (with a trace file), the IO
-    /// workers at nice `nice`, the timer and the alarm thread.
+    /// workers at nice `nice` (jobs from `rx`), the read workers (from `reads_rx`), the timer
+    /// and the alarm thread.
     fn start_threads(
         self: &Arc<Shared>,
-        rx: Receiver<Job>,
+        (rx, reads_rx): (Receiver<Job>, Receiver<Job>),
         io_threads: usize,
         nice: u32,
         trace_file: Option<crate::trace::TraceFile>,
@@ -312,6 +324,10 @@ impl Shared {
                 s.io_worker(&rx);
             }));
         }
+        for i in 0..crate::READ_THREADS {
+            let (s, rx) = (self.clone(), reads_rx.clone());
+            threads.push(spawn_named(format!("ebb-read-{i}"), move || s.io_worker(&rx)));
+        }
         let s = self.clone();
         threads.push(spawn_named("ebb-timer".into(), move || s.timer_loop()));
         let s = self.clone();
@@ -325,6 +341,9 @@ impl Shared {
         self.alarms.stop();
         for _ in 0..threads {
             let _ = self.jobs.send(Job::Stop);
+        }
+        for _ in 0..crate::READ_THREADS {
+            let _ = self.reads.send(Job::Stop);
         }
         let _core = self.core.lock();
         self.timer_cv.notify_all();
@@ -458,7 +477,7 @@ impl Shared {
                 }
                 Action::Read { io, inode, first_page, .. } => {
                     let frames = core.engine.read_frames(io).map(<[_]>::to_vec).unwrap_or_default();
-                    let _ = self.jobs.send(Job::Read { io, inode, first: first_page, frames });
+                    let _ = self.reads.send(Job::Read { io, inode, first: first_page, frames });
                 }
                 Action::Commit { io, inode, .. } => {
                     let _ = self.jobs.send(Job::Commit { io, inode });

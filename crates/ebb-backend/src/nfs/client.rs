@@ -68,6 +68,9 @@ const FSINFO: u32 = 19;
 pub(crate) const PATHCONF: u32 = 20;
 const COMMIT: u32 = 21;
 
+/// The procedures that go on the bulk connections (`rpc`'s module docs): the writeback's.
+pub(crate) const BULK_PROCEDURES: &[u32] = &[WRITE, COMMIT];
+
 /// An NFS file handle.
 pub(crate) type Handle = nfs_fh3;
 

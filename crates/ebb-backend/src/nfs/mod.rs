@@ -27,7 +27,7 @@
 //! | `mountport` | portmapper | the MOUNT server's TCP port |
 //! | `timeo` | 100 (10 s) | tenths of a second a call waits for its reply before it is retransmitted |
 //! | `retrans` | 2 | retransmissions after timeouts before a call fails with `ETIMEDOUT` |
-//! | `nconnect` | 1 | TCP connections to the server, used in turn (1..=16) |
+//! | `nconnect` | 1 | TCP connections for WRITE and COMMIT, used in turn (1..=16); READ and the metadata have one more of their own |
 //! | `wsize`, `rsize` | the server's `wtmax`, `rtmax`, at most 1 MiB | largest WRITE and READ |
 //!
 //! Without a port the portmapper (port 111) is asked, as the kernel's mount does. `timeo`
@@ -254,6 +254,7 @@ impl NfsBackend {
             program: client::PROGRAM,
             version: client::VERSION,
             connections: options.nconnect as usize,
+            bulk_procedures: client::BULK_PROCEDURES,
             procedures: client::PROCEDURE_COUNT,
         };
         let nfs = NfsClient { rpc: RpcClient::new(target, policy, uid(), gid()) };
@@ -293,13 +294,14 @@ impl NfsBackend {
     /// The writeback settings the kernel gives an NFS mount's bdi: WRITEs of up to the mount's
     /// wsize (the server's `wtmax`, at most 1 MiB); no request queue of its own (a writepages
     /// call hands every WRITE to the RPC layer, whose slot table grows to 65536 entries; the
-    /// runtime's IO threads bound what is in flight); wbt off, as the kernel has no block
-    /// queue to measure for a network filesystem.
+    /// runtime's IO threads bound what is in flight); writeback throttling on the WRITEs in
+    /// flight, ebb's variant ([`crate::network_writeback_throttling`]), where the kernel has
+    /// none for a network filesystem.
     pub fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
         let page = crate::PAGE_SIZE as u64;
         settings.max_write_pages = (self.shared.capabilities.max_io_bytes / page) as u32;
         settings.queue_depth = 65_536;
-        settings.wbt = ebb_core::WbtMode::Off;
+        crate::network_writeback_throttling(settings);
         // Close writes the file back and commits it (the NFS client's close-to-open
         // consistency).
         settings.flush_on_close = true;

@@ -96,6 +96,7 @@ pub(crate) fn unmount(address: SocketAddr, export: &str, policy: RetryPolicy) {
 }
 
 fn client(address: SocketAddr, program: u32, version: u32, policy: RetryPolicy) -> RpcClient {
-    let target = Target { address, program, version, connections: 1, procedures: 0 };
+    let target =
+        Target { address, program, version, connections: 1, bulk_procedures: &[], procedures: 0 };
     RpcClient::new(target, policy, super::uid(), super::gid())
 }

@@ -1,6 +1,13 @@
 //! A small blocking ONC RPC client (RFC 5531) over TCP: record marking, `AUTH_UNIX`, and
 //! several calls in flight on one connection.
 //!
+//! A client of an NFS server keeps the procedures that carry the bulk of the bytes (WRITE and
+//! COMMIT, the writeback) on their connections (`nconnect` of them) and every other procedure
+//! (READ, the metadata) on one connection of its own: a TCP stream delivers in order, so a
+//! READ sent on a connection whose stream holds megabytes of WRITEs would wait for the server
+//! to read them all first (the kernel's client shares its connections; ebb does not, so that
+//! a reader beside writeback waits only for the server's own queue).
+//!
 //! A call encodes its header once (the xid inside it), registers a waiter under the xid, and
 //! writes the record while holding the connection's write lock, so records never interleave.
 //! One reader thread per connection reads whole records and hands each reply to the waiter of
@@ -69,6 +76,10 @@ pub(crate) struct Target {
     pub(crate) version: u32,
     /// Connections used round-robin (the kernel's `nconnect`), at least 1.
     pub(crate) connections: usize,
+    /// Procedures sent on those connections only (an NFS client's WRITE and COMMIT: the bulk
+    /// of the bytes); when not empty, every other procedure goes on one more connection of its
+    /// own, so a READ never waits behind the WRITEs queued in the bulk connections' streams.
+    pub(crate) bulk_procedures: &'static [u32],
     /// Procedure numbers counted separately: `0..procedures`.
     pub(crate) procedures: usize,
 }
@@ -90,6 +101,8 @@ pub(crate) struct RpcClient {
     /// The `AUTH_UNIX` credential, the same for every call.
     credential: opaque_auth<'static>,
     next_xid: AtomicU32,
+    /// The bulk connections (`connections` of them), then the one for other procedures when
+    /// `bulk_procedures` is not empty.
     slots: Vec<Slot>,
     next_slot: AtomicUsize,
     pub(crate) counters: Arc<RpcCounters>,
@@ -142,7 +155,8 @@ impl RpcClient {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.subsec_nanos())
             ^ std::process::id().rotate_left(16);
-        let connections = target.connections.max(1);
+        let connections =
+            target.connections.max(1) + usize::from(!target.bulk_procedures.is_empty());
         let per_procedure = (0..target.procedures).map(|_| AtomicU64::new(0)).collect();
         RpcClient {
             target,
@@ -186,7 +200,7 @@ impl RpcClient {
         if let Some(count) = self.per_procedure.get(procedure as usize) {
             count.fetch_add(1, Ordering::Relaxed);
         }
-        let slot = &self.slots[self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        let slot = self.slot_for(procedure);
         let address = self.target.address;
         let record = self.exchange(slot, xid, &pieces).map_err(|failure| {
             errno::error(failure.code, format!("{name} to {address}: {}", failure.why))
@@ -200,6 +214,16 @@ impl RpcClient {
                 errno::error(code, format!("{name} to {address}: {why}"))
             }
         })
+    }
+
+    /// The connection `procedure` goes on: a bulk connection in turn, or the one of its own
+    /// for the others (module docs).
+    fn slot_for(&self, procedure: u32) -> &Slot {
+        let bulk = self.target.connections.max(1);
+        if bulk < self.slots.len() && !self.target.bulk_procedures.contains(&procedure) {
+            return &self.slots[bulk];
+        }
+        &self.slots[self.next_slot.fetch_add(1, Ordering::Relaxed) % bulk]
     }
 
     /// Sends the record and waits for its reply, reconnecting and retransmitting as the module

@@ -105,7 +105,14 @@ fn fake_server(serve: impl Fn(usize, TcpStream) + Send + Sync + 'static) -> Sock
 }
 
 fn client(address: SocketAddr, timeout: Duration, retrans: u32) -> RpcClient {
-    let target = Target { address, program: 100_003, version: 3, connections: 1, procedures: 22 };
+    let target = Target {
+        address,
+        program: 100_003,
+        version: 3,
+        connections: 1,
+        bulk_procedures: &[],
+        procedures: 22,
+    };
     let policy = RetryPolicy { timeout, retrans, backoff: Duration::from_millis(10) };
     RpcClient::new(target, policy, 0, 0)
 }
@@ -336,4 +343,43 @@ fn a_send_into_a_closed_connection_fails_the_call() {
     let error = result.unwrap_err();
     let errno = crate::errno_of(&error);
     assert!(matches!(errno, Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNREFUSED)), "{error}");
+}
+
+// WRITE and COMMIT go on the bulk connection, READ and the metadata on one of their own: a
+// READ never queues behind the WRITEs in the bulk connection's stream.
+#[test]
+fn reads_and_metadata_have_their_own_connection() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let address = fake_server(move |number, mut stream| {
+        while let Ok(record) = read_record(&mut stream, 1 << 20) {
+            let (xid, procedure) = call_of(&record);
+            sender.send((procedure, number)).unwrap();
+            stream.write_all(&reply(xid, b"ok")).unwrap();
+        }
+    });
+    let target = Target {
+        address,
+        program: 100_003,
+        version: 3,
+        connections: 1,
+        bulk_procedures: super::client::BULK_PROCEDURES,
+        procedures: 22,
+    };
+    let policy =
+        RetryPolicy { timeout: Duration::from_secs(30), retrans: 0, backoff: Duration::ZERO };
+    let client = RpcClient::new(target, policy, 0, 0);
+    for procedure in [7, 6, 7, 21, 1, 6] {
+        client.call(procedure, "TEST", &[b"args"]).unwrap();
+    }
+    let on: std::collections::BTreeMap<u32, std::collections::BTreeSet<usize>> =
+        receiver.try_iter().fold(Default::default(), |mut on, (procedure, number)| {
+            on.entry(procedure).or_default().insert(number);
+            on
+        });
+    let (write, commit, read, getattr) = (&on[&7], &on[&21], &on[&6], &on[&1]);
+    assert_eq!(write.len(), 1, "{on:?}");
+    assert_eq!(write, commit, "COMMIT beside the WRITEs: {on:?}");
+    assert_eq!(read, getattr, "READ beside the metadata: {on:?}");
+    assert!(write.is_disjoint(read), "READ apart from the WRITEs: {on:?}");
+    assert_eq!(client.counters.reconnects.load(Ordering::Relaxed), 0);
 }

@@ -285,8 +285,8 @@ impl S3Backend {
     /// The writeback settings this backend needs in ebb's cache: the part layout as the
     /// write granule (each part written whole, in one write, and the part a writer is still
     /// filling left for later; [`PartLayout::granule`]), writes of up to one part otherwise;
-    /// wbt off, as for the kernel's network filesystems, which have
-    /// no block queue to measure; close writes the file back and completes its upload
+    /// writeback throttling on the part uploads in flight, ebb's variant
+    /// ([`crate::network_writeback_throttling`]); close writes the file back and completes its upload
     /// (close-to-open: other clients see only completed objects).
     pub fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
         settings.max_write_pages = (self.layout().part_size() / ebb_core::PAGE_SIZE) as u32;
@@ -294,7 +294,7 @@ impl S3Backend {
             settings.write_granule_bytes = Some(bytes);
             settings.write_granule_group = group;
         }
-        settings.wbt = ebb_core::WbtMode::Off;
+        crate::network_writeback_throttling(settings);
         settings.flush_on_close = true;
     }
 

@@ -183,7 +183,8 @@ impl Shared {
     }
 
     /// Reads pages from `first` into the frames the engine assigned (page `first + i` into
-    /// `frames[i]`); bytes past the end of the backend file read as zeros.
+    /// `frames[i]`), through a buffer of the reads' pool (the writes', when the budget left no
+    /// room for one); bytes past the end of the backend file read as zeros.
     /// A page of the range written, written back and evicted while the read is in flight, or
     /// truncated meanwhile, does not get these (older) bytes: the engine leaves it out.
     pub(crate) fn do_read(
@@ -195,10 +196,11 @@ impl Shared {
         let Some(fs) = self.file(inode) else { return Ok(()) };
         let max = self.backends[fs.backend.index()].caps.max_io_bytes.max(PAGE_SIZE) as usize;
         // Pieces of whole pages, none larger than the backend's largest IO or the pool allows.
-        let piece = (max.min(self.bufs.limit()) / PAGE).max(1);
-        let mut buf = self.bufs.take(frames.len().min(piece) * PAGE, false);
+        let pool = if self.read_bufs.limit() > 0 { &self.read_bufs } else { &self.bufs };
+        let piece = (max.min(pool.limit()) / PAGE).max(1);
+        let mut buf = pool.take(frames.len().min(piece) * PAGE, false);
         let result = self.read_pieces(&fs, first, frames, piece, &mut buf);
-        self.bufs.give(buf);
+        pool.give(buf);
         result
     }
 

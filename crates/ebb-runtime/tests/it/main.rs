@@ -7,6 +7,7 @@ mod durable;
 mod errors;
 mod interrupt;
 mod io;
+mod network_wbt;
 mod nfs;
 mod nonblocking;
 mod s3;
