@@ -5,8 +5,8 @@
 //! Each mode also reports what the device under the directory did while the reader ran
 //! (`/proc/diskstats`) and how long the reader waited for a CPU, to tell where a read's time
 //! went. On an NFS export the reader sends READs (in the ebb modes through ebb's direct
-//! reads, on the reader's own thread and the connection the writeback uses) and there is no
-//! kernel mode.
+//! reads, on the reader's own thread and the client's connection for READs, beside the one
+//! the writeback's WRITEs use) and there is no kernel mode.
 
 use std::collections::BTreeMap;
 use std::io;
