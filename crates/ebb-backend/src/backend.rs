@@ -360,11 +360,13 @@ pub fn check_request(capabilities: &Capabilities, offset: u64, len: usize) -> io
 
 /// Background writes `wbt = ebb` keeps in flight to a network backend at least: one being
 /// served and one on its way, so the server never waits for the client between two (ebb's
-/// own; as a directory's lanes, `ebb_runtime`'s `DIRECTORY_WBT_MIN_DEPTH`).
+/// own; as a directory's lanes, `ebb_runtime`'s `DIRECTORY_WBT_MIN_DEPTH`). Against ganesha
+/// beside a reader (BENCHMARKS.md, NFS), 1 gave the reads the same percentiles within noise
+/// and the writer 7% less.
 pub const NETWORK_WBT_MIN_DEPTH: u32 = 2;
 
-/// The writeback throttling of a network backend (the NFS and S3 backends'
-/// `writeback_settings`): ebb's variant, `wbt = ebb`, on the backend's background writes in
+/// The writeback throttling of a network backend (the NFS backend's `writeback_settings`;
+/// the S3 backend's, which then leaves it off by default): ebb's variant, `wbt = ebb`, on the backend's background writes in
 /// flight (an NFS client's WRITEs, an S3 client's part uploads), with the backend's reads
 /// (cache misses and direct reads) as its signal and its target learned from their idle
 /// latency, and at least [`NETWORK_WBT_MIN_DEPTH`] writes in flight. The kernel has no wbt for

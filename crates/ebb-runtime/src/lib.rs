@@ -176,8 +176,8 @@ impl Builder {
     }
 
     /// Adds an S3 bucket with explicit options, named `name`. Writes go out a part at a time
-    /// (the largest write is one part); writeback throttling limits the parts in flight while
-    /// reads miss their target (`ebb_backend::network_writeback_throttling`).
+    /// (the largest write is one part); writeback throttling is off unless the `wbt` knob asks
+    /// for it (`S3Backend::writeback_settings` says why), and then limits the parts in flight.
     pub fn s3_with(self, name: &str, options: ebb_backend::S3Options) -> io::Result<Builder> {
         let backend = ebb_backend::S3Backend::open(options)?;
         Ok(self.s3_backend(name, backend))

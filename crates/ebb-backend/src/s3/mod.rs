@@ -285,8 +285,12 @@ impl S3Backend {
     /// The writeback settings this backend needs in ebb's cache: the part layout as the
     /// write granule (each part written whole, in one write, and the part a writer is still
     /// filling left for later; [`PartLayout::granule`]), writes of up to one part otherwise;
-    /// writeback throttling on the part uploads in flight, ebb's variant
-    /// ([`crate::network_writeback_throttling`]); close writes the file back and completes its upload
+    /// writeback throttling set up on the part uploads in flight
+    /// ([`crate::network_writeback_throttling`]) but off by default (`wbt = ebb` turns it on):
+    /// beside a stream on a local versitygw it changed no read percentile (BENCHMARKS.md), and
+    /// an S3 GET's idle tail is several times its fastest, so the target learned from the
+    /// fastest is missed by reads alone and would cut the uploads to two parts whenever
+    /// anything reads; close writes the file back and completes its upload
     /// (close-to-open: other clients see only completed objects).
     pub fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
         settings.max_write_pages = (self.layout().part_size() / ebb_core::PAGE_SIZE) as u32;
@@ -295,6 +299,7 @@ impl S3Backend {
             settings.write_granule_group = group;
         }
         crate::network_writeback_throttling(settings);
+        settings.wbt = ebb_core::WbtMode::Off;
         settings.flush_on_close = true;
     }
 
