@@ -51,7 +51,8 @@ pub use device::DeviceInfo;
 /// Threads that carry out the engine's reads (cache misses and readahead), apart from the IO
 /// threads that write: a read never waits behind queued writes for a thread, nor for a buffer
 /// a write holds (ebb's own: with S3, eight uploads of 8 MiB parts would otherwise hold every
-/// IO thread for tens of milliseconds). Four, the reads a FUSE mount's read pool sends at once.
+/// IO thread for tens of milliseconds). Four (ebb's own choice): more reads than that wait
+/// for each other, never for writes.
 pub const READ_THREADS: usize = 4;
 pub use file::{File, Interrupt, ThrottleStats, TryWrite, WriteAt};
 pub use metrics::{MetricsServer, prometheus_name, prometheus_value};
