@@ -37,13 +37,20 @@ fn slow_writer(dirty_seconds: u64) -> (u64, u64) {
         std::thread::spawn(move || file.write_at(&vec![3u8; FILE], 0).unwrap())
     };
     let (mut held_max, mut cap_at_max) = (0, 0);
-    while !writer.is_finished() {
+    // Sampled once more after the writer returns: without the cap it may finish before the
+    // first sample (its 8 MiB fit the freerun room), and what it left unwritten is still
+    // held then (the slow backend needs seconds for it).
+    loop {
+        let finished = writer.is_finished();
         let stats = ebb.stats();
         let bdi = &stats.bdi[1];
         let held = bdi.dirty + bdi.writeback;
         if held > held_max {
             held_max = held;
             cap_at_max = dirty_seconds * bdi.avg_write_bandwidth;
+        }
+        if finished {
+            break;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
