@@ -365,8 +365,8 @@ pub fn check_request(capabilities: &Capabilities, offset: u64, len: usize) -> io
 /// and the writer 7% less.
 pub const NETWORK_WBT_MIN_DEPTH: u32 = 2;
 
-/// The writeback throttling of a network backend (the NFS backend's `writeback_settings`;
-/// the S3 backend's, which then leaves it off by default): ebb's variant, `wbt = ebb`, on the backend's background writes in
+/// The writeback throttling of a network backend (the NFS and S3 backends'
+/// `writeback_settings`, which then leave it off by default): ebb's variant, `wbt = ebb`, on the backend's background writes in
 /// flight (an NFS client's WRITEs, an S3 client's part uploads), with the backend's reads
 /// (cache misses and direct reads) as its signal and its target learned from their idle
 /// latency, and at least [`NETWORK_WBT_MIN_DEPTH`] writes in flight. The kernel has no wbt for

@@ -294,14 +294,17 @@ impl NfsBackend {
     /// The writeback settings the kernel gives an NFS mount's bdi: WRITEs of up to the mount's
     /// wsize (the server's `wtmax`, at most 1 MiB); no request queue of its own (a writepages
     /// call hands every WRITE to the RPC layer, whose slot table grows to 65536 entries; the
-    /// runtime's IO threads bound what is in flight); writeback throttling on the WRITEs in
-    /// flight, ebb's variant ([`crate::network_writeback_throttling`]), where the kernel has
-    /// none for a network filesystem.
+    /// runtime's IO threads bound what is in flight); writeback throttling of the WRITEs in
+    /// flight set up ([`crate::network_writeback_throttling`]) but off by default, as the
+    /// kernel has none for a network filesystem (`wbt = ebb` turns it on): beside a stream on
+    /// a local ganesha it halved the reads' p99 and p99.9 but tripled their p99.99 and cost the
+    /// writer a fifth (BENCHMARKS.md, NFS).
     pub fn writeback_settings(&self, settings: &mut ebb_core::BackendConfig) {
         let page = crate::PAGE_SIZE as u64;
         settings.max_write_pages = (self.shared.capabilities.max_io_bytes / page) as u32;
         settings.queue_depth = 65_536;
         crate::network_writeback_throttling(settings);
+        settings.wbt = ebb_core::WbtMode::Off;
         // Close writes the file back and commits it (the NFS client's close-to-open
         // consistency).
         settings.flush_on_close = true;
