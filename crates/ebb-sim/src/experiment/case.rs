@@ -7,10 +7,11 @@ use ebb_core::config::{self, Knob, Scope, Setting};
 use ebb_core::{BackendConfig, Config, Duration};
 
 use super::build::is_plain_name;
+use super::error::At;
 use super::faults::{build_crash, build_fault};
 use super::schema::{RawBackend, RawCase};
 use super::units::{duration_value, size_value};
-use super::workload::{build_workload, raw_workload_ctx};
+use super::workload::build_workload;
 use super::{Case, DEFAULT_SAMPLE_INTERVAL, ExperimentError};
 use crate::device::{self, DeviceParams};
 use crate::run::DeviceSpec;
@@ -21,7 +22,7 @@ pub(super) fn build_case(
     compare: &Knob,
     raw: RawCase,
 ) -> Result<Case, ExperimentError> {
-    let at = CaseAt { path, key: format!("case[{index}]") };
+    let at = At::new(path, format!("case[{index}]"));
     if !is_plain_name(&raw.name) {
         return Err(at.fail(
             "name",
@@ -40,11 +41,7 @@ pub(super) fn build_case(
     let mut workloads = Vec::new();
     for (w, raw_workload) in raw.workloads.iter().enumerate() {
         let wkey = format!("workload[{w}]");
-        workloads.push(build_workload(
-            &raw_workload_ctx(path, &at.key, &wkey),
-            raw_workload,
-            &config,
-        )?);
+        workloads.push(build_workload(&at.below(&wkey), raw_workload, &config)?);
     }
     let names: Vec<&str> = raw.backends.iter().map(|b| b.name.as_str()).collect();
     let faults = raw
@@ -76,24 +73,10 @@ pub(super) fn build_case(
     })
 }
 
-/// Where in an experiment file a case is, for its errors.
-struct CaseAt<'a> {
-    path: &'a Path,
-    /// `case[i]`.
-    key: String,
-}
-
-impl CaseAt<'_> {
-    /// The error of the case's `field`.
-    fn fail(&self, field: &str, reason: String) -> ExperimentError {
-        ExperimentError::new(self.path, format!("{}.{field}", self.key), reason)
-    }
-}
-
 /// A case's time limit, the start of its steady state and its sample interval, checked (and
 /// its `settle_within` band).
 fn case_times(
-    at: &CaseAt<'_>,
+    at: &At<'_>,
     raw: &RawCase,
 ) -> Result<(Duration, Duration, Duration), ExperimentError> {
     let time_limit = duration_value(&raw.time_limit).map_err(|r| at.fail("time_limit", r))?;
@@ -122,7 +105,7 @@ fn case_times(
 /// A case's engine configuration (its backends, at most one of them swap, then its global
 /// knobs) and each backend's device model.
 fn case_config(
-    at: &CaseAt<'_>,
+    at: &At<'_>,
     raw: &RawCase,
     memory_bytes: u64,
     compare: &Knob,

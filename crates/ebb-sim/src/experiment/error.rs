@@ -31,6 +31,29 @@ impl ExperimentError {
     }
 }
 
+/// Where a value sits in an experiment file (the file and its key, e.g. `case[0]`), for the
+/// errors of the values below it.
+pub(super) struct At<'a> {
+    path: &'a Path,
+    key: String,
+}
+
+impl<'a> At<'a> {
+    pub(super) fn new(path: &'a Path, key: String) -> At<'a> {
+        At { path, key }
+    }
+
+    /// The place of `sub` below this one (`case[0]` -> `case[0].workload[1]`).
+    pub(super) fn below(&self, sub: &str) -> At<'a> {
+        At { path: self.path, key: format!("{}.{sub}", self.key) }
+    }
+
+    /// The error of `field` here.
+    pub(super) fn fail(&self, field: &str, reason: String) -> ExperimentError {
+        ExperimentError::new(self.path, format!("{}.{field}", self.key), reason)
+    }
+}
+
 impl fmt::Display for ExperimentError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file.display())?;

@@ -1,31 +1,16 @@
 //! The workloads of a case, from their file form to the run's [`Workload`]s.
 
-use std::path::Path;
-
 use ebb_core::{Config, Duration};
 
 use super::ExperimentError;
+use super::error::At;
 use super::schema::RawWorkload;
 use super::units::{duration_value, size_value};
 use crate::memload::MemoryWorkload;
 use crate::run::Workload;
 
-/// Where a workload sits in the file, for its errors.
-pub(super) struct WorkloadCtx<'a> {
-    path: &'a Path,
-    key: String,
-}
-
-pub(super) fn raw_workload_ctx<'a>(
-    path: &'a Path,
-    case_key: &str,
-    workload_key: &str,
-) -> WorkloadCtx<'a> {
-    WorkloadCtx { path, key: format!("{case_key}.{workload_key}") }
-}
-
 pub(super) fn build_workload(
-    ctx: &WorkloadCtx<'_>,
+    ctx: &At<'_>,
     raw: &RawWorkload,
     config: &Config,
 ) -> Result<Workload, ExperimentError> {
@@ -97,16 +82,9 @@ pub(super) fn build_workload(
     }
 }
 
-impl WorkloadCtx<'_> {
-    /// The error of the workload's `field`.
-    fn fail(&self, field: &str, reason: String) -> ExperimentError {
-        ExperimentError::new(self.path, format!("{}.{field}", self.key), reason)
-    }
-}
-
 /// The index of the backend a workload names (the case's only one if it names none).
 fn workload_backend(
-    ctx: &WorkloadCtx<'_>,
+    ctx: &At<'_>,
     raw: &RawWorkload,
     config: &Config,
 ) -> Result<usize, ExperimentError> {
@@ -124,7 +102,7 @@ fn workload_backend(
 /// A workload's size and block size in bytes (1 MiB blocks unless it says), checked, and when
 /// it starts.
 fn workload_extent(
-    ctx: &WorkloadCtx<'_>,
+    ctx: &At<'_>,
     raw: &RawWorkload,
 ) -> Result<(u64, u64, Duration), ExperimentError> {
     let size_bytes = size_value(&raw.size).map_err(|r| ctx.fail("size", r))?;
