@@ -336,6 +336,8 @@ pub(crate) enum WaitReason {
     Page(InodeId),
     /// Free memory.
     Memory,
+    /// A place in the granule gate (`throttle::gate`).
+    Granule,
 }
 
 /// The writeback engine of one cache.
@@ -357,6 +359,8 @@ pub struct Engine {
     pub(crate) dirty_limit: u64,
     pub(crate) dirty_limit_stamp: u64,
     pub(crate) waiters: BTreeMap<WriterId, WaitReason>,
+    /// Which files may fill a write granule now, and who waits (`throttle::gate`).
+    pub(crate) gate: throttle::GranuleGate,
     pub(crate) writer_ios: BTreeMap<WriterId, u32>,
     pub(crate) writer_written: BTreeMap<WriterId, u64>,
     pub(crate) fsyncs: BTreeMap<RequestId, FsyncState>,
@@ -408,6 +412,7 @@ impl Engine {
             dirty_limit: 0,
             dirty_limit_stamp: now_j,
             waiters: BTreeMap::new(),
+            gate: Default::default(),
             writer_ios: BTreeMap::new(),
             writer_written: BTreeMap::new(),
             fsyncs: BTreeMap::new(),
@@ -475,6 +480,7 @@ impl Engine {
             consider(state.retry_at.values().min().copied());
         }
         consider(self.kswapd_timer());
+        consider(self.gate_timer());
         next
     }
 
@@ -504,7 +510,10 @@ impl Engine {
         self.advance(now);
         match event {
             Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
-            Event::Close { handle, request } => self.close(handle, request, maps),
+            Event::Close { handle, request } => {
+                self.close(handle, request, maps);
+                self.gate_sweep(maps);
+            }
             Event::Fsync { handle, request } => self.fsync_start(handle, request, maps),
             Event::Sync { request } => self.sync_start(request, maps),
             Event::Read { inode, first_page, pages, request } => {
@@ -676,6 +685,7 @@ impl Engine {
                 meta.group = w.group;
             }
             let (b, g) = (meta.backend, meta.group);
+            self.gate_dirtied(p.inode, p.dirtied);
             for c in [
                 &mut self.global,
                 &mut self.wbs[b.index()].counters,
@@ -725,6 +735,7 @@ impl Engine {
         }
         self.waiters.remove(&w.id);
         self.reclaim_forget(w.id);
+        self.gate_writer_exit(w, maps);
     }
 
     /// Folds a writer's batch into the shared counters without a throttle check (the kernel's

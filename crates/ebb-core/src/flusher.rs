@@ -383,10 +383,14 @@ impl Flusher {
         self.current.as_ref().is_some_and(|w| w.sync_all)
     }
 
-    /// Whether the current work may leave a file's last granule for later (background and
-    /// periodic works: see [`granules`]).
+    /// Whether the current work may leave a file's last granule for later (background,
+    /// periodic and reclaim's works: see [`granules`]). Reclaim's too: the tails it would
+    /// write short are bounded (half the background threshold in all), and a tail's pages are
+    /// a file's oldest dirty ones, the first that reclaim finds dirty at the end of its list.
     pub(crate) fn defers_tails(&self) -> bool {
-        self.current.as_ref().is_some_and(|w| w.for_background || w.for_kupdate)
+        self.current
+            .as_ref()
+            .is_some_and(|w| w.for_background || w.for_kupdate || w.reason == Reason::Vmscan)
     }
 
     /// Whether the flusher is submitting a chunk.

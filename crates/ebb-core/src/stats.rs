@@ -168,6 +168,9 @@ pub struct Stats {
     pub direct_swapped: u64,
     /// Times a writer waited for memory.
     pub memory_waits: u64,
+    /// Times a writer waited for a place in the granule gate (its file may not start filling
+    /// a write granule while as many files as fit are filling theirs).
+    pub granule_gate_waits: u64,
     /// Writes failed by the engine ([`crate::Verdict::Fail`]): held pages filled the cache, or
     /// the writer's backend was unreachable past its retry timeout.
     pub writes_failed: u64,

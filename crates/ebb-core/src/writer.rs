@@ -75,6 +75,11 @@ pub struct Writer {
     pub(crate) scratch: Vec<(FrameId, u64)>,
     /// The file last written (its backend is the one throttled against).
     pub(crate) last_inode: Option<InodeId>,
+    /// A page of a file before which [`write_pages`] stops for a throttle check: the end of
+    /// the write granule the writer is filling, set by the granule gate.
+    pub(crate) granule_stop: Option<(InodeId, u64)>,
+    /// The last page the writer dirtied, in `last_inode`.
+    pub(crate) last_page: Option<u64>,
     pub(crate) call: CallState,
     /// The end of the sleep the last verdict asked for, while it is owed.
     pub(crate) sleep_until: Option<Instant>,
@@ -104,6 +109,8 @@ impl Writer {
             frames: Vec::new(),
             scratch: Vec::new(),
             last_inode: None,
+            granule_stop: None,
+            last_page: None,
             call: CallState::Idle,
             sleep_until: None,
             call_start: Instant::ZERO,
@@ -196,7 +203,8 @@ pub enum NextStep {
 /// Dirties pages `[first, first + count)` of `inode` for `writer`, touching only `map` and
 /// `writer`. Stops when the writer owes a throttle check (the kernel's
 /// `balance_dirty_pages_ratelimited`, called after each page), when its frame reserve is empty,
-/// or at a page under writeback.
+/// at a page under writeback, or at the end of the write granule it is filling (the granule
+/// gate's turns end there).
 pub fn write_pages(
     writer: &mut Writer,
     inode: InodeId,
@@ -204,6 +212,19 @@ pub fn write_pages(
     first: u64,
     count: u64,
 ) -> WriteStep {
+    let mut count = count;
+    let mut at_stop = false;
+    if let Some((file, stop)) = writer.granule_stop
+        && file == inode
+        && (first..first.saturating_add(count)).contains(&stop)
+    {
+        count = stop - first;
+        at_stop = true;
+        if count == 0 {
+            writer.last_inode = Some(inode);
+            return WriteStep { consumed: 0, inode_became_dirty: false, next: NextStep::Check };
+        }
+    }
     let budget = writer.ratelimit.saturating_sub(writer.nr_dirtied).max(1);
     writer.scratch.clear();
     let out = map.dirty_range(first, count, budget, &mut writer.frames, &mut writer.scratch);
@@ -228,8 +249,11 @@ pub fn write_pages(
         writer.added.extend(writer.scratch.iter().map(|&(frame, index)| (frame, inode, index)));
     }
     writer.last_inode = Some(inode);
+    if out.consumed > 0 {
+        writer.last_page = Some(first + out.consumed - 1);
+    }
     let next = match out.stop {
-        DirtyStop::Done if writer.nr_dirtied >= writer.ratelimit => NextStep::Check,
+        DirtyStop::Done if writer.nr_dirtied >= writer.ratelimit || at_stop => NextStep::Check,
         DirtyStop::Done => NextStep::Done,
         DirtyStop::Limit | DirtyStop::NeedFrames => NextStep::Check,
         DirtyStop::Busy(page) => NextStep::Busy(page),

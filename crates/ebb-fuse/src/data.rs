@@ -97,15 +97,16 @@ pub(crate) trait DataFile: Send + Sync {
     fn fsync(&self) -> io::Result<()>;
     /// Closes the handle, reporting a write error not yet reported to it.
     fn close(self: Box<Self>) -> io::Result<()>;
-    /// [`DataFile::write_at`], giving up when `interrupted` says so while it waits (then
-    /// the count copied so far, or `ErrorKind::Interrupted`). Default: not interruptible.
-    fn write_at_interruptible(
+    /// One step of a write that does not block ([`ebb_runtime::File::poll_write_at`]): some
+    /// bytes copied, or `Pending` with `cx`'s waker woken when the write may go on. Default:
+    /// the whole write, blocking (no throttle to wait on without a thread).
+    fn poll_write_at(
         &self,
         buf: &[u8],
         offset: u64,
-        _interrupted: Interrupt<'_>,
-    ) -> io::Result<usize> {
-        self.write_at(buf, offset)
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::task::Poll::Ready(self.write_at(buf, offset))
     }
     /// [`DataFile::read_at`], giving up when `interrupted` says so while it waits.
     fn read_at_interruptible(

@@ -1,33 +1,37 @@
 //! A fixed set of threads running jobs from a bounded queue.
 //!
-//! The FUSE request loops hand data operations to pools so that one operation that sleeps (a
-//! throttled write, an fsync) holds one pool thread, not a request loop. The queue is bounded:
-//! at most `threads + queue` jobs exist at once, and [`Pool::run`] waits for room beyond that.
+//! The FUSE request loops hand data operations to pools so that one operation that sleeps (an
+//! fsync, a read that misses the cache) holds one pool thread, not a request loop. The queue is
+//! bounded: at most `threads + queue` jobs exist at once, and [`Pool::run`] waits for room
+//! beyond that. Jobs that were parked and are woken again (a throttled write whose pause ended,
+//! [`Pool::resume`]) go on a second queue that never blocks its sender (a waker may run under
+//! the cache's lock or on its alarm thread); it holds at most one job per parked request, and
+//! the threads take from it first.
 
 use std::io;
 use std::thread;
 
-use crossbeam::channel::{Sender, bounded};
+use crossbeam::channel::{Receiver, Sender, bounded, select, unbounded};
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// Threads running jobs; dropping the pool lets them finish the queued jobs and exit.
 pub(crate) struct Pool {
     sender: Sender<Job>,
+    resumed: Sender<Job>,
 }
 
 impl Pool {
     pub(crate) fn new(name: &str, threads: usize, queue: usize) -> io::Result<Pool> {
         let (sender, receiver) = bounded::<Job>(queue);
+        let (resumed, resumed_rx) = unbounded::<Job>();
         for index in 0..threads {
-            let receiver = receiver.clone();
-            thread::Builder::new().name(format!("{name}-{index}")).spawn(move || {
-                for job in receiver {
-                    job();
-                }
-            })?;
+            let (receiver, resumed_rx) = (receiver.clone(), resumed_rx.clone());
+            thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || work(&receiver, &resumed_rx))?;
         }
-        Ok(Pool { sender })
+        Ok(Pool { sender, resumed })
     }
 
     /// Runs `job` on a pool thread, waiting while the queue is full.
@@ -37,12 +41,44 @@ impl Pool {
             (unsent.into_inner())();
         }
     }
+
+    /// Runs a woken job on a pool thread before new ones, without waiting.
+    pub(crate) fn resume(&self, job: impl FnOnce() + Send + 'static) {
+        if let Err(unsent) = self.resumed.send(Box::new(job)) {
+            (unsent.into_inner())();
+        }
+    }
+}
+
+/// A pool thread: woken jobs first, until both queues are closed.
+fn work(receiver: &Receiver<Job>, resumed: &Receiver<Job>) {
+    loop {
+        if let Ok(job) = resumed.try_recv() {
+            job();
+            continue;
+        }
+        let job = select! {
+            recv(resumed) -> job => job,
+            recv(receiver) -> job => job,
+        };
+        match job {
+            Ok(job) => job(),
+            // One queue is closed: the pool is gone; finish what the other holds.
+            Err(_) => {
+                for job in resumed.try_iter().chain(receiver.try_iter()) {
+                    job();
+                }
+                return;
+            }
+        }
+    }
 }
 
 /// Copies of write requests' data, recycled.
 ///
 /// A write request's bytes live in the request loop's receive buffer, so the loop copies them
-/// before handing the write to a pool thread. A fresh 1 MiB allocation per request is mapped,
+/// before handing the write to a pool thread. A fresh 1 MiB allocation per request (the size
+/// requests had then) is mapped,
 /// faulted in and unmapped each time, and once glibc has freed one such mapping it serves the
 /// next ones from its arenas instead, which keep freed memory: with 16 writers at once the
 /// mount's resident memory grew past its budget by about 80 MiB that way (measured: peak RSS

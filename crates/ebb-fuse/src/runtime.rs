@@ -206,13 +206,13 @@ impl DataFile for EbbFile {
         self.0.zero_range(offset, len)
     }
 
-    fn write_at_interruptible(
+    fn poll_write_at(
         &self,
         buf: &[u8],
         offset: u64,
-        interrupted: Interrupt<'_>,
-    ) -> io::Result<usize> {
-        self.0.write_at_interruptible(buf, offset, interrupted)
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.0.poll_write_at(buf, offset, cx)
     }
 
     fn read_at_interruptible(

@@ -147,15 +147,17 @@ fn held_writers_do_not_block_other_requests() {
     }
 }
 
-// A mount sets an eighth of its budget aside for copies of write requests, 2 to 18 of them.
+// A mount sets an eighth of its budget aside for copies of write requests (256 KiB each),
+// 2 to 82 of them.
 #[test]
 fn request_copies_are_an_eighth_of_the_budget_within_bounds() {
     use crate::fs::kept_request_copies;
     let mib = 1 << 20;
-    assert_eq!(kept_request_copies(Some(16 * mib)), 2);
-    assert_eq!(kept_request_copies(Some(64 * mib)), 8);
-    assert_eq!(kept_request_copies(Some(256 * mib)), 18);
-    assert_eq!(kept_request_copies(None), 18);
+    assert_eq!(kept_request_copies(Some(mib)), 2);
+    assert_eq!(kept_request_copies(Some(16 * mib)), 8);
+    assert_eq!(kept_request_copies(Some(64 * mib)), 32);
+    assert_eq!(kept_request_copies(Some(256 * mib)), 82);
+    assert_eq!(kept_request_copies(None), 82);
 }
 
 // The runtime gets the budget less the process's own memory and the request copies; a budget
@@ -164,8 +166,9 @@ fn request_copies_are_an_eighth_of_the_budget_within_bounds() {
 fn the_cache_budget_leaves_the_process_its_own_memory() {
     use crate::runtime::cache_budget;
     let mib = 1 << 20;
-    assert_eq!(cache_budget(256 * mib).unwrap(), 256 * mib - 20 * mib - 18 * mib);
-    assert_eq!(cache_budget(1024 * mib).unwrap(), 1024 * mib - 32 * mib - 18 * mib);
+    let copies = 82 * (256 << 10);
+    assert_eq!(cache_budget(256 * mib).unwrap(), 256 * mib - 20 * mib - copies);
+    assert_eq!(cache_budget(1024 * mib).unwrap(), 1024 * mib - 32 * mib - copies);
     let error = cache_budget(16 * mib).unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
     assert!(error.to_string().contains("own memory (17039360 bytes)"), "{error}");

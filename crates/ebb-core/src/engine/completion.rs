@@ -51,6 +51,7 @@ impl Engine {
         self.fsync_progress(inode, maps);
         self.sync_progress(b, maps);
         self.wake_memory_waiters(maps);
+        self.gate_sweep(maps);
     }
 
     /// A write issued at `issued` left the backend's request slots: wbt hears its latency.

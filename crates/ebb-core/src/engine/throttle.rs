@@ -63,8 +63,11 @@ use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::{CallState, FRAME_BATCH, Writer};
 
+mod gate;
 mod ioless;
 mod shares;
+
+pub(crate) use gate::GranuleGate;
 
 /// Ratelimit while the backend is over its limit (32 KiB).
 const DIRTY_EXCEEDED_RATELIMIT: u64 = 8;
@@ -167,6 +170,10 @@ impl Engine {
             self.memory_wait(w);
             self.drive_all(maps);
             return Verdict::Wait;
+        }
+        if let Some(wait) = self.granule_gate(w, maps) {
+            self.drive_all(maps);
+            return wait;
         }
         if let Some(sleep) = self.take_direct_throttle(w) {
             self.drive_all(maps);

@@ -73,6 +73,7 @@ impl Engine {
             self.queue_sync_work(b, request);
         }
         self.kswapd_run(maps);
+        self.gate_sweep(maps);
     }
 
     /// The delayed bandwidth update armed when a file's writeback ended (the kernel's

@@ -467,8 +467,10 @@ impl Engine {
     /// later, or `None` if it may not (`crate::flusher::granules`): only background and
     /// periodic work, only for a file dirtied within the expire interval, and only while the
     /// tails of all dirty files of granular backends fit in half the background threshold, so
-    /// that deferred tails can never keep writeback from bringing the cache under it.
-    fn tail_budget(&self, b: BackendId, inode: InodeId) -> Option<u64> {
+    /// that deferred tails can never keep writeback from bringing the cache under it. The
+    /// granule gate's admitted files always may (the gate bounds them); while writers wait for
+    /// it, the others' tails are measured by what they hold.
+    fn tail_budget(&self, b: BackendId, inode: InodeId) -> Option<granules::TailBudget> {
         self.cfg.backends[b.index()].write_granule_bytes?;
         if !self.wbs[b.index()].flusher.defers_tails() {
             return None;
@@ -476,6 +478,10 @@ impl Engine {
         let meta = self.inodes.get(&inode)?;
         if meta.last_dirtied + self.expire_interval() <= self.now {
             return None;
+        }
+        if self.gate.admitted(inode) {
+            // The gate keeps the admitted files' tails within half the background threshold.
+            return Some(granules::TailBudget::Granule(u64::MAX));
         }
         // Every granular backend's dirty files, so that the tails of all of them together fit.
         let files: usize = self
@@ -485,6 +491,11 @@ impl Engine {
             .filter(|(_, backend)| backend.write_granule_bytes.is_some())
             .map(|(wb, _)| wb.flusher.listed())
             .sum();
-        Some(self.global_thresholds().bg_thresh / 2 / (files as u64 + 1))
+        let budget = self.global_thresholds().bg_thresh / 2 / (files as u64 + 1);
+        Some(if self.gate.saturated() {
+            granules::TailBudget::Extent(budget)
+        } else {
+            granules::TailBudget::Granule(budget)
+        })
     }
 }

@@ -10,9 +10,22 @@
 //! files of granular backends (so the tails together never keep background writeback from
 //! reaching the threshold, and a small cache writes its tails as the kernel would), and
 //! fsync, sync, close, reclaim and a file idle past the expire interval write the tail like
-//! any page.
+//! any page. While writers wait for the granule gate (`engine::throttle::gate`), a file that is
+//! not admitted cannot grow past its writer's next check, so its tail is measured by what it
+//! holds so far rather than by its granule: the small tails of waiting writers stay in the
+//! cache instead of going out as short parts.
 
 use super::Submitter;
+
+/// How large a file's last granule may be for the flusher's current work to leave it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TailBudget {
+    /// The whole granule is at most this many pages (the tail may fill it).
+    Granule(u64),
+    /// The granule's pages up to the file's last dirty one are at most this many (nobody may
+    /// fill it without passing the granule gate first).
+    Extent(u64),
+}
 
 /// The flusher's chunk selection: the next run a submitter writes from its position, up to
 /// `max` pages (the backend's largest write, and what is left of the chunk). On a backend
@@ -24,7 +37,7 @@ pub(crate) fn take_run(
     backend: &crate::config::BackendConfig,
     sub: &Submitter,
     max: u64,
-    tail_budget: Option<u64>,
+    tail_budget: Option<TailBudget>,
 ) -> Option<crate::pagemap::Run> {
     let (tagged, skip) = (sub.tagged_only, sub.skip_held);
     let first = m.next_writeback(sub.next_index, tagged, skip)?;
@@ -32,8 +45,13 @@ pub(crate) fn take_run(
         return m.start_writeback(first, max, tagged, skip);
     };
     if let Some(budget) = tail_budget
-        && granule.end - granule.start <= budget
-        && m.last_dirty().is_some_and(|last| granule.contains(&last) && last + 1 < granule.end)
+        && let Some(last) = m.last_dirty()
+        && granule.contains(&last)
+        && last + 1 < granule.end
+        && match budget {
+            TailBudget::Granule(pages) => granule.end - granule.start <= pages,
+            TailBudget::Extent(pages) => last + 1 - granule.start <= pages,
+        }
     {
         return None;
     }

@@ -101,36 +101,6 @@ impl<N: Namespace> Inner<N> {
         Ok(buf)
     }
 
-    /// Writes `data` at `offset`; a throttled or waiting write of a process that is being
-    /// killed is cut short (with the count copied, or `EINTR`), so the process can exit.
-    pub(super) fn write(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        pid: u32,
-    ) -> Result<usize, Errno> {
-        let handle = self.files.handle(fh)?;
-        let interrupted = || killed(pid);
-        let mut done = 0;
-        while done < data.len() {
-            let at = offset + done as u64;
-            // A write returns short only when interrupted (the caller is being killed).
-            match handle.file.write_at_interruptible(&data[done..], at, &interrupted) {
-                Ok(0) => return Err(Errno::EIO),
-                Ok(written) if done + written < data.len() && interrupted() => {
-                    done += written;
-                    break;
-                }
-                Ok(written) => done += written,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted && done > 0 => break,
-                Err(error) => return Err(to_errno(error)),
-            }
-        }
-        handle.times.written();
-        Ok(done)
-    }
-
     /// close(2) does not write the data (as on a local filesystem; fsync does), but it
     /// reports a write-back error this handle has not seen yet, once, as close(2) on NFS
     /// does: the release that follows cannot reach the caller.
@@ -224,7 +194,7 @@ fn read_cached(
 /// calls that wait ask here instead: a fatal signal (SIGKILL, or any signal whose default
 /// action kills the process) is queued on every thread of the process as SIGKILL, which
 /// `/proc/PID/status` shows in `SigPnd` (the thread's) or `ShdPnd` (the process's).
-fn killed(pid: u32) -> bool {
+pub(super) fn killed(pid: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return true;
     };

@@ -53,6 +53,7 @@ mod files;
 mod io_ops;
 mod nodes;
 mod ops;
+mod write_task;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -89,19 +90,23 @@ const TTL: Duration = Duration::from_secs(1);
 pub(crate) const LOOP_THREADS: usize = 2;
 /// Threads serving reads; each holds one request.
 const READ_THREADS: usize = 8;
-/// Threads serving writes, fsync and release (a throttled write sleeps on one of these).
+/// Threads serving writes, fsync and release (a throttled write waits parked, holding none:
+/// `write_task`).
 const WRITE_THREADS: usize = 16;
 /// Requests a pool holds beyond its running ones before the request loop waits. Each queued
-/// write holds its data (at most `MAX_WRITE`), so this bounds that memory to 64 MiB.
+/// write holds its data (at most `MAX_WRITE`).
 const POOL_QUEUE: usize = 64;
-/// Largest write request the kernel sends (1 MiB, the kernel's default page limit).
-const MAX_WRITE: u32 = 1 << 20;
-/// Copies of write requests kept for reuse ([`DataBufs`]) by a mount of `memory` bytes, which
-/// it sets aside for them: an eighth of it in 1 MiB copies, at least 2, at most one per write
-/// thread and request loop (18, the most in use at once unless writes queue). Without a budget,
-/// the most.
+/// Largest write request the kernel sends (256 KiB). Each write being served holds a copy
+/// of its data until it is in the cache, and a throttled writer's request waits parked with
+/// its copy (`write_task`): with 64 writers throttled at once, 1 MiB requests held 64 MiB
+/// beside the cache (a 256 MiB mount peaked at 313-325 MiB); 256 KiB ones hold 16 MiB.
+const MAX_WRITE: u32 = 256 << 10;
+/// Copies of write requests set aside and kept for reuse ([`DataBufs`]) by a mount of `memory`
+/// bytes: an eighth of it in `MAX_WRITE` copies, at least 2, at most one per write thread,
+/// queued write and request loop (82: the most that exist at once while no more than the
+/// queue's 64 writers wait parked). Without a budget, the most.
 pub(crate) fn kept_request_copies(memory: Option<u64>) -> usize {
-    let most = WRITE_THREADS + LOOP_THREADS;
+    let most = WRITE_THREADS + POOL_QUEUE + LOOP_THREADS;
     memory.map_or(most, |memory| (memory / 8 / u64::from(MAX_WRITE)).clamp(2, most as u64) as usize)
 }
 
@@ -135,7 +140,7 @@ pub(crate) struct Inner<N: Namespace> {
 pub(crate) struct EbbFs<N: Namespace> {
     inner: Arc<Inner<N>>,
     reads: Pool,
-    writes: Pool,
+    writes: Arc<Pool>,
     /// Copies of write requests' data (one per write running or queued on `writes`).
     write_data: Arc<DataBufs>,
 }
@@ -173,7 +178,7 @@ impl<N: Namespace> EbbFs<N> {
         let fs = EbbFs {
             inner,
             reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
-            writes: Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?,
+            writes: Arc::new(Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?),
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
         };
         Ok((fs, files))
@@ -518,11 +523,17 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             reply.error(error);
             return;
         }
-        let (inner, data, pid) = (Arc::clone(&self.inner), self.write_data.copy(data), req.pid());
-        self.writes.run(move || match inner.write(fh, offset, &data, pid) {
-            Ok(done) => reply.written(u32::try_from(done).unwrap_or(u32::MAX)),
-            Err(error) => reply.error(error),
-        });
+        let task = write_task::WriteTask {
+            inner: Arc::clone(&self.inner),
+            fh,
+            offset,
+            data: self.write_data.copy(data),
+            pid: req.pid(),
+            reply,
+            done: 0,
+            waited: false,
+        };
+        task.start(&self.writes);
     }
 
     fn flush(

@@ -280,26 +280,44 @@ impl Future for WriteAt<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        loop {
-            if this.done == this.buf.len() {
-                return Poll::Ready(Ok(this.done));
-            }
+        while this.done < this.buf.len() {
             let at = this.offset + this.done as u64;
-            let owed = match this.file.write_inner(&this.buf[this.done..], at, Obey::Poll) {
+            match this.file.poll_write_at(&this.buf[this.done..], at, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(n)) => this.done += n,
                 // What was written stays in the cache: a short write, as `write_at` returns.
-                Err(_) if this.done > 0 => return Poll::Ready(Ok(this.done)),
+                Poll::Ready(Err(_)) if this.done > 0 => break,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(this.done))
+    }
+}
+
+impl File {
+    /// One step of a write that does not block: copies as much of `buf` as the throttle
+    /// allows now into the cache and returns how much (at least one byte of a non-empty
+    /// buffer), or, when this handle owes a pause or waits for memory, a page under
+    /// writeback or its turn to fill a write granule, returns `Pending` and has `cx`'s waker
+    /// woken when it may go on (by the cache's alarm thread for a pause, by the event
+    /// otherwise). [`File::write_at_async`] is a loop over it; a driver with its own task
+    /// machinery (the FUSE mount parks a throttled request this way, holding no thread) can
+    /// call it directly. Errors are [`File::write_at`]'s.
+    pub fn poll_write_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let owed = match self.write_inner(buf, offset, Obey::Poll) {
                 Err(e) => return Poll::Ready(Err(e)),
-                Ok((n, owed)) => {
-                    this.done += n;
-                    if n > 0 {
-                        continue;
-                    }
-                    owed
-                }
+                Ok((n, _)) if n > 0 => return Poll::Ready(Ok(n)),
+                Ok((_, owed)) => owed,
             };
             match owed {
                 Some(Owed::Sleep(end)) => {
-                    this.file.ebb.inner.shared.alarms.wake_at(end, cx.waker().clone());
+                    self.ebb.inner.shared.alarms.wake_at(end, cx.waker().clone());
                     return Poll::Pending;
                 }
                 Some(Owed::Wait(slot)) => {
@@ -307,8 +325,8 @@ impl Future for WriteAt<'_> {
                         return Poll::Pending;
                     }
                 }
-                // Nothing written and nothing owed: an empty rest (not reached).
-                None => return Poll::Ready(Ok(this.done)),
+                // Nothing written and nothing owed: an empty buffer.
+                None => return Poll::Ready(Ok(0)),
             }
         }
     }
