@@ -7,9 +7,15 @@
 //! So a mount with more throttled writers than write threads still serves the writers that
 //! may go on (the granule gate lets a few files fill their parts while the others wait their
 //! turn: with waits holding threads, those few would queue behind them).
+//!
+//! A writer being killed must not stay in the kernel waiting for an answer that comes only when
+//! its wait ends (for memory, behind a backend that hangs, that may be never): a task parked for
+//! longer than [`SWEEP_AFTER`] is checked every [`SWEEP_EVERY`] by a sweeper thread, which answers
+//! it (the bytes copied so far, or `EINTR`) once its writer has a `SIGKILL` pending.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use fuser::{Errno, FileHandle, ReplyWrite};
 use parking_lot::Mutex;
@@ -18,6 +24,12 @@ use super::files::Handle;
 use super::{Inner, to_errno};
 use crate::pool::{DataBuf, Pool};
 use ebb_backend::Namespace;
+
+/// How long a task may stay parked before the sweeper checks its writer (a throttle pause is
+/// at most 200 ms and ends by itself).
+const SWEEP_AFTER: Duration = Duration::from_millis(200);
+/// How often the sweeper looks at the parked tasks.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// One write request being served.
 pub(super) struct WriteTask<N: Namespace> {
@@ -39,8 +51,8 @@ enum State<N: Namespace> {
     Running,
     /// Woken while running: poll again instead of parking.
     Woken,
-    /// Parked until woken.
-    Parked(WriteTask<N>),
+    /// Parked until woken, since then.
+    Parked(WriteTask<N>, Instant),
     /// Answered.
     Done,
 }
@@ -56,7 +68,7 @@ impl<N: Namespace + 'static> Wake for Parking<N> {
         let task = {
             let mut state = self.state.lock();
             match std::mem::replace(&mut *state, State::Running) {
-                State::Parked(task) => task,
+                State::Parked(task, _) => task,
                 State::Running | State::Woken => {
                     *state = State::Woken;
                     return;
@@ -107,11 +119,88 @@ fn run<N: Namespace + 'static>(mut task: WriteTask<N>, parking: &Arc<Parking<N>>
                     continue;
                 }
                 task.waited = true;
-                *state = State::Parked(task);
+                *state = State::Parked(task, Instant::now());
+                drop(state);
+                sweeper().register(parking);
                 return;
             }
         }
     }
+}
+
+/// The parked tasks the sweeper watches, of every mount in the process.
+struct Sweeper {
+    parked: Mutex<Vec<Weak<dyn Sweep>>>,
+}
+
+/// A parked task as the sweeper sees it.
+trait Sweep: Send + Sync {
+    /// Answers the task if it has been parked for a while and its writer is being killed.
+    fn sweep(&self, now: Instant);
+    /// Whether the task is parked (false once answered or running).
+    fn parked(&self) -> bool;
+}
+
+impl<N: Namespace + 'static> Sweep for Parking<N> {
+    fn sweep(&self, now: Instant) {
+        let task = {
+            let mut state = self.state.lock();
+            match &*state {
+                State::Parked(task, since)
+                    if now.duration_since(*since) >= SWEEP_AFTER
+                        && super::io_ops::killed(task.pid) => {}
+                _ => return,
+            }
+            match std::mem::replace(&mut *state, State::Done) {
+                State::Parked(task, _) => task,
+                _ => unreachable!("checked above"),
+            }
+        };
+        let reply = if task.done > 0 { Ok(task.done) } else { Err(Errno::EINTR) };
+        match reply {
+            Ok(done) => task.reply.written(u32::try_from(done).unwrap_or(u32::MAX)),
+            Err(error) => task.reply.error(error),
+        }
+    }
+
+    fn parked(&self) -> bool {
+        matches!(*self.state.lock(), State::Parked(..))
+    }
+}
+
+impl Sweeper {
+    fn register<N: Namespace + 'static>(&self, parking: &Arc<Parking<N>>) {
+        let parking: Arc<dyn Sweep> = Arc::clone(parking) as Arc<dyn Sweep>;
+        self.parked.lock().push(Arc::downgrade(&parking));
+    }
+
+    fn run(&self) {
+        loop {
+            std::thread::sleep(SWEEP_EVERY);
+            let now = Instant::now();
+            let parked: Vec<Arc<dyn Sweep>> = {
+                let mut list = self.parked.lock();
+                list.retain(|weak| weak.upgrade().is_some_and(|task| task.parked()));
+                list.iter().filter_map(Weak::upgrade).collect()
+            };
+            for task in parked {
+                task.sweep(now);
+            }
+        }
+    }
+}
+
+/// The process's sweeper, started with the first parked task.
+fn sweeper() -> &'static Sweeper {
+    static SWEEPER: OnceLock<&'static Sweeper> = OnceLock::new();
+    SWEEPER.get_or_init(|| {
+        let sweeper: &'static Sweeper =
+            Box::leak(Box::new(Sweeper { parked: Mutex::new(Vec::new()) }));
+        // Without the thread, a killed writer's parked write is answered when its wait ends.
+        let _ =
+            std::thread::Builder::new().name("ebb-fuse-sweep".into()).spawn(move || sweeper.run());
+        sweeper
+    })
 }
 
 /// Copies as much as the cache takes now; `Ready` with the bytes to answer, or `Pending`.
