@@ -221,7 +221,10 @@ pub fn write_pages(
         count = stop - first;
         at_stop = true;
         if count == 0 {
+            // The writer stands at the granule's end, wherever it wrote last: the check moves
+            // the stop past this granule, so a writer that jumped here goes on after it.
             writer.last_inode = Some(inode);
+            writer.last_page = Some(stop - 1);
             return WriteStep { consumed: 0, inode_became_dirty: false, next: NextStep::Check };
         }
     }

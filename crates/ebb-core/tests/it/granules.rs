@@ -134,3 +134,27 @@ fn many_writers_take_turns_so_that_each_granule_is_written_once() {
         assert_eq!(h.maps.get(dd.inode).unwrap().counts().dirty, 0);
     }
 }
+
+/// A writer that jumps to the very page where the gate asked it to stop for a check (the end
+/// of the granule it was filling) gets its check and then writes on: the stop moves past the
+/// granule it stands at, however it got there.
+#[test]
+fn a_writer_that_jumps_to_its_stop_writes_on_after_one_check() {
+    let mut h = Harness::new(granular(), &[2_000]);
+    let dd = h.add_dd(0, 1, 1, Instant::from_nanos(u64::MAX));
+    let (inode, now) = (h.dds[dd].inode, Instant::ZERO);
+    let mut w = Writer::new(WriterId(99), GroupId(0));
+    // Its first check hands it frames.
+    h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
+    let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, 0, 40));
+    assert_eq!((step.consumed, step.next), (32, NextStep::Check));
+    let verdict = h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
+    assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+    // The stop is at the granule's end, page 64: a write there stops first.
+    let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, GRANULE, 8));
+    assert_eq!((step.consumed, step.next), (0, NextStep::Check));
+    let verdict = h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
+    assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+    let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, GRANULE, 8));
+    assert_eq!(step.consumed, 8, "the writer goes on after its check");
+}
