@@ -80,6 +80,9 @@ pub struct Writer {
     pub(crate) granule_stop: Option<(InodeId, u64)>,
     /// The last page the writer dirtied, in `last_inode`.
     pub(crate) last_page: Option<u64>,
+    /// The writer reached its `granule_stop`: it filled its granule to the end. (Its last page
+    /// being a granule's last is not enough: a request may end inside that page.)
+    pub(crate) at_stop: bool,
     pub(crate) call: CallState,
     /// The end of the sleep the last verdict asked for, while it is owed.
     pub(crate) sleep_until: Option<Instant>,
@@ -111,6 +114,7 @@ impl Writer {
             last_inode: None,
             granule_stop: None,
             last_page: None,
+            at_stop: false,
             call: CallState::Idle,
             sleep_until: None,
             call_start: Instant::ZERO,
@@ -225,6 +229,7 @@ pub fn write_pages(
             // the stop past this granule, so a writer that jumped here goes on after it.
             writer.last_inode = Some(inode);
             writer.last_page = Some(stop - 1);
+            writer.at_stop = true;
             return WriteStep { consumed: 0, inode_became_dirty: false, next: NextStep::Check };
         }
     }
@@ -254,6 +259,7 @@ pub fn write_pages(
     writer.last_inode = Some(inode);
     if out.consumed > 0 {
         writer.last_page = Some(first + out.consumed - 1);
+        writer.at_stop = at_stop && out.consumed == count;
     }
     let next = match out.stop {
         DirtyStop::Done if writer.nr_dirtied >= writer.ratelimit || at_stop => NextStep::Check,

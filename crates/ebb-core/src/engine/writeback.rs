@@ -479,9 +479,9 @@ impl Engine {
         if meta.last_dirtied + self.expire_interval() <= self.now {
             return None;
         }
-        if self.gate.admitted(inode) {
+        if let Some(filling) = self.gate.filling(inode) {
             // The gate keeps the admitted files' tails within half the background threshold.
-            return Some(granules::TailBudget::Granule(u64::MAX));
+            return Some(granules::TailBudget::Filling(filling));
         }
         // Every granular backend's dirty files, so that the tails of all of them together fit.
         let files: usize = self

@@ -20,6 +20,12 @@ use super::Submitter;
 /// How large a file's last granule may be for the flusher's current work to leave it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum TailBudget {
+    /// A file the granule gate admitted: its last granule waits while partly dirty, and so
+    /// does the granule ending at this page while its writer has not reached that end (its
+    /// last page may be dirty, yet only partly written: a request that ends inside a page
+    /// leaves the page's rest to the next one, and a granule written before it arrives is
+    /// written again for one page).
+    Filling(u64),
     /// The whole granule is at most this many pages (the tail may fill it).
     Granule(u64),
     /// The granule's pages up to the file's last dirty one are at most this many (nobody may
@@ -47,10 +53,14 @@ pub(crate) fn take_run(
     if let Some(budget) = tail_budget
         && let Some(last) = m.last_dirty()
         && granule.contains(&last)
-        && last + 1 < granule.end
         && match budget {
-            TailBudget::Granule(pages) => granule.end - granule.start <= pages,
-            TailBudget::Extent(pages) => last + 1 - granule.start <= pages,
+            TailBudget::Filling(end) => last + 1 < granule.end || granule.end == end,
+            TailBudget::Granule(pages) => {
+                last + 1 < granule.end && granule.end - granule.start <= pages
+            }
+            TailBudget::Extent(pages) => {
+                last + 1 < granule.end && last + 1 - granule.start <= pages
+            }
         }
     {
         return None;

@@ -68,6 +68,9 @@ struct Turn {
     pages: u64,
     /// When it began: a file admitted after a wait counts as active from then.
     since: Instant,
+    /// The end of the granule its writer is filling (where it stops next), 0 before the
+    /// writer's first check in this turn.
+    filling: u64,
 }
 
 /// The admitted files and the writers waiting for a place.
@@ -80,9 +83,10 @@ pub(crate) struct GranuleGate {
 }
 
 impl GranuleGate {
-    /// Whether `inode` may keep its partly written last granule (admitted).
-    pub(crate) fn admitted(&self, inode: InodeId) -> bool {
-        self.admitted.contains_key(&inode)
+    /// If `inode` is admitted, the end of the granule its writer is filling (0: not known
+    /// yet): the file's tail, and that granule, wait for the writer.
+    pub(crate) fn filling(&self, inode: InodeId) -> Option<u64> {
+        self.admitted.get(&inode).map(|turn| turn.filling)
     }
 
     /// Whether writers wait for a place.
@@ -112,6 +116,7 @@ impl Engine {
         maps: &mut M,
     ) -> Option<Verdict> {
         w.granule_stop = None;
+        let at_boundary = std::mem::take(&mut w.at_stop);
         let inode = w.last_inode?;
         let b = self.inodes.get(&inode)?.backend;
         let backend = &self.cfg.backends[b.index()];
@@ -121,7 +126,6 @@ impl Engine {
         let last = w.last_page?;
         let tail = backend.granule_of(last)?;
         let stop = backend.granule_of(last + 1)?.end;
-        let at_boundary = tail.end == last + 1;
         let granule = tail.end - tail.start;
         self.gate_sweep(maps);
         let slots = self.gate_slots();
@@ -134,15 +138,17 @@ impl Engine {
             let leaves = gate.saturated()
                 && ((at_boundary && used) || turn >= (TURN_GRANULES + 1) * granule);
             if !leaves {
+                let turn = gate.admitted.get_mut(&inode).expect("admitted");
                 if used && at_boundary {
-                    gate.admitted.insert(inode, Turn { pages: 0, since: now });
+                    *turn = Turn { pages: 0, since: now, filling: stop };
                 }
+                turn.filling = stop;
                 w.granule_stop = Some((inode, stop));
                 return None;
             }
             gate.admitted.remove(&inode);
         } else if gate.admitted.len() < slots && !gate.saturated() {
-            gate.admitted.insert(inode, Turn { pages: 0, since: now });
+            gate.admitted.insert(inode, Turn { pages: 0, since: now, filling: stop });
             w.granule_stop = Some((inode, stop));
             return None;
         }
@@ -224,7 +230,7 @@ impl Engine {
             }
             self.waiters.remove(&w);
             let now = self.now;
-            self.gate.admitted.entry(inode).or_insert(Turn { pages: 0, since: now });
+            self.gate.admitted.entry(inode).or_insert(Turn { pages: 0, since: now, filling: 0 });
             self.emit(Action::Resume { writer: w });
         }
     }
