@@ -469,6 +469,7 @@ impl Engine {
         for wb in &self.wbs {
             consider(wb.flusher.timer());
             consider(wb.wbt.timer());
+            consider(wb.wbt.pace_timer());
             consider(wb.bw_update_at);
             consider(self.outage_deadline(wb));
         }

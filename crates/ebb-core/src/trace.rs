@@ -347,6 +347,9 @@ fn wbt_lines(name: &str, e: &crate::wbt::Evaluation, inflight: u32) -> String {
         if let Some(pages) = e.write_pages {
             line.push_str(&format!(", write_pages={pages}"));
         }
+        if let Some(duty) = e.duty_permille {
+            line.push_str(&format!(", duty={duty}"));
+        }
     }
     line.push_str(&format!(
         "\nwbt_timer: {}: status={}, step={}, inflight={}",

@@ -149,6 +149,9 @@ pub struct Evaluation {
     pub wb_background: u32,
     /// ebb's variant: the largest background write while reads are active, pages.
     pub write_pages: Option<u64>,
+    /// ebb's variant, pacing: the share of the time background writes may be in service
+    /// while reads are active, per mille.
+    pub duty_permille: Option<u32>,
 }
 
 /// The writeback throttle of one device.
@@ -218,7 +221,8 @@ impl Wbt {
                     u64::from(b.max_write_pages),
                     u64::from(b.wbt_min_write_pages),
                 )
-                .with_min_depth(b.wbt_min_depth),
+                .with_min_depth(b.wbt_min_depth)
+                .with_pacing(b.wbt_min_duty, u64::from(b.wbt_pace_write_pages)),
             _ => wbt,
         }
     }
@@ -245,6 +249,38 @@ impl Wbt {
         self
     }
 
+    /// ebb's variant: while reads are active, pace background writes of `write_pages`,
+    /// keeping at least `min_duty_pct`% of the time for them (100: no pacing, writes shrink
+    /// instead).
+    pub fn with_pacing(mut self, min_duty_pct: u32, write_pages: u64) -> Wbt {
+        if let Some(a) = &mut self.adaptive {
+            a.min_duty = (min_duty_pct.clamp(1, 100) * adaptive::DUTY_ONE / 100).max(1);
+            a.pace_write_pages = write_pages.max(1);
+        }
+        self
+    }
+
+    /// Whether ebb's variant paces background writes now: reads are active and the duty is
+    /// under one.
+    fn paced(&self, now: Instant) -> bool {
+        self.enabled() && self.close_io(now) && self.adaptive.is_some_and(|a| a.paced())
+    }
+
+    /// When the gap after ebb's variant's last paced write ends, if one is pending: the
+    /// engine's timer then lets the next background write go.
+    pub fn pace_timer(&self) -> Option<Instant> {
+        self.adaptive.and_then(|a| a.pace_until)
+    }
+
+    /// Forgets a gap that has ended by `now`.
+    pub fn end_gap(&mut self, now: Instant) {
+        if let Some(a) = &mut self.adaptive
+            && a.pace_until.is_some_and(|t| t <= now)
+        {
+            a.pace_until = None;
+        }
+    }
+
     /// The fewest writes of any class the throttle lets be in flight (1 but for ebb's
     /// variant's `wbt_min_depth`).
     fn depth_floor(&self) -> u32 {
@@ -252,10 +288,11 @@ impl Wbt {
     }
 
     /// The largest write of `class` to issue now, for a backend whose largest is
-    /// `max_write_pages`: smaller only for background writes of ebb's variant while reads
-    /// are active.
+    /// `max_write_pages`: for background writes of ebb's variant while reads are active,
+    /// smaller, or, paced, `wbt_pace_write_pages`.
     pub fn write_pages(&self, class: WbtClass, max_write_pages: u64, now: Instant) -> u64 {
         match self.adaptive {
+            Some(a) if class == WbtClass::Background && self.paced(now) => a.pace_write_pages,
             Some(a) if self.enabled() && class == WbtClass::Background && self.close_io(now) => {
                 a.write_pages().min(max_write_pages)
             }
@@ -317,6 +354,10 @@ impl Wbt {
         if !self.enabled() {
             return u32::MAX;
         }
+        if class == WbtClass::Background && self.paced(now) {
+            // Paced: one at a time, each followed by its gap (the duty is the writer's share).
+            return 1;
+        }
         let limit = if class == WbtClass::Sync || self.recent_wait(now) {
             self.max_depth
         } else if class == WbtClass::Background || self.close_io(now) {
@@ -335,6 +376,13 @@ impl Wbt {
         }
         if class == WbtClass::Sync {
             return true;
+        }
+        if class == WbtClass::Background
+            && self.paced(now)
+            && self.pace_timer().is_some_and(|t| now < t)
+        {
+            // In the gap after a paced write: the timer lets the next one go.
+            return false;
         }
         if self.holding && !self.recent_wait(now) {
             return false;
@@ -357,6 +405,11 @@ impl Wbt {
         w.write_max_ns = w.write_max_ns.max(ns);
         w.write_sum_ns += ns;
         w.writes += 1;
+        if self.paced(now)
+            && let Some(a) = &mut self.adaptive
+        {
+            a.pace_until = Some(now + a.gap(latency));
+        }
         if self.holding {
             let floor = self.depth_floor();
             let limit = if self.write_cache && !self.recent_wait(now) { 0 } else { self.wb_normal };
@@ -418,18 +471,23 @@ impl Wbt {
     pub fn on_timer(&mut self, now: Instant, inflight: u32) -> Evaluation {
         self.timer = None;
         let status = self.status(now, inflight);
-        let before = (self.scale_step, self.max_depth, self.size_shift());
+        let before = (self.scale_step, self.max_depth, self.size_shift(), self.duty());
         match status {
-            // ebb's variant halves the writes and the depth together (either may be what
-            // delays reads), and restores the size before the depth.
+            // ebb's variant halves the writes (or, pacing, their duty) and the depth together
+            // (either may be what delays reads), and restores the duty and the size before
+            // the depth.
             Status::Exceeded => {
                 if let Some(a) = &mut self.adaptive {
-                    a.shrink();
+                    if a.pacing() {
+                        a.slow();
+                    } else {
+                        a.shrink();
+                    }
                 }
                 self.scale_down(true)
             }
             Status::Ok | Status::UnknownWrites => {
-                if !self.adaptive.as_mut().is_some_and(Adaptive::grow) {
+                if !self.adaptive.as_mut().is_some_and(|a| a.hasten() || a.grow()) {
                     self.scale_up()
                 }
             }
@@ -444,7 +502,7 @@ impl Wbt {
                 }
             }
         }
-        let scaled = before != (self.scale_step, self.max_depth, self.size_shift());
+        let scaled = before != (self.scale_step, self.max_depth, self.size_shift(), self.duty());
         self.cur_win_nsec = if self.scale_step > 0 {
             self.win_nsec * 16 / isqrt(((self.scale_step as u64) + 1) * 256)
         } else {
@@ -458,7 +516,11 @@ impl Wbt {
                 self.min_lat_nsec = target;
             }
         }
-        if self.scale_step != 0 || self.size_shift() != 0 || inflight > 0 {
+        if self.scale_step != 0
+            || self.size_shift() != 0
+            || self.duty() < adaptive::DUTY_ONE
+            || inflight > 0
+        {
             self.timer = Some(now + Duration::from_nanos(self.cur_win_nsec));
         }
         Evaluation {
@@ -476,11 +538,19 @@ impl Wbt {
             wb_normal: self.wb_normal,
             wb_background: self.wb_background,
             write_pages: self.adaptive.map(|a| a.write_pages()),
+            duty_permille: self
+                .adaptive
+                .filter(Adaptive::pacing)
+                .map(|a| a.duty * 1000 / adaptive::DUTY_ONE),
         }
     }
 
     fn size_shift(&self) -> u32 {
         self.adaptive.map_or(0, |a| a.size_shift)
+    }
+
+    fn duty(&self) -> u32 {
+        self.adaptive.map_or(adaptive::DUTY_ONE, |a| a.duty)
     }
 
     fn status(&self, now: Instant, inflight: u32) -> Status {

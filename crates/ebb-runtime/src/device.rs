@@ -17,6 +17,11 @@ pub(crate) const DIRECTORY_WRITE_PAGES: u32 = 256;
 /// waiting when one completes while the device still serves one (`wbt_min_depth`).
 pub(crate) const DIRECTORY_WBT_MIN_DEPTH: u32 = 2;
 
+/// The least share of the time `wbt = ebb` keeps a background write in service to a directory
+/// while reads are active, % (`wbt_min_duty`): it then paces whole writes of up to
+/// `max_sectors_kb` rather than shrinking them (BENCHMARKS.md, "read-under-write").
+pub(crate) const DIRECTORY_WBT_MIN_DUTY: u32 = 12;
+
 /// The device facts found, each `None` when sysfs does not say (a virtual filesystem, a
 /// container without /sys).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,6 +88,7 @@ impl DeviceInfo {
         config.max_write_pages = DIRECTORY_WRITE_PAGES;
         if let Some(kb) = self.max_sectors_kb {
             config.max_write_pages = config.max_write_pages.min((kb / 4).max(1));
+            config.wbt_pace_write_pages = config.wbt_pace_write_pages.min((kb / 4).max(1));
         }
         // Each 4 KiB page of an IO buffer may be a scatter-gather segment of its own (pages
         // that happen to be physically adjacent merge), and a write of more segments than the
@@ -93,6 +99,7 @@ impl DeviceInfo {
             config.max_write_pages = config.max_write_pages.min(segments.max(1));
         }
         config.wbt_min_depth = DIRECTORY_WBT_MIN_DEPTH;
+        config.wbt_min_duty = DIRECTORY_WBT_MIN_DUTY;
     }
 }
 
@@ -117,6 +124,8 @@ mod tests {
         virtio.apply(&mut config);
         assert_eq!(config.max_write_pages, 254);
         assert!(config.rotational);
+        assert_eq!(config.wbt_min_duty, DIRECTORY_WBT_MIN_DUTY, "wbt = ebb paces");
+        assert_eq!(config.wbt_pace_write_pages, 1024, "paced writes of max_sectors_kb");
         let usb = DeviceInfo {
             max_sectors_kb: Some(120),
             max_segments: Some(2048),
@@ -124,5 +133,6 @@ mod tests {
         };
         usb.apply(&mut config);
         assert_eq!(config.max_write_pages, 30);
+        assert_eq!(config.wbt_pace_write_pages, 30);
     }
 }

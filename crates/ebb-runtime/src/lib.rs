@@ -147,6 +147,7 @@ impl Builder {
         let caps = backend.capabilities();
         let max_pages = (caps.max_io_bytes / PAGE_SIZE).clamp(1, 65_536) as u32;
         config.max_write_pages = config.max_write_pages.min(max_pages);
+        config.wbt_pace_write_pages = config.wbt_pace_write_pages.min(max_pages);
         config.declared_write_bandwidth =
             config.declared_write_bandwidth.or_else(|| backend.write_bandwidth());
         config.name = name.to_owned();
@@ -307,7 +308,7 @@ fn set_aside_buffers(
         .iter()
         .zip(slots)
         .map(|(b, slot)| {
-            let len = (u64::from(b.max_write_pages) * PAGE_SIZE) as usize;
+            let len = (u64::from(b.largest_write_pages()) * PAGE_SIZE) as usize;
             bufpool::alloc_size(len, slot.caps.serial_writes) as u64
         })
         .max()
@@ -322,7 +323,7 @@ fn set_aside_buffers(
                 "ebb configuration: memory_bytes: {budget} bytes leave less than the smallest \
                  cache (4 MiB) after {reserve} bytes of IO buffers (the largest write is \
                  {largest} bytes); the budget must be at least {} bytes, or max_write_pages \
-                 smaller",
+                 (or wbt_pace_write_pages) smaller",
                 reserve + MIN_CACHE
             ),
         ));

@@ -159,6 +159,22 @@ declare_knobs! {
             /// then copied out and waiting when one completes, rather than issued after it,
             /// while the device still serves one at a time.
             wbt_min_depth: u32 = 1, "requests", Kind::Number { min: 1, max: 65_536 };
+            /// The least share of the time `wbt = ebb` keeps a background write in service
+            /// while reads are active (ebb's own); under 100 it paces whole writes, one at a
+            /// time with a gap after each, instead of shrinking them; 100: no pacing.
+            ///
+            /// A missed window halves the share (down to this floor), a met one adds 1/16 back;
+            /// the floor is what keeps the writer's share of the device while a reader misses
+            /// the target all the time.
+            wbt_min_duty: u32 = 100, "%", Kind::Number { min: 1, max: 100 };
+            /// The largest background write of `wbt = ebb` while it paces (ebb's own; may exceed
+            /// `max_write_pages`).
+            ///
+            /// A paced write's gap scales with its service time, so a few large writes leave the
+            /// same idle share as many small ones with fewer interruptions of the reads; 1024
+            /// pages (4 MiB) is about the size in which the kernel's writeback reached the
+            /// development machine's virtio disk (3.2-3.7 MiB per request).
+            wbt_pace_write_pages: u32 = 1024, "pages", Kind::Number { min: 1, max: 65_536 };
             /// COMMIT batch of a two-phase backend, as a share of its dirty threshold (ebb's
             /// own); 0: the kernel's NFS rule, a COMMIT after each writepages call's writes.
             ///

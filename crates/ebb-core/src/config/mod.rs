@@ -50,6 +50,8 @@
 //! | `wbt_window_usec` | backend | us | 100000 | 1000..=10000000 | wbt window (the kernel's 100 ms default). |
 //! | `wbt_min_write_pages` | backend | pages | 32 | 1..=65536 | The smallest background write of `wbt = ebb` while reads are active (ebb's own). |
 //! | `wbt_min_depth` | backend | requests | 1 | 1..=65536 | The fewest background writes `wbt = ebb` keeps in flight (ebb's own; 1 is the kernel's floor). |
+//! | `wbt_min_duty` | backend | % | 100 | 1..=100 | The least share of the time `wbt = ebb` keeps a background write in service while reads are active (ebb's own); under 100 it paces whole writes, one at a time with a gap after each, instead of shrinking them; 100: no pacing. |
+//! | `wbt_pace_write_pages` | backend | pages | 1024 | 1..=65536 | The largest background write of `wbt = ebb` while it paces (ebb's own; may exceed `max_write_pages`). |
 //! | `commit_batch_ratio` | backend | % of the dirty threshold | 0 | 0..=100 | COMMIT batch of a two-phase backend, as a share of its dirty threshold (ebb's own); 0: the kernel's NFS rule, a COMMIT after each writepages call's writes. |
 //! | `dirty_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the dirty threshold: this many seconds of its measured write bandwidth (ebb's own); 0: no cap. |
 //! | `dirty_background_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the background threshold: this many seconds of its write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel scales the background threshold. |
@@ -301,6 +303,22 @@ impl BackendConfig {
             Some(usec) => usec,
             None if self.rotational => 75_000,
             None => 2_000,
+        }
+    }
+
+    /// Whether `wbt = ebb` paces background writes while reads are active (`wbt_min_duty`
+    /// under 100).
+    pub fn wbt_paces(&self) -> bool {
+        self.wbt == WbtMode::Ebb && self.wbt_min_duty < 100 && self.wbt_target_usec() > 0
+    }
+
+    /// The largest write the engine issues to this backend, pages: `max_write_pages`, or
+    /// `wbt_pace_write_pages` where `wbt = ebb` paces and that is larger.
+    pub fn largest_write_pages(&self) -> u32 {
+        if self.wbt_paces() {
+            self.max_write_pages.max(self.wbt_pace_write_pages)
+        } else {
+            self.max_write_pages
         }
     }
 

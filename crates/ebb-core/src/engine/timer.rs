@@ -12,6 +12,8 @@ impl Engine {
                 let e = self.wbs[b].wbt.on_timer(now, inflight);
                 self.record(TraceEvent::Wbt { bdi: BackendId(b as u32), eval: e, inflight });
             }
+            // A paced write's gap ended: the drive after this event issues the next.
+            self.wbs[b].wbt.end_gap(now);
         }
         for b in 0..self.wbs.len() {
             if self.wbs[b].bw_update_at.is_some_and(|t| t <= now) {

@@ -1,6 +1,6 @@
 //! ebb's own writeback-throttling variant (`wbt = ebb`): the kernel's depth control, plus a
-//! target learned from the device, a tail signal, and smaller background writes while reads
-//! are active (docs/wbt.md#ebbs-variant).
+//! target learned from the device, a tail signal, and smaller or paced background writes
+//! while reads are active (docs/wbt.md#ebbs-variant).
 //!
 //! # Goal
 //! Keep the body and the tail of read latency near the device's idle latency beside
@@ -12,7 +12,8 @@
 //! # Signals
 //! Per window: the reads, and how many of them took longer than the target; the minimum read
 //! latency of each window with reads (the device's idle latency: the fastest read of a window
-//! is one that found nothing ahead of it).
+//! is one that found nothing ahead of it). Pacing: each write's service time (issue to
+//! completion).
 //!
 //! # Control law
 //! ```text
@@ -27,7 +28,20 @@
 //! background write, while a read completed or was issued in the last 100 ms:
 //!             at most max(max_write_pages >> size_shift, wbt_min_write_pages) pages
 //! every limit: at least wbt_min_depth writes in flight (1, the kernel's floor, by default)
+//!
+//! pacing (wbt_min_duty under 100), instead of the size:
+//! EXCEEDED  : duty = max(duty / 2, wbt_min_duty)
+//! OK        : duty = min(duty + 1/DUTY_STEPS, 1), before the kernel's scale-up
+//! while a read completed or was issued in the last 100 ms and duty < 1, background writes:
+//!             one in flight, of up to wbt_pace_write_pages pages, and after each completes
+//!             (service s) none before  now + min(s * (1 - duty) / duty, GAP_MAX_NS)
+//!             (the engine's timer, `Wbt::pace_timer`, lets the next one go)
 //! ```
+//! The duty is the share of the time the device spends on background writes while reads are
+//! active: a read that arrives in a gap finds it idle. `wbt_min_duty` is the writer's share
+//! where reads miss the target whatever the writes do; on the development machine's virtio
+//! disk reads alone miss a target of twice the fastest read (their p99 is 2.2x it), so the
+//! duty sits at the floor there.
 //! Writes of the other classes, and background writes while nobody reads, keep the
 //! backend's `max_write_pages`: the variant costs nothing when there is nothing to protect.
 //! `wbt_min_depth` is for a backend that serves one file's writes one at a time whatever the
@@ -41,11 +55,15 @@
 //! | TARGET_FLOOR_NS | 20000 | ns | ebb: below it timer and scheduling noise dominate |
 //! | TAIL_ONE_IN | 100 | reads | ebb: the window's p99 |
 //! | IDLE_RISE_SHIFT | 4 | 1/16 per window | ebb |
+//! | DUTY_STEPS | 16 | windows from the floor to unpaced | ebb: additive increase, as slow as the kernel's one step per window |
+//! | GAP_MAX_NS | 20000000 | ns | ebb: a slow write (a journal commit) must not stop writeback for long |
 //!
 //! # Insufficient data
 //! Before any read the target is the kernel's default for the device kind (2 ms solid state,
 //! 75 ms rotating) and writes are full size. Windows with too few samples are judged as the
 //! kernel's (UNKNOWN and UNKNOWN_WRITES), and an UNKNOWN window does not change the size.
+//! Pacing starts unpaced (duty 1) and slows only on an EXCEEDED window; a gap is sized from
+//! the write just completed, so there is no estimate to wait for.
 
 /// The target is this many times the idle read latency.
 pub const IDLE_FACTOR: u64 = 2;
@@ -55,6 +73,15 @@ pub const TARGET_FLOOR_NS: u64 = 20_000;
 pub const TAIL_ONE_IN: u64 = 100;
 /// A window minimum above the idle estimate raises it by 1/2^this of the difference.
 pub const IDLE_RISE_SHIFT: u32 = 4;
+
+use crate::time::{Duration, Instant};
+
+/// A duty of one: background writes unpaced.
+pub const DUTY_ONE: u32 = 1024;
+/// A met window adds this share of `DUTY_ONE` back to the duty.
+pub const DUTY_STEPS: u32 = 16;
+/// The longest gap after one write, ns.
+pub const GAP_MAX_NS: u64 = 20_000_000;
 
 /// The variant's state beside the kernel's.
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +100,16 @@ pub(super) struct Adaptive {
     max_shift: u32,
     /// The fewest background writes kept in flight (`wbt_min_depth`).
     pub(super) min_depth: u32,
+    /// The least duty while reads are active, in 1/`DUTY_ONE` (`wbt_min_duty`; `DUTY_ONE`:
+    /// no pacing).
+    pub(super) min_duty: u32,
+    /// The share of the time a background write may be in service while reads are active,
+    /// in 1/`DUTY_ONE`.
+    pub(super) duty: u32,
+    /// No background write is issued before this while paced (the gap after the last one).
+    pub(super) pace_until: Option<Instant>,
+    /// The largest background write while paced, pages (`wbt_pace_write_pages`).
+    pub(super) pace_write_pages: u64,
 }
 
 impl Adaptive {
@@ -94,7 +131,46 @@ impl Adaptive {
             min_write_pages,
             max_shift,
             min_depth: 1,
+            min_duty: DUTY_ONE,
+            duty: DUTY_ONE,
+            pace_until: None,
+            pace_write_pages: max_write_pages,
         }
+    }
+
+    /// Whether background writes are paced rather than shrunk (`wbt_min_duty` under 100).
+    pub(super) fn pacing(&self) -> bool {
+        self.min_duty < DUTY_ONE
+    }
+
+    /// Whether a gap follows each background write while reads are active.
+    pub(super) fn paced(&self) -> bool {
+        self.duty < DUTY_ONE
+    }
+
+    /// Halves the duty; false when it is already at `min_duty`.
+    pub(super) fn slow(&mut self) -> bool {
+        let duty = (self.duty / 2).max(self.min_duty);
+        let slowed = duty < self.duty;
+        self.duty = duty;
+        slowed
+    }
+
+    /// Adds a step back to the duty; false when writes are already unpaced.
+    pub(super) fn hasten(&mut self) -> bool {
+        if self.duty >= DUTY_ONE {
+            return false;
+        }
+        self.duty = (self.duty + DUTY_ONE / DUTY_STEPS).min(DUTY_ONE);
+        true
+    }
+
+    /// The gap after a write that was in service for `service`: the device then spends
+    /// `duty` of the time writing, at most `GAP_MAX_NS` idle.
+    pub(super) fn gap(&self, service: Duration) -> Duration {
+        let ns = u128::from(service.as_nanos()) * u128::from(DUTY_ONE - self.duty)
+            / u128::from(self.duty.max(1));
+        Duration::from_nanos((ns as u64).min(GAP_MAX_NS))
     }
 
     /// Learns from a window whose fastest read took `read_min_ns`; returns the new target,
@@ -138,7 +214,6 @@ impl Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::{Duration, Instant};
     use crate::wbt::{Wbt, WbtClass};
 
     /// A device that serves one write at a time, 2 us per page, and serves a read in 25 us
@@ -262,6 +337,67 @@ mod tests {
         }
         let kernel = Wbt::new(32, 2_000, 100_000, true).with_min_depth(2);
         assert_eq!(kernel.limit(WbtClass::Background, now), 4, "no floor for the kernel's");
+    }
+
+    /// Pacing (`wbt_min_duty` 25%) beside a reader that misses the target: background writes
+    /// go out whole, 1024 pages (beyond the backend's 256), one at a time with a gap of three
+    /// times their service after each, so the device writes a quarter of the time (the floor:
+    /// the writer's share) and most reads find it idle. When nobody reads there is no gap, and
+    /// writes are the backend's largest, back to back.
+    #[test]
+    fn paced_writes_are_large_and_leave_the_device_idle() {
+        let wbt = Wbt::new(32, 2_000, 100_000, false).with_adaptive(false, 256, 16);
+        let mut ebb = Lane::new(wbt.with_min_depth(2).with_pacing(25, 1024));
+        ebb.run(0, 2_000_000, true);
+        let (mut reads, sizes) = ebb.run(2_000_000, 4_000_000, true);
+        assert!(sizes.iter().all(|&p| p == 1024), "paced writes are large: {sizes:?}");
+        let busy = sizes.iter().map(|p| 2 * p).sum::<u64>() as f64 / 2e6;
+        assert!((0.2..0.3).contains(&busy), "the device wrote {busy} of the time");
+        reads.sort_unstable();
+        assert_eq!(reads[reads.len() * 7 / 10], 25, "most reads find the device idle");
+
+        ebb.run(4_000_000, 4_101_000, false);
+        let (_, sizes) = ebb.run(4_101_000, 4_501_000, false);
+        assert!(sizes.iter().all(|&p| p == 256), "nobody reads: the backend's largest");
+        let busy = sizes.iter().map(|p| 2 * p).sum::<u64>() as f64 / 4e5;
+        assert!(busy > 0.95, "nobody reads: no gap ({busy} busy)");
+    }
+
+    /// The gap is armed by a write's completion while reads are active and paced, holds
+    /// background writes (not sync ones) until it ends, and is not armed when nobody read in
+    /// the last 100 ms or while the duty is whole; the duty never falls under the floor.
+    #[test]
+    fn gap_only_while_reads_are_active() {
+        let ms = |m: u64| Instant::ZERO + Duration::from_millis(m);
+        let mut w = Wbt::new(32, 2_000, 100_000, false).with_adaptive(false, 256, 16);
+        w = w.with_min_depth(2).with_pacing(25, 1024);
+        w.on_read_issue(ms(0), 1);
+        w.on_read_done(ms(1), Duration::from_micros(50), Some(1));
+        w.on_write_done(ms(2), Duration::from_millis(1), 0);
+        assert_eq!(w.pace_timer(), None, "the duty is whole: no gap");
+        for _ in 0..8 {
+            w.adaptive.as_mut().unwrap().slow();
+        }
+        assert_eq!(w.adaptive.unwrap().duty, DUTY_ONE / 4, "never under the floor");
+        w.on_write_done(ms(3), Duration::from_millis(1), 0);
+        assert_eq!(w.pace_timer(), Some(ms(6)), "three times the service: a quarter writing");
+        assert!(!w.may_issue(WbtClass::Background, 0, ms(5)));
+        assert!(w.may_issue(WbtClass::Sync, 0, ms(5)));
+        assert_eq!(w.limit(WbtClass::Background, ms(5)), 1, "one at a time, under the floor 2");
+        w.end_gap(ms(6));
+        assert_eq!(w.pace_timer(), None);
+        assert!(w.may_issue(WbtClass::Background, 0, ms(6)));
+        assert_eq!(w.write_pages(WbtClass::Background, 256, ms(6)), 1024);
+        assert_eq!(w.write_pages(WbtClass::Sync, 256, ms(6)), 256);
+        w.on_write_done(ms(200), Duration::from_millis(1), 0);
+        assert_eq!(w.pace_timer(), None, "nobody read for 100 ms: no gap");
+        assert!(w.may_issue(WbtClass::Background, 0, ms(200)));
+        assert_eq!(w.write_pages(WbtClass::Background, 256, ms(200)), 256);
+        let mut a = Adaptive::new(false, 256, 16);
+        a.min_duty = DUTY_ONE / 8;
+        assert!(a.slow() && a.slow() && a.slow() && !a.slow());
+        assert!(a.hasten());
+        assert_eq!(a.duty, DUTY_ONE / 8 + DUTY_ONE / DUTY_STEPS, "a met window adds a step");
     }
 
     /// The size floor is the backend's own largest write when that is smaller.
