@@ -121,11 +121,13 @@ impl Engine {
         let b = self.inodes.get(&inode)?.backend;
         let backend = &self.cfg.backends[b.index()];
         backend.write_granule_bytes?;
-        // Where the writer is: the granule it filled last, and the end of the one its next
-        // page falls in if it goes on sequentially.
+        // Where the writer is: the granule it filled last, and where it stops next: the end
+        // of that granule, or, once it stood at that end, the end of the next one. (A check
+        // for another reason just before the end leaves the stop at the end, so the turn ends
+        // there and not a granule later, mid-granule.)
         let last = w.last_page?;
         let tail = backend.granule_of(last)?;
-        let stop = backend.granule_of(last + 1)?.end;
+        let stop = if at_boundary { backend.granule_of(last + 1)?.end } else { tail.end };
         let granule = tail.end - tail.start;
         self.gate_sweep(maps);
         let slots = self.gate_slots();
