@@ -89,6 +89,11 @@ impl GranuleGate {
         self.admitted.get(&inode).map(|turn| turn.filling)
     }
 
+    /// How many files are admitted.
+    pub(crate) fn admitted_count(&self) -> usize {
+        self.admitted.len()
+    }
+
     /// Whether writers wait for a place.
     pub(crate) fn saturated(&self) -> bool {
         !self.queue.is_empty()
@@ -130,6 +135,10 @@ impl Engine {
         let stop = if at_boundary { backend.granule_of(last + 1)?.end } else { tail.end };
         let granule = tail.end - tail.start;
         self.gate_sweep(maps);
+        if at_boundary && self.whole_granules_dirty(b) && !self.writeback_in_progress(b) {
+            // The writer just filled a granule: write it behind (`whole_granules_dirty`).
+            self.wake_flusher(b);
+        }
         let slots = self.gate_slots();
         let gate = &mut self.gate;
         let now = self.now;
