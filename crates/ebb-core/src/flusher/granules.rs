@@ -13,7 +13,10 @@
 //! any page. While writers wait for the granule gate (`engine::throttle::gate`), a file that is
 //! not admitted cannot grow past its writer's next check, so its tail is measured by what it
 //! holds so far rather than by its granule: the small tails of waiting writers stay in the
-//! cache instead of going out as short parts.
+//! cache instead of going out as short parts. A whole dirty granule, on the other hand, waits
+//! for nothing: while the backend holds one beyond the granules being filled, background
+//! writeback runs below the background threshold too (`Engine::whole_granules_dirty`), so the
+//! backend's request slots stay busy with whole pieces (write-behind).
 
 use super::Submitter;
 
