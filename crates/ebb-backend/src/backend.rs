@@ -198,6 +198,19 @@ pub trait BackendFile: Send + Sync + fmt::Debug {
         self.write_at(&buf[valid], start)
     }
 
+    /// Writes `source`'s bytes at `offset`, as [`BackendFile::write_at`] would, copying them
+    /// straight from the source as the request goes out, when this backend can for this range
+    /// (an S3 backend, for one whole part); `None` when it cannot, and then nothing was written
+    /// and the caller gathers the bytes into a buffer for `write_at`. This saves the caller a
+    /// copy of the bytes and the buffer for them. The default: `None`.
+    fn write_from(
+        &self,
+        _offset: u64,
+        _source: &dyn WriteSource,
+    ) -> Option<io::Result<WriteReply>> {
+        None
+    }
+
     /// Makes the unstable writes in `offset..offset + len` durable (`len == 0` means to the end
     /// of the file), returning the server's current verifier. On a backend without
     /// `two_phase` this is a `sync` and returns verifier 0.
@@ -216,6 +229,44 @@ pub trait BackendFile: Send + Sync + fmt::Debug {
     /// reads as zeros. Any size is accepted (no alignment rule), so the engine writes the last
     /// page whole and trims with this. Durable after the next successful `sync`.
     fn set_size(&self, size: u64) -> io::Result<()>;
+}
+
+/// The bytes of a write, copied out on demand from where the caller keeps them (a cache's
+/// pages) rather than handed over in one buffer: see [`BackendFile::write_from`]. The bytes do
+/// not change during the call, so a backend that retries a request reads them again.
+pub trait WriteSource: Sync {
+    /// The write's length, bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the write is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the write's bytes `at..at + dst.len()` into `dst` (inside the write).
+    fn copy_to(&self, at: usize, dst: &mut [u8]);
+}
+
+/// A reader of a [`WriteSource`] from its start, for a request body.
+pub(crate) struct SourceReader<'a> {
+    source: &'a dyn WriteSource,
+    at: usize,
+}
+
+impl<'a> SourceReader<'a> {
+    /// A reader of `source`'s bytes from the first.
+    pub(crate) fn new(source: &'a dyn WriteSource) -> SourceReader<'a> {
+        SourceReader { source, at: 0 }
+    }
+}
+
+impl io::Read for SourceReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.source.len() - self.at);
+        self.source.copy_to(self.at, &mut buf[..n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 macro_rules! forward_backend {

@@ -242,6 +242,9 @@ impl BackendFile for FaultyFile {
         self.inner.write_unit_in_place(buf, offset, valid)
     }
 
+    // `write_from` is not forwarded: a write that the inner file declines is written again
+    // through `write_at`, and would meet the fault plan twice.
+
     fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
         self.plan.check(FaultOp::Commit)?;
         self.inner.commit(offset, len)

@@ -51,8 +51,8 @@ pub mod s3;
 pub use aligned::{AlignedBuf, HUGE_PAGE_SIZE, PAGE_SIZE};
 pub use backend::{
     Backend, BackendFile, Capabilities, CommitReply, NETWORK_WBT_MIN_DEPTH, OpenOptions,
-    ServerRestart, Stability, WriteReply, check_extent, check_name, check_request, errno_error,
-    errno_of, network_writeback_throttling,
+    ServerRestart, Stability, WriteReply, WriteSource, check_extent, check_name, check_request,
+    errno_error, errno_of, network_writeback_throttling,
 };
 pub use dir::{DirBackend, open_direct_path};
 pub use dir_namespace::{DirNamespace, DirNode};

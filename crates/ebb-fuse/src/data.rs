@@ -108,6 +108,17 @@ pub(crate) trait DataFile: Send + Sync {
     ) -> std::task::Poll<io::Result<usize>> {
         std::task::Poll::Ready(self.write_at(buf, offset))
     }
+    /// [`DataFile::poll_write_at`] for a request loop, which must not block: `None` (nothing
+    /// more written) where the step would block ([`ebb_runtime::File::try_poll_write_at`]).
+    /// Default: always `None`.
+    fn try_poll_write_at(
+        &self,
+        _buf: &[u8],
+        _offset: u64,
+        _cx: &mut std::task::Context<'_>,
+    ) -> Option<std::task::Poll<io::Result<usize>>> {
+        None
+    }
     /// [`DataFile::read_at`], giving up when `interrupted` says so while it waits.
     fn read_at_interruptible(
         &self,

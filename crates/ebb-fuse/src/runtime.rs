@@ -215,6 +215,15 @@ impl DataFile for EbbFile {
         self.0.poll_write_at(buf, offset, cx)
     }
 
+    fn try_poll_write_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> Option<std::task::Poll<io::Result<usize>>> {
+        self.0.try_poll_write_at(buf, offset, cx)
+    }
+
     fn read_at_interruptible(
         &self,
         buf: &mut [u8],

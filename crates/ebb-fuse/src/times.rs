@@ -145,6 +145,18 @@ impl BackendFile for TimedFile {
         Ok(reply)
     }
 
+    fn write_from(
+        &self,
+        offset: u64,
+        source: &dyn ebb_backend::WriteSource,
+    ) -> Option<io::Result<WriteReply>> {
+        let reply = self.inner.write_from(offset, source)?;
+        if reply.is_ok() {
+            self.times.restore(&self.restore);
+        }
+        Some(reply)
+    }
+
     fn commit(&self, offset: u64, len: u64) -> io::Result<CommitReply> {
         self.inner.commit(offset, len)
     }

@@ -253,7 +253,17 @@ impl File {
             return Ok((0, None));
         }
         self.check_writable(buf.len(), offset)?;
-        let mut ws = self.writer.lock();
+        self.write_locked(self.writer.lock(), buf, offset, mode)
+    }
+
+    /// [`File::write_inner`] once the handle's writer state is held.
+    pub(crate) fn write_locked(
+        &self,
+        mut ws: parking_lot::MutexGuard<'_, WriterState>,
+        buf: &[u8],
+        offset: u64,
+        mode: Obey<'_>,
+    ) -> io::Result<(usize, Option<Owed>)> {
         match self.pay_owed(&mut ws, mode) {
             Throttled::Go => {}
             Throttled::Owes(owed) => return Ok((0, Some(owed))),

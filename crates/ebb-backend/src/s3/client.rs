@@ -18,6 +18,7 @@ use ureq::http;
 use url::Url;
 
 use super::error::{S3Error, xml_text, xml_texts};
+use crate::backend::{SourceReader, WriteSource};
 
 /// How long a signed URL stays valid: long enough for a slow part upload and its retries.
 const SIGNATURE_SECONDS: u64 = 3600;
@@ -178,7 +179,14 @@ struct Request<'a> {
     method: http::Method,
     url: Url,
     headers: Vec<(&'static str, String)>,
-    body: Option<&'a [u8]>,
+    body: Option<Body<'a>>,
+}
+
+/// A request's body: bytes in a buffer, or a source copied from as the request goes out.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    Bytes(&'a [u8]),
+    Source(&'a dyn WriteSource),
 }
 
 impl Client {
@@ -322,7 +330,7 @@ impl Client {
     pub(crate) fn put_object(&self, key: &str, data: &[u8]) -> Result<(), S3Error> {
         let url = self.signed(&self.bucket.put_object(self.credentials(), key));
         let mut request = Request::new(Kind::PutObject, key, http::Method::PUT, url);
-        request.body = Some(data);
+        request.body = Some(Body::Bytes(data));
         self.send(request)?;
         self.counters.bytes_uploaded.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
@@ -342,7 +350,7 @@ impl Client {
         let url = self.signed(&action);
         let mut request = Request::new(Kind::CopyObject, key, http::Method::PUT, url);
         request.headers.push(("x-amz-copy-source", copy_source));
-        request.body = Some(&[]);
+        request.body = Some(Body::Bytes(&[]));
         let body = self.send_for_body(request)?;
         check_error_body(Kind::CopyObject, key, &body)
     }
@@ -378,7 +386,7 @@ impl Client {
     pub(crate) fn create_upload(&self, key: &str) -> Result<String, S3Error> {
         let url = self.signed(&self.bucket.create_multipart_upload(self.credentials(), key));
         let mut request = Request::new(Kind::CreateMultipartUpload, key, http::Method::POST, url);
-        request.body = Some(&[]);
+        request.body = Some(Body::Bytes(&[]));
         let body = self.send_for_body(request)?;
         let parsed = CreateMultipartUpload::parse_response(&body)
             .map_err(|e| protocol_error(Kind::CreateMultipartUpload, key, &e.to_string()))?;
@@ -393,10 +401,33 @@ impl Client {
         part: u32,
         data: &[u8],
     ) -> Result<String, S3Error> {
+        self.upload_part_body(key, upload_id, part, Body::Bytes(data), data.len())
+    }
+
+    /// Uploads `source`'s bytes as part `part` of the upload, copied from it as the request
+    /// goes out (again on a retry), returning the part's ETag.
+    pub(crate) fn upload_part_from(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        source: &dyn WriteSource,
+    ) -> Result<String, S3Error> {
+        self.upload_part_body(key, upload_id, part, Body::Source(source), source.len())
+    }
+
+    fn upload_part_body(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: Body<'_>,
+        len: usize,
+    ) -> Result<String, S3Error> {
         let action = self.bucket.upload_part(self.credentials(), key, part_number(part), upload_id);
         let url = self.signed(&action);
         let mut request = Request::new(Kind::UploadPart, key, http::Method::PUT, url);
-        request.body = Some(data);
+        request.body = Some(body);
         let response = self.send(request)?;
         let etag = response
             .headers()
@@ -404,7 +435,7 @@ impl Client {
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned)
             .ok_or_else(|| protocol_error(Kind::UploadPart, key, "no ETag in the reply"))?;
-        self.counters.bytes_uploaded.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters.bytes_uploaded.fetch_add(len as u64, Ordering::Relaxed);
         Ok(etag)
     }
 
@@ -428,7 +459,7 @@ impl Client {
         let mut request = Request::new(Kind::UploadPartCopy, key, http::Method::PUT, url);
         request.headers.push(("x-amz-copy-source", copy_source));
         request.headers.push(("x-amz-copy-source-range", copy_range));
-        request.body = Some(&[]);
+        request.body = Some(Body::Bytes(&[]));
         let body = self.send_for_body(request)?;
         check_error_body(Kind::UploadPartCopy, key, &body)?;
         let etag = xml_text(&body, "ETag")
@@ -453,7 +484,7 @@ impl Client {
         let url = self.signed(&action);
         let xml = action.body();
         let mut request = Request::new(Kind::CompleteMultipartUpload, key, http::Method::POST, url);
-        request.body = Some(xml.as_bytes());
+        request.body = Some(Body::Bytes(xml.as_bytes()));
         // S3 may answer 200 and still fail the completion, in the body.
         let result = self
             .send_for_body(request)
@@ -608,7 +639,16 @@ impl Client {
             builder = builder.header(*name, value.as_str());
         }
         match request.body {
-            Some(body) => self.agent.run(builder.body(body).map_err(ureq::Error::Http)?),
+            Some(Body::Bytes(body)) => {
+                self.agent.run(builder.body(body).map_err(ureq::Error::Http)?)
+            }
+            Some(Body::Source(source)) => {
+                // With its length given, the body goes out as it is read, not chunked.
+                let mut reader = SourceReader::new(source);
+                let body = ureq::SendBody::from_reader(&mut reader);
+                let builder = builder.header(http::header::CONTENT_LENGTH, source.len());
+                self.agent.run(builder.body(body).map_err(ureq::Error::Http)?)
+            }
             None => self.agent.run(builder.body(()).map_err(ureq::Error::Http)?),
         }
     }

@@ -68,7 +68,7 @@ use rusty_s3::{Bucket, Credentials, UrlStyle};
 
 use crate::backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, Stability, WriteReply,
-    check_extent, check_name, check_request, errno_error,
+    WriteSource, check_extent, check_name, check_request, errno_error,
 };
 use client::Client;
 use error::S3Error;
@@ -546,6 +546,14 @@ impl BackendFile for S3File {
         Ok(WriteReply { stability: Stability::Stable })
     }
 
+    fn write_from(&self, offset: u64, source: &dyn WriteSource) -> Option<io::Result<WriteReply>> {
+        if source.is_empty() {
+            return None;
+        }
+        let result = self.object.write_from(offset, source)?;
+        Some(result.map(|()| WriteReply { stability: Stability::Stable }))
+    }
+
     fn commit(&self, _offset: u64, _len: u64) -> io::Result<CommitReply> {
         self.object.sync()?;
         Ok(CommitReply { verifier: 0 })
@@ -653,5 +661,75 @@ mod tests {
         }
         assert_eq!(file.size().unwrap(), model.len() as u64);
         assert!(back == model, "the object differs from the model");
+    }
+
+    /// Bytes `i` of a write are `(i + seed) % 251`, made as they are copied, with a count of
+    /// the bytes copied out.
+    struct Pattern {
+        len: usize,
+        seed: usize,
+        copied: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Pattern {
+        fn new(len: usize, seed: usize) -> Pattern {
+            Pattern { len, seed, copied: Default::default() }
+        }
+
+        fn bytes(&self) -> Vec<u8> {
+            (0..self.len).map(|i| ((i + self.seed) % 251) as u8).collect()
+        }
+    }
+
+    impl WriteSource for Pattern {
+        fn len(&self) -> usize {
+            self.len
+        }
+
+        fn copy_to(&self, at: usize, dst: &mut [u8]) {
+            for (i, byte) in dst.iter_mut().enumerate() {
+                *byte = ((at + i + self.seed) % 251) as u8;
+            }
+            self.copied.fetch_add(dst.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    // A whole part is uploaded straight from its source, once, and reads back byte for byte;
+    // anything else (part of a part, a range across two) is declined with nothing written,
+    // for the caller to write from a buffer.
+    #[test]
+    fn whole_parts_are_uploaded_from_their_source_and_the_rest_declined() {
+        let Some(server) = test_server::TestServer::start("ebb-from") else { return };
+        let mut options = server.options("");
+        options.part_size = 5 << 20;
+        let backend = S3Backend::open(options).unwrap();
+        let file = backend.open("k", OpenOptions { create: true, truncate: true }).unwrap();
+        let part = 5usize << 20;
+        let uploaded = || {
+            let counters = backend.counters();
+            counters.iter().find(|(name, _)| *name == "bytes_uploaded").expect("counted").1
+        };
+        for (offset, len) in [(part as u64, part / 2), (part as u64 / 2, part), (4096, part)] {
+            let declined = file.write_from(offset, &Pattern::new(len, 0));
+            assert!(declined.is_none(), "{len} bytes at {offset} are not a whole part");
+        }
+        assert_eq!(file.size().unwrap(), 0, "a declined write wrote nothing");
+        let parts = [Pattern::new(part, 3), Pattern::new(part, 11)];
+        for (i, source) in parts.iter().enumerate() {
+            let reply = file.write_from((i * part) as u64, source).expect("a whole part");
+            reply.unwrap();
+            assert_eq!(source.copied.load(std::sync::atomic::Ordering::Relaxed), part);
+        }
+        assert_eq!(uploaded(), 2 * part as u64, "each part uploaded once");
+        file.sync().unwrap();
+        let model: Vec<u8> = parts.iter().flat_map(Pattern::bytes).collect();
+        let mut back = vec![0u8; model.len()];
+        let mut done = 0;
+        while done < back.len() {
+            let n = file.read_at(&mut back[done..], done as u64).unwrap();
+            assert!(n > 0, "short read at {done}");
+            done += n;
+        }
+        assert!(back == model, "the object differs from its sources");
     }
 }

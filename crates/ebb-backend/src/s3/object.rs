@@ -28,7 +28,7 @@ use ebb_core::event::errno;
 use super::Shared;
 use super::error::S3Error;
 use super::journal::Record;
-use crate::backend::errno_error;
+use crate::backend::{WriteSource, errno_error};
 
 /// How many times a write or commit starts over after the server lost its upload, before it
 /// gives up with `EIO`.
@@ -223,6 +223,20 @@ impl Object {
         }
     }
 
+    /// Writes `source` at `offset` if it is one whole part of the layout, uploaded straight
+    /// from the source; `None` (nothing written) otherwise.
+    pub(crate) fn write_from(
+        &self,
+        offset: u64,
+        source: &dyn WriteSource,
+    ) -> Option<io::Result<()>> {
+        let layout = self.shared.layout;
+        let end = offset + source.len() as u64;
+        let part = layout.part_of(offset)?;
+        let whole = layout.range(part) == (offset..end) && end <= layout.size_max();
+        whole.then(|| self.write_part(part, Body::Source(source), end))
+    }
+
     /// Uploads part `part` with `body` (inside it) over what the file holds, the file growing
     /// to at least `end`.
     fn write_part(&self, part: u32, mut body: Body<'_, '_>, end: u64) -> io::Result<()> {
@@ -256,15 +270,15 @@ impl Object {
             // the object already holds.
             let assembled;
             let extent_len = (extent.end - extent.start) as usize;
-            let body: &[u8] = match &mut body {
+            let data = match &mut body {
                 Body::Runs([(offset, data)])
                     if *offset == extent.start && data.len() == extent_len =>
                 {
-                    data
+                    PartData::Bytes(data)
                 }
                 Body::Runs(runs) => {
                     assembled = self.assemble(&extent, carried, runs)?;
-                    &assembled
+                    PartData::Bytes(&assembled)
                 }
                 Body::InPlace { buf, valid }
                     if valid.end <= extent_len && extent_len <= buf.len() =>
@@ -272,17 +286,39 @@ impl Object {
                     // The part's extent: the whole part, or its start in the object's last part.
                     let buf = &mut buf[..extent_len];
                     self.fill_around(buf, &extent, carried, valid)?;
-                    buf
+                    PartData::Bytes(buf)
                 }
                 Body::InPlace { buf, valid } => {
                     // The buffer does not hold the part's extent: assembled after all.
                     let start = extent.start + valid.start as u64;
                     assembled = self.assemble(&extent, carried, &[(start, &buf[valid.clone()])])?;
-                    &assembled
+                    PartData::Bytes(&assembled)
+                }
+                // A whole part ends where the write does, so the file holds all of it and its
+                // extent is the part (`Object::write_from` checked the range).
+                Body::Source(source) => PartData::Source(*source),
+            };
+            let len = data.len();
+            if len != extent_len {
+                return Err(errno_error(
+                    errno::EIO,
+                    format!(
+                        "S3 object {:?}: part {part} would go out with {len} bytes for its \
+                         {extent_len}",
+                        self.key()
+                    ),
+                ));
+            }
+            let id = self.ensure_upload()?;
+            let sent = match data {
+                PartData::Bytes(bytes) => {
+                    self.shared.client.upload_part(&self.key(), &id, part, bytes)
+                }
+                PartData::Source(source) => {
+                    self.shared.client.upload_part_from(&self.key(), &id, part, source)
                 }
             };
-            let id = self.ensure_upload()?;
-            let etag = match self.shared.client.upload_part(&self.key(), &id, part, body) {
+            let etag = match sent {
                 Ok(etag) => etag,
                 Err(error) if error.is_no_such_upload() => {
                     self.upload_lost(&id, &error);
@@ -295,7 +331,7 @@ impl Object {
                 id: &id,
                 part,
                 etag: &etag,
-                len: body.len() as u64,
+                len: len as u64,
             })?;
             let mut state = self.state();
             let current = self.shared.layout.extent(part, state.size);
@@ -306,7 +342,7 @@ impl Object {
                 continue;
             }
             let upload = state.upload.as_mut().expect("checked above");
-            upload.parts.insert(part, UploadedPart { etag, len: body.len() as u64 });
+            upload.parts.insert(part, UploadedPart { etag, len: len as u64 });
             return Ok(());
         }
         Err(errno_error(
@@ -708,5 +744,26 @@ fn journal_error(key: &str, error: &io::Error) -> S3Error {
 /// outside `valid` are scratch ([`Object::write_in_place`]).
 enum Body<'a, 'b> {
     Runs(&'a [(u64, &'b [u8])]),
-    InPlace { buf: &'a mut [u8], valid: Range<usize> },
+    InPlace {
+        buf: &'a mut [u8],
+        valid: Range<usize>,
+    },
+    /// The whole part, copied from the source as it is uploaded.
+    Source(&'a dyn WriteSource),
+}
+
+/// What a part is uploaded from.
+#[derive(Clone, Copy)]
+enum PartData<'a> {
+    Bytes(&'a [u8]),
+    Source(&'a dyn WriteSource),
+}
+
+impl PartData<'_> {
+    fn len(self) -> usize {
+        match self {
+            PartData::Bytes(bytes) => bytes.len(),
+            PartData::Source(source) => source.len(),
+        }
+    }
 }

@@ -96,9 +96,9 @@ const WRITE_THREADS: usize = 16;
 /// Requests a pool holds beyond its running ones before the request loop waits. Each queued
 /// write holds its data (at most `MAX_WRITE`).
 const POOL_QUEUE: usize = 64;
-/// Largest write request the kernel sends (256 KiB). Each write being served holds a copy
-/// of its data until it is in the cache, and a throttled writer's request waits parked with
-/// its copy (`write_task`): with 64 writers throttled at once, 1 MiB requests held 64 MiB
+/// Largest write request the kernel sends (256 KiB). A write served on a pool thread holds a
+/// copy of its data until it is in the cache, and a throttled writer's request waits parked
+/// with its copy (`write_task`; one served on its request loop needs none): with 64 writers throttled at once, 1 MiB requests held 64 MiB
 /// beside the cache (a 256 MiB mount peaked at 313-325 MiB); 256 KiB ones hold 16 MiB.
 const MAX_WRITE: u32 = 256 << 10;
 /// Copies of write requests set aside and kept for reuse ([`DataBufs`]) by a mount of `memory`
@@ -523,17 +523,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             reply.error(error);
             return;
         }
-        let task = write_task::WriteTask {
-            inner: Arc::clone(&self.inner),
-            fh,
-            offset,
-            data: self.write_data.copy(data),
-            pid: req.pid(),
-            reply,
-            done: 0,
-            waited: false,
-        };
-        task.start(&self.writes);
+        let request = write_task::WriteRequest { fh, offset, data, pid: req.pid(), reply };
+        write_task::serve(&self.inner, request, &self.write_data, &self.writes);
     }
 
     fn flush(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use ebb_core::Verdict;
+use ebb_core::{PAGE_SIZE, Verdict};
 
 use super::{File, Interrupt, WriterState, sleep_for, wait_slot};
 use crate::shared::{Slot, from_io_error};
@@ -309,24 +309,61 @@ impl File {
         offset: u64,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
+        let step = || Some(self.write_inner(buf, offset, Obey::Poll));
+        self.poll_write_with(step, cx).expect("the step never declines")
+    }
+
+    /// [`File::poll_write_at`] for a caller that must not block at all (a FUSE request loop,
+    /// which must go on reading requests): `None`, having written nothing more, where it would
+    /// wait for another thread writing through this handle, or would read a partial page's old
+    /// bytes from the backend. So it takes whole pages only (`offset` and `buf.len()`
+    /// multiples of 4096), and `None` for anything else.
+    pub fn try_poll_write_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<io::Result<usize>>> {
+        if !offset.is_multiple_of(PAGE_SIZE) || !(buf.len() as u64).is_multiple_of(PAGE_SIZE) {
+            return None;
+        }
+        let step = || {
+            if buf.is_empty() {
+                return Some(Ok((0, None)));
+            }
+            if let Err(error) = self.check_writable(buf.len(), offset) {
+                return Some(Err(error));
+            }
+            let ws = self.writer.try_lock()?;
+            Some(self.write_locked(ws, buf, offset, Obey::Poll))
+        };
+        self.poll_write_with(step, cx)
+    }
+
+    /// A poll of a write whose steps are `step` (`None`: the step declined, writing nothing).
+    fn poll_write_with(
+        &self,
+        step: impl Fn() -> Option<io::Result<(usize, Option<Owed>)>>,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<io::Result<usize>>> {
         loop {
-            let owed = match self.write_inner(buf, offset, Obey::Poll) {
-                Err(e) => return Poll::Ready(Err(e)),
-                Ok((n, _)) if n > 0 => return Poll::Ready(Ok(n)),
+            let owed = match step()? {
+                Err(e) => return Some(Poll::Ready(Err(e))),
+                Ok((n, _)) if n > 0 => return Some(Poll::Ready(Ok(n))),
                 Ok((_, owed)) => owed,
             };
             match owed {
                 Some(Owed::Sleep(end)) => {
                     self.ebb.inner.shared.alarms.wake_at(end, cx.waker().clone());
-                    return Poll::Pending;
+                    return Some(Poll::Pending);
                 }
                 Some(Owed::Wait(slot)) => {
                     if slot.poll(cx.waker()).is_none() {
-                        return Poll::Pending;
+                        return Some(Poll::Pending);
                     }
                 }
                 // Nothing written and nothing owed: an empty buffer.
-                None => return Poll::Ready(Ok(0)),
+                None => return Some(Poll::Ready(Ok(0))),
             }
         }
     }

@@ -1,15 +1,44 @@
-//! The IO threads' work for the engine's `Write` and `Read` actions: a write's pages copied out
-//! of their frames into a buffer of the pool and sent to the backend (whole, as a whole unit
-//! filled in place when the backend writes units such as S3 parts, or through the file's lane
-//! when the backend runs one file's writes one at a time), then the logical size restored; a
+//! The IO threads' work for the engine's `Write` and `Read` actions: a write's pages sent to
+//! the backend straight from their frames when it can take them so (a whole S3 part), else
+//! copied out into a buffer of the pool (sent whole, as a whole unit filled in place when the
+//! backend writes units such as S3 parts, or through the file's lane when the backend runs one
+//! file's writes one at a time), then the logical size restored; a
 //! read's pieces read into a pool buffer and copied into the frames the engine assigned.
 
 use std::sync::atomic::Ordering;
 
-use ebb_backend::AlignedBuf;
+use ebb_backend::{AlignedBuf, WriteSource};
 use ebb_core::{Event, FrameId, InodeId, IoError, IoId, PAGE_SIZE, Stability};
 
 use super::{FileState, Job, PAGE, Shared, to_io_error};
+
+/// A write's pages in their frames (`None`: a hole, zeros), copied out as the backend reads
+/// them. The frames stay the write's until it completes: a page under writeback is not
+/// dirtied again, and a truncated one is freed only when its write ends (see `crate::frames`).
+struct FrameSource<'a> {
+    pool: &'a crate::frames::FramePool,
+    pages: &'a [Option<FrameId>],
+}
+
+impl WriteSource for FrameSource<'_> {
+    fn len(&self) -> usize {
+        self.pages.len() * PAGE
+    }
+
+    fn copy_to(&self, at: usize, dst: &mut [u8]) {
+        let mut done = 0;
+        while done < dst.len() {
+            let (page, within) = ((at + done) / PAGE, (at + done) % PAGE);
+            let n = (PAGE - within).min(dst.len() - done);
+            let piece = &mut dst[done..done + n];
+            match self.pages[page] {
+                Some(frame) => self.pool.read(frame, within, piece),
+                None => piece.fill(0),
+            }
+            done += n;
+        }
+    }
+}
 
 /// A unit the backend writes whole (`BackendFile::write_unit`) around a shorter write.
 struct Unit {
@@ -62,12 +91,19 @@ impl Shared {
         let len = pages as usize * PAGE;
         let offset = first * PAGE_SIZE;
         if !self.backends[fs.backend.index()].caps.serial_writes {
+            let frames = self.frames_of(&fs, first, pages);
+            let source = FrameSource { pool: &self.frames, pages: &frames };
+            // Straight from the frames, when the backend can (a whole S3 part): no buffer.
+            if let Some(reply) = fs.file.write_from(offset, &source) {
+                let result = self.wrote_reply(&fs, offset + len as u64, reply);
+                return self.write_done(io, result);
+            }
             if let Some(unit) = self.part_of_unit(&fs, offset, len) {
                 // Less than a unit the backend writes whole (an S3 part): a buffer of the whole
                 // unit, which the backend fills around the pages and writes as it is.
                 let mut buf = self.bufs.take(unit.len, false);
                 let valid = unit.at..unit.at + len;
-                self.gather(&fs, first, pages, &mut buf[valid.clone()]);
+                source.copy_to(0, &mut buf[valid.clone()]);
                 let buf_len = unit.len;
                 let result = self.wrote(&fs, offset + len as u64, |file| {
                     file.write_unit_in_place(&mut buf[..buf_len], unit.start, valid)
@@ -76,14 +112,15 @@ impl Shared {
                 return self.write_done(io, result);
             }
             let mut buf = self.bufs.take(len, false);
-            self.gather(&fs, first, pages, &mut buf);
+            source.copy_to(0, &mut buf[..len]);
             let result = self.write_out(&fs, offset, &buf[..len]);
             self.bufs.give(buf);
             return self.write_done(io, result);
         }
         // Huge-page backed: one scatter-gather segment per write (`AlignedBuf::huge`).
         let mut own = self.bufs.take(len, true);
-        self.gather(&fs, first, pages, &mut own);
+        let frames = self.frames_of(&fs, first, pages);
+        FrameSource { pool: &self.frames, pages: &frames }.copy_to(0, &mut own[..len]);
         {
             let mut lane = fs.lane.lock();
             lane.queue.push_back(LaneWrite { io, offset, len, buf: own });
@@ -127,19 +164,10 @@ impl Shared {
         })
     }
 
-    /// Copies pages `first..first + pages` out of their frames into `buf` (holes as zeros).
-    fn gather(&self, fs: &FileState, first: u64, pages: u64, buf: &mut [u8]) {
-        let frames: Vec<Option<FrameId>> = {
-            let map = fs.map.lock();
-            (first..first + pages).map(|i| map.page(i).map(|p| p.frame)).collect()
-        };
-        for (i, frame) in frames.iter().enumerate() {
-            let dst = &mut buf[i * PAGE..(i + 1) * PAGE];
-            match frame {
-                Some(f) => self.frames.read(*f, 0, dst),
-                None => dst.fill(0),
-            }
-        }
+    /// The frames of pages `first..first + pages` (`None`: a hole).
+    fn frames_of(&self, fs: &FileState, first: u64, pages: u64) -> Vec<Option<FrameId>> {
+        let map = fs.map.lock();
+        (first..first + pages).map(|i| map.page(i).map(|p| p.frame)).collect()
     }
 
     /// Writes `bytes` at `offset`, in pieces of at most the backend's largest IO, then trims
@@ -170,7 +198,17 @@ impl Shared {
         end: u64,
         write: impl FnOnce(&dyn ebb_backend::BackendFile) -> std::io::Result<ebb_backend::WriteReply>,
     ) -> Result<Stability, IoError> {
-        let stability = write(&*fs.file).map_err(|e| to_io_error(&e))?.stability;
+        self.wrote_reply(fs, end, write(&*fs.file))
+    }
+
+    /// [`Shared::wrote`] for a write already done, with `reply`.
+    fn wrote_reply(
+        &self,
+        fs: &FileState,
+        end: u64,
+        reply: std::io::Result<ebb_backend::WriteReply>,
+    ) -> Result<Stability, IoError> {
+        let stability = reply.map_err(|e| to_io_error(&e))?.stability;
         fs.needs_sync.store(true, Ordering::Release);
         if end > fs.size.load(Ordering::Acquire) {
             let _g = fs.size_lock.lock();
@@ -232,5 +270,36 @@ impl Shared {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frames::FramePool;
+
+    // A backend reads a write's bytes in pieces of any size and offset: each piece is the
+    // pages' bytes at that place, across page boundaries, and zeros for a hole.
+    #[test]
+    fn a_frame_source_copies_any_piece_of_its_pages() {
+        let pool = FramePool::new(4);
+        let frames = [FrameId(2), FrameId(0)];
+        for (n, frame) in frames.iter().enumerate() {
+            let bytes: Vec<u8> = (0..PAGE).map(|i| (i % 250) as u8 + n as u8 + 1).collect();
+            pool.write(*frame, 0, &bytes);
+        }
+        let pages = [Some(frames[0]), None, Some(frames[1])];
+        let source = FrameSource { pool: &pool, pages: &pages };
+        let mut model = vec![0u8; 3 * PAGE];
+        pool.read(frames[0], 0, &mut model[..PAGE]);
+        pool.read(frames[1], 0, &mut model[2 * PAGE..]);
+        assert_eq!(source.len(), 3 * PAGE);
+        for (at, len) in
+            [(0, 3 * PAGE), (100, PAGE), (PAGE - 1, 2), (PAGE + 5, PAGE), (3 * PAGE - 7, 7)]
+        {
+            let mut piece = vec![0xEEu8; len];
+            source.copy_to(at, &mut piece);
+            assert!(piece == model[at..at + len], "{len} bytes at {at}");
+        }
     }
 }

@@ -122,3 +122,38 @@ fn write_at_async_waits_out_pauses_without_blocking() {
     drop(f);
     assert!(read_back(&ebb) == data, "the data read back differs");
 }
+
+// A caller that must not block (a FUSE request loop) writes whole pages with
+// `try_poll_write_at`: throttled, it gets `Pending` and a wake-up as `poll_write_at` does, and
+// every byte arrives; what is not whole pages (which could need a read of the old bytes from
+// the backend) is declined with nothing written.
+#[test]
+fn try_poll_write_at_writes_whole_pages_and_declines_the_rest() {
+    let ebb = slow_cache();
+    let f = ebb.open("f", CREATE).unwrap();
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    for (offset, len) in [(100, 4096), (0, 4000), (4096, 5000)] {
+        let declined = f.try_poll_write_at(&vec![1u8; len], offset, &mut cx);
+        assert!(declined.is_none(), "{len} bytes at {offset} are not whole pages");
+    }
+    assert_eq!(f.len(), 0, "a declined write wrote nothing");
+    let data = data();
+    let (mut done, mut pending) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while done < TOTAL {
+        let piece = &data[done..(done + (256 << 10)).min(TOTAL)];
+        match f.try_poll_write_at(piece, done as u64, &mut cx).expect("whole pages, one writer") {
+            Poll::Ready(n) => done += n.unwrap(),
+            Poll::Pending => {
+                pending += 1;
+                assert!(std::time::Instant::now() < deadline, "never woken");
+                std::thread::park_timeout(Duration::from_secs(10));
+            }
+        }
+    }
+    assert!(pending > 0, "the writer was never throttled");
+    f.fsync().unwrap();
+    drop(f);
+    assert!(read_back(&ebb) == data, "the data read back differs");
+}
