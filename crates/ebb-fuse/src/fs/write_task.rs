@@ -6,7 +6,7 @@
 //! hand-off to a pool thread. The loop never blocks for it: where the cache would (another
 //! thread writing through the handle, a partial page's old bytes to read from the backend),
 //! the request goes to the write pool with a copy of its data, as one that must wait does.
-//! Measured on a 4 GiB stream through an S3 mount: the mount's CPU time 3.6-3.9 s against
+//! Measured on a 4 GiB stream through an S3 mount: the mount's CPU time 3.4-3.9 s against
 //! 4.6-5.8 s before, with parts uploaded straight from the cache as well (BENCHMARKS.md).
 //!
 //! A throttled write must not answer the kernel before its pause or wait is over, but it need
