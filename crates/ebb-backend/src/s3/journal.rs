@@ -3,12 +3,14 @@
 //!
 //! Each process appends to its own file, `journal-<pid>-<nanos>.log`, in the state directory
 //! of its endpoint and bucket, and holds an exclusive `flock` on it while it lives. A record is
-//! one line, written and `fdatasync`ed before the step it announces is relied on:
+//! one line, written (and, but for `part`, `fdatasync`ed) before the step it announces is
+//! relied on:
 //!
 //! * `create KEY` before CreateMultipartUpload (so an upload created just before a crash, whose
 //!   id never reached the journal, is still found: by its key),
 //! * `upload KEY ID` once the server gave the upload's id,
-//! * `part ID N ETAG LEN` once part N is uploaded, before its pages are reported clean,
+//! * `part ID N ETAG LEN` once part N is uploaded, before its pages are reported clean (not
+//!   synced by itself: recovery aborts an open upload whatever parts it has),
 //! * `end ID` once the upload was completed or aborted.
 //!
 //! At start, [`Journal::open`] takes every journal file whose lock is free (its process died),
@@ -93,15 +95,21 @@ impl Journal {
     pub(crate) fn record(&self, record: Record<'_>) -> io::Result<()> {
         let line = record.to_line();
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match record {
+        let sync = match record {
             Record::Upload { id, .. } => {
                 inner.open.insert(id.to_owned());
+                true
             }
             Record::End { id } => {
                 inner.open.remove(id);
+                true
             }
-            Record::Create { .. } | Record::Part { .. } => {}
-        }
+            Record::Create { .. } => true,
+            // Nothing after a crash relies on a part's line (an open upload is aborted, its
+            // parts with it), so it is not synced on its own: the next record's sync carries
+            // it. Syncing it held up each part's completion by a flush of the local disk.
+            Record::Part { .. } => false,
+        };
         if inner.open.is_empty() && COMPACT_BYTES <= inner.bytes {
             // Nothing open: the history can go. A crash between the two steps leaves an empty
             // or a complete file, both correct.
@@ -109,7 +117,9 @@ impl Journal {
             inner.bytes = 0;
         }
         inner.file.write_all(line.as_bytes())?;
-        inner.file.sync_data()?;
+        if sync {
+            inner.file.sync_data()?;
+        }
         inner.bytes += line.len() as u64;
         Ok(())
     }
