@@ -263,13 +263,13 @@ impl Wbt {
     /// Whether ebb's variant paces background writes now: reads are active and the duty is
     /// under one.
     fn paced(&self, now: Instant) -> bool {
-        self.enabled() && self.close_io(now) && self.adaptive.is_some_and(|a| a.paced())
+        self.enabled() && self.close_io(now) && self.adaptive.as_ref().is_some_and(Adaptive::paced)
     }
 
     /// When the gap after ebb's variant's last paced write ends, if one is pending: the
     /// engine's timer then lets the next background write go.
     pub fn pace_timer(&self) -> Option<Instant> {
-        self.adaptive.and_then(|a| a.pace_until)
+        self.adaptive.as_ref().and_then(|a| a.pace_until)
     }
 
     /// Forgets a gap that has ended by `now`.
@@ -284,14 +284,14 @@ impl Wbt {
     /// The fewest writes of any class the throttle lets be in flight (1 but for ebb's
     /// variant's `wbt_min_depth`).
     fn depth_floor(&self) -> u32 {
-        self.adaptive.map_or(1, |a| a.min_depth)
+        self.adaptive.as_ref().map_or(1, |a| a.min_depth)
     }
 
     /// The largest write of `class` to issue now, for a backend whose largest is
     /// `max_write_pages`: for background writes of ebb's variant while reads are active,
     /// smaller, or, paced, `wbt_pace_write_pages`.
     pub fn write_pages(&self, class: WbtClass, max_write_pages: u64, now: Instant) -> u64 {
-        match self.adaptive {
+        match &self.adaptive {
             Some(a) if class == WbtClass::Background && self.paced(now) => a.pace_write_pages,
             Some(a) if self.enabled() && class == WbtClass::Background && self.close_io(now) => {
                 a.write_pages().min(max_write_pages)
@@ -405,10 +405,12 @@ impl Wbt {
         w.write_max_ns = w.write_max_ns.max(ns);
         w.write_sum_ns += ns;
         w.writes += 1;
-        if self.paced(now)
-            && let Some(a) = &mut self.adaptive
-        {
-            a.pace_until = Some(now + a.gap(latency));
+        let paced = self.paced(now);
+        if let Some(a) = &mut self.adaptive {
+            a.write_done(now, inflight);
+            if paced {
+                a.pace_until = Some(now + a.gap(latency));
+            }
         }
         if self.holding {
             let floor = self.depth_floor();
@@ -425,6 +427,9 @@ impl Wbt {
 
     /// A throttled write was issued: make sure the window is running.
     pub fn on_write_issue(&mut self, now: Instant) {
+        if let Some(a) = &mut self.adaptive {
+            a.write_issued();
+        }
         self.arm(now);
     }
 
@@ -451,6 +456,9 @@ impl Wbt {
         w.reads += 1;
         if ns > self.min_lat_nsec {
             w.reads_over += 1;
+        }
+        if let Some(a) = &mut self.adaptive {
+            a.read_done(now, latency);
         }
         self.arm(now);
     }
@@ -537,20 +545,21 @@ impl Wbt {
             max_depth: self.max_depth,
             wb_normal: self.wb_normal,
             wb_background: self.wb_background,
-            write_pages: self.adaptive.map(|a| a.write_pages()),
+            write_pages: self.adaptive.as_ref().map(Adaptive::write_pages),
             duty_permille: self
                 .adaptive
-                .filter(Adaptive::pacing)
+                .as_ref()
+                .filter(|a| a.pacing())
                 .map(|a| a.duty * 1000 / adaptive::DUTY_ONE),
         }
     }
 
     fn size_shift(&self) -> u32 {
-        self.adaptive.map_or(0, |a| a.size_shift)
+        self.adaptive.as_ref().map_or(0, |a| a.size_shift)
     }
 
     fn duty(&self) -> u32 {
-        self.adaptive.map_or(adaptive::DUTY_ONE, |a| a.duty)
+        self.adaptive.as_ref().map_or(adaptive::DUTY_ONE, |a| a.duty)
     }
 
     fn status(&self, now: Instant, inflight: u32) -> Status {
@@ -568,7 +577,7 @@ impl Wbt {
                 Status::Unknown
             };
         }
-        let exceeded = match self.adaptive {
+        let exceeded = match &self.adaptive {
             Some(_) => Adaptive::tail_exceeded(w.reads, w.reads_over),
             None => w.read_min_ns > self.min_lat_nsec,
         };
