@@ -72,6 +72,13 @@ fn read_under_write_leaves_nothing_behind() {
             assert!(figures[key].as_f64().is_some_and(|x| x >= 0.0), "{mode} {key}: {figures}");
         }
     }
+    // The ebb modes say what share of the time wbt let background writes be in service: all
+    // of it but for `wbt = ebb`, which paces them while reads are active.
+    for mode in ["ebb_wbt_on", "ebb_wbt_off"] {
+        assert_eq!(modes[mode]["wbt_duty_pct"].as_f64(), Some(100.0), "{mode}");
+    }
+    let duty = modes["ebb_wbt_ebb"]["wbt_duty_pct"].as_f64();
+    assert!(duty.is_some_and(|pct| pct > 0.0 && pct <= 100.0), "{duty:?}");
     let out = ebb(&[&args[..], &["--memory", "16M", "--keep-read-file"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(names(dir.path()), ["ebb-bench-read"]);

@@ -317,6 +317,10 @@ pub struct BdiStats {
     /// Writeback throttling: minimum read latency of the last window with reads, µs.
     #[figure("WbtReadMinUsec", Number)]
     pub wbt_read_min_us: u64,
+    /// Writeback throttling, `wbt = ebb` pacing: the share of the time background writes
+    /// may be in service while reads are active, per mille (1000: unpaced).
+    #[figure("WbtDutyPermille", Number)]
+    pub wbt_duty_permille: u32,
     /// Pages dirtied against it, ever.
     #[figure("BdiDirtied", Pages)]
     pub dirtied: u64,

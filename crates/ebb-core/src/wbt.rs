@@ -336,6 +336,12 @@ impl Wbt {
         self.last_read_min_ns
     }
 
+    /// ebb's variant, pacing: the share of the time background writes may be in service
+    /// while reads are active, per mille (1000 when unpaced or for the kernel's algorithm).
+    pub fn duty_permille(&self) -> u32 {
+        self.duty() * 1000 / adaptive::DUTY_ONE
+    }
+
     /// When the window timer fires, if armed.
     pub fn timer(&self) -> Option<Instant> {
         self.timer
@@ -407,7 +413,7 @@ impl Wbt {
         w.writes += 1;
         let paced = self.paced(now);
         if let Some(a) = &mut self.adaptive {
-            a.write_done(now, inflight);
+            a.write_done(inflight);
             if paced {
                 a.pace_until = Some(now + a.gap(latency));
             }
@@ -458,7 +464,7 @@ impl Wbt {
             w.reads_over += 1;
         }
         if let Some(a) = &mut self.adaptive {
-            a.read_done(now, latency);
+            a.read_done(latency);
         }
         self.arm(now);
     }
@@ -518,6 +524,9 @@ impl Wbt {
         };
         let w = self.window;
         self.window = Window::default();
+        if let Some(a) = &mut self.adaptive {
+            a.end_window();
+        }
         if w.reads > 0 {
             self.last_read_min_ns = w.read_min_ns;
             if let Some(target) = self.adaptive.as_mut().and_then(|a| a.learn(w.read_min_ns)) {

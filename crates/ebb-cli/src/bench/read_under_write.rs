@@ -88,6 +88,41 @@ pub(crate) struct ModeResult {
     /// of `read_lat_us_mean` is spent above it (the system call, the filesystem, waiting for
     /// a CPU). All the device's reads count, so on a shared machine other programs' too.
     pub(crate) device_read_us: f64,
+    /// ebb's modes: the share of the time `wbt = ebb` let background writes be in service
+    /// while reads were active (`wbt_duty_permille`), %, averaged over samples every 100 ms
+    /// while the writer ran (100: unpaced, and for the other algorithms).
+    pub(crate) wbt_duty_pct: f64,
+    /// ebb's modes: the read-latency target wbt had at a round's last sample (learned by
+    /// `wbt = ebb`; the largest of the rounds'), microseconds.
+    pub(crate) wbt_target_us: u64,
+}
+
+/// What an ebb mode's wbt did while its writer ran: the pacing duty (per mille) summed over
+/// samples, the samples, and the latest target (us).
+#[derive(Clone, Copy, Debug, Default)]
+struct WbtSamples {
+    duty_permille_sum: u64,
+    samples: u64,
+    target_us: u64,
+}
+
+impl WbtSamples {
+    /// Every 100 ms: how often the writer looks at the engine's figures.
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn add(&mut self, other: WbtSamples) {
+        self.duty_permille_sum += other.duty_permille_sum;
+        self.samples += other.samples;
+        self.target_us = self.target_us.max(other.target_us);
+    }
+
+    /// Sets the `wbt_*` figures of `r` (no samples: none).
+    fn fill(&self, r: &mut ModeResult) {
+        if self.samples > 0 {
+            r.wbt_duty_pct = self.duty_permille_sum as f64 / 10.0 / self.samples as f64;
+            r.wbt_target_us = self.target_us;
+        }
+    }
 }
 
 /// Counters of one block device from `/proc/diskstats`, and when they were read.
@@ -223,6 +258,7 @@ fn mode_result(
     write_mb_s: f64,
     run_delay_ns: u64,
     device: &DeviceWork,
+    wbt: &WbtSamples,
 ) -> ModeResult {
     let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
     let mut r = ModeResult {
@@ -239,6 +275,7 @@ fn mode_result(
         ..ModeResult::default()
     };
     device.fill(&mut r);
+    wbt.fill(&mut r);
     r
 }
 
@@ -388,13 +425,13 @@ fn measure(
             stop.store(true, Ordering::Relaxed);
             r.join().expect("reader thread")
         })?;
-        runs.add("idle", h, 0.0)?;
+        runs.add("idle", h, 0.0, WbtSamples::default())?;
         for (label, knobs) in ebb_modes(opts) {
             let mode = format!("ebb_{label}");
             progress(&format!("round {round}: {mode}"));
-            let (h, mb_s, lat) = ebb_round(opts, &knobs, pages, dev)?;
+            let (h, mb_s, lat, wbt) = ebb_round(opts, &knobs, pages, dev)?;
             wbt_lat = wbt_lat.max(lat);
-            runs.add(&mode, h, mb_s)?;
+            runs.add(&mode, h, mb_s, wbt)?;
         }
         let Target::Dir(dir) = &opts.target else { continue };
         progress(&format!("round {round}: kernel, a buffered writer through the page cache"));
@@ -412,7 +449,7 @@ fn measure(
             },
             || kf.sync_data(),
         )?;
-        runs.add("kernel", h, mb_s)?;
+        runs.add("kernel", h, mb_s, WbtSamples::default())?;
         drop(kf);
         std::fs::remove_file(&path)?;
         settle();
@@ -420,9 +457,9 @@ fn measure(
     let modes = runs
         .0
         .into_iter()
-        .map(|(mode, (h, delay, mb_s, device))| {
-            let mean = mb_s.iter().sum::<f64>() / mb_s.len().max(1) as f64;
-            (mode, mode_result(&h, mean, delay, &device))
+        .map(|(mode, run)| {
+            let mean = run.rates.iter().sum::<f64>() / run.rates.len().max(1) as f64;
+            (mode, mode_result(&run.latencies, mean, run.run_delay_ns, &run.device, &run.wbt))
         })
         .collect();
     Ok(ReadUnderWriteResult {
@@ -436,24 +473,41 @@ fn measure(
     })
 }
 
-/// Per mode: the merged read latencies, the reader's total run delay, each round's writer
-/// MB/s and the device's work.
+/// One mode's rounds: the merged read latencies, the reader's total run delay, each round's
+/// writer MB/s, the device's work and what wbt did.
+struct ModeRuns {
+    latencies: Histogram<u64>,
+    run_delay_ns: u64,
+    rates: Vec<f64>,
+    device: DeviceWork,
+    wbt: WbtSamples,
+}
+
+/// Per mode, its rounds.
 #[derive(Default)]
-struct Modes(BTreeMap<String, (Histogram<u64>, u64, Vec<f64>, DeviceWork)>);
+struct Modes(BTreeMap<String, ModeRuns>);
 
 impl Modes {
-    /// One round of `mode`: its reads, and its writer's MB/s.
-    fn add(&mut self, mode: &str, reads: Reads, mb_s: f64) -> io::Result<()> {
+    /// One round of `mode`: its reads, its writer's MB/s and what wbt did.
+    fn add(&mut self, mode: &str, reads: Reads, mb_s: f64, wbt: WbtSamples) -> io::Result<()> {
         match self.0.entry(mode.to_owned()) {
             std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert((reads.latencies, reads.run_delay_ns, vec![mb_s], reads.device));
+                v.insert(ModeRuns {
+                    latencies: reads.latencies,
+                    run_delay_ns: reads.run_delay_ns,
+                    rates: vec![mb_s],
+                    device: reads.device,
+                    wbt,
+                });
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
-                let (merged, delay, rates, device) = o.get_mut();
-                merged.add(&reads.latencies).map_err(|e| io::Error::other(e.to_string()))?;
-                *delay += reads.run_delay_ns;
-                rates.push(mb_s);
-                device.add(reads.device);
+                let run = o.get_mut();
+                let merged = run.latencies.add(&reads.latencies);
+                merged.map_err(|e| io::Error::other(e.to_string()))?;
+                run.run_delay_ns += reads.run_delay_ns;
+                run.rates.push(mb_s);
+                run.device.add(reads.device);
+                run.wbt.add(wbt);
             }
         }
         Ok(())
@@ -473,13 +527,14 @@ fn ebb_modes(opts: &ReadUnderWriteOptions) -> Vec<(String, Vec<(String, String)>
 }
 
 /// One round of an ebb mode with `knobs`: the reader beside an ebb writer, then the files
-/// removed. Returns the reads, the writer's MB/s and the wbt latency target.
+/// removed. Returns the reads, the writer's MB/s, the configured wbt latency target and what
+/// wbt did while the writer ran (sampled between its writes).
 fn ebb_round(
     opts: &ReadUnderWriteOptions,
     knobs: &[(String, String)],
     pages: u64,
     dev: Option<(u64, u64)>,
-) -> io::Result<(Reads, f64, u64)> {
+) -> io::Result<(Reads, f64, u64, WbtSamples)> {
     let mut builder = builder_with(opts.memory, &opts.knobs)?;
     for (name, value) in knobs {
         builder = builder.knob(name, value).map_err(config_error)?;
@@ -488,13 +543,25 @@ fn ebb_round(
     let wbt_lat = ebb.config().backends[0].wbt_target_usec();
     let rf = ebb.open(READ_FILE, OpenOptions { create: false, truncate: false })?;
     let wf = ebb.open("ebb-bench-write", CREATE)?;
+    let mut wbt = WbtSamples::default();
+    let mut sampled = Instant::now();
     let (h, mb_s) = reader_beside_writer(
         pages,
         dev,
         opts.seconds,
         opts.write_file_size,
         |b, o| rf.read_direct_at(b, o),
-        |b, o| wf.write_at(b, o).map(drop),
+        |b, o| {
+            if sampled.elapsed() >= WbtSamples::EVERY
+                && let Some(bdi) = ebb.stats().bdi.first()
+            {
+                sampled = Instant::now();
+                wbt.duty_permille_sum += u64::from(bdi.wbt_duty_permille);
+                wbt.samples += 1;
+                wbt.target_us = bdi.wbt_target_us;
+            }
+            wf.write_at(b, o).map(drop)
+        },
         || wf.fsync(),
     )?;
     drop(rf);
@@ -502,5 +569,5 @@ fn ebb_round(
     ebb.remove("ebb-bench-write")?;
     drop(ebb);
     settle();
-    Ok((h, mb_s, wbt_lat))
+    Ok((h, mb_s, wbt_lat, wbt))
 }

@@ -79,6 +79,7 @@ impl Engine {
             wbt_step: wb.wbt.scale_step(),
             wbt_target_us: wb.wbt.min_lat_nsec() / 1_000,
             wbt_read_min_us: wb.wbt.last_read_min_nsec() / 1_000,
+            wbt_duty_permille: wb.wbt.duty_permille(),
             dirtied: wb.counters.dirtied,
             written: wb.counters.written,
         }
