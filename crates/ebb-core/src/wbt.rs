@@ -413,7 +413,7 @@ impl Wbt {
         w.writes += 1;
         let paced = self.paced(now);
         if let Some(a) = &mut self.adaptive {
-            a.write_done(inflight);
+            a.write_done(now, latency, inflight);
             if paced {
                 a.pace_until = Some(now + a.gap(latency));
             }
@@ -464,7 +464,7 @@ impl Wbt {
             w.reads_over += 1;
         }
         if let Some(a) = &mut self.adaptive {
-            a.read_done(latency);
+            a.read_done(now, latency);
         }
         self.arm(now);
     }
@@ -524,9 +524,6 @@ impl Wbt {
         };
         let w = self.window;
         self.window = Window::default();
-        if let Some(a) = &mut self.adaptive {
-            a.end_window();
-        }
         if w.reads > 0 {
             self.last_read_min_ns = w.read_min_ns;
             if let Some(target) = self.adaptive.as_mut().and_then(|a| a.learn(w.read_min_ns)) {

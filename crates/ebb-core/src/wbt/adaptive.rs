@@ -12,17 +12,18 @@
 //! # Signals
 //! Per window: the reads, and how many of them took longer than the target; the minimum read
 //! latency of each window with reads (the device's idle latency: the fastest read of a window
-//! is one that found nothing ahead of it). Across windows: the latencies of the reads of
-//! windows in which no write was in service (none issued, completed or in flight), the
-//! device's idle tail. Pacing: each write's service time (issue to completion).
+//! is one that found nothing ahead of it). Across windows: the latencies of the idle reads,
+//! those that found no write in service and none just done (none in flight when the read
+//! completed, none completed since one write's service before it was issued): the device's
+//! idle tail. Pacing: each write's service time (issue to completion).
 //!
 //! # Control law
 //! ```text
 //! idle      = lowest window minimum seen; a window minimum above it raises it by 1/16 of
 //!             the difference (a device that got slower is learned in a few seconds)
-//! idle_tail = p99 of the last TAIL_SAMPLES..2*TAIL_SAMPLES reads of windows without a
-//!             write in service (log buckets, 4 an octave, the lower edge of the p99's; all
-//!             halved when 2*TAIL_SAMPLES are counted), at least idle
+//! idle_tail = p99 of the last TAIL_SAMPLES..2*TAIL_SAMPLES idle reads (log buckets, 4 an
+//!             octave, the lower edge of the p99's; all halved when 2*TAIL_SAMPLES are
+//!             counted), at least idle
 //! target    = max(idle_tail + idle, TARGET_FLOOR)            (wbt_lat_usec, if set, instead)
 //! window    : EXCEEDED as the kernel's (a read stuck for a window), or when more than
 //!             1 read in TAIL_ONE_IN took longer than the target (the window's p99 above it)
@@ -45,10 +46,13 @@
 //! reads alone meet it on a device whose idle p99 is well above its fastest read (the
 //! development machine's virtio disk: 2.2x): a window misses only when something else, the
 //! writes, delays more than one read in a hundred. Where reads alone take one time, the tail
-//! is the fastest read and the target twice it. Only whole windows without writes teach the
-//! tail: a read in a gap between paced writes may still pay for them (the filesystem's
-//! journal, the host's cache), and counting such reads let the target follow the writes up
-//! (to 1.6 ms with a 50% floor on the development machine).
+//! is the fastest read and the target twice it. A read issued within one write's service
+//! after a write completed may still pay for it (the filesystem's journal, the host's cache):
+//! counting those let the target follow the writes up on the development machine (to 1.6 ms
+//! with a 50% floor, where gaps are shorter than a write), so they are not idle reads; a
+//! paced writer then leaves idle reads only while its duty is under one half. Counting only
+//! the reads of whole windows without writes instead left the tail to the few windows before
+//! writeback started, which other IO made noisy there (targets of 1.3-2.6 ms).
 //! The duty is the share of the time the device spends on background writes while reads are
 //! active: a read that arrives in a gap finds it idle. `wbt_min_duty` is the writer's share
 //! where reads miss the target whatever the writes do.
@@ -61,7 +65,7 @@
 //! # Constants
 //! | name | value | unit | provenance |
 //! |---|---|---|---|
-//! | TAIL_SAMPLES | 4096 | reads | ebb: the idle tail of the last few seconds of reading alone, its p99 from 40 or more reads above it |
+//! | TAIL_SAMPLES | 4096 | reads | ebb: the idle tail of the last few thousand idle reads, its p99 from 40 or more reads above it |
 //! | TAIL_MIN_SAMPLES | 1000 | reads | ebb: a p99 from at least 10 reads above it |
 //! | TARGET_FLOOR_NS | 20000 | ns | ebb: below it timer and scheduling noise dominate |
 //! | TAIL_ONE_IN | 100 | reads | ebb: the window's p99 |
@@ -71,18 +75,17 @@
 //!
 //! # Insufficient data
 //! Before any read the target is the kernel's default for the device kind (2 ms solid state,
-//! 75 ms rotating) and writes are full size. Until windows without a write in service have
-//! seen TAIL_MIN_SAMPLES reads, the idle tail is the idle latency (the target twice it: a
-//! reader that only ever reads beside the writer keeps that target). Windows with too few
+//! 75 ms rotating) and writes are full size. Until TAIL_MIN_SAMPLES idle reads are counted,
+//! the idle tail is the idle latency (the target twice it: a reader that only ever reads
+//! beside unpaced writes keeps that target, until a missed window slows them). Windows with too few
 //! samples are judged as the kernel's (UNKNOWN and UNKNOWN_WRITES), and an UNKNOWN window does
 //! not change the size.
 //! Pacing starts unpaced (duty 1) and slows only on an EXCEEDED window; a gap is sized from
 //! the write just completed, so there is no estimate to wait for.
 
-/// The idle tail is the p99 of the last this many to twice this many reads of windows without
-/// a write in service.
+/// The idle tail is the p99 of the last this many to twice this many idle reads.
 pub const TAIL_SAMPLES: u32 = 4096;
-/// Reads of windows without a write in service before their p99 is the idle tail.
+/// Idle reads counted before their p99 is the idle tail.
 pub const TAIL_MIN_SAMPLES: u32 = 1000;
 /// The lowest target, ns.
 pub const TARGET_FLOOR_NS: u64 = 20_000;
@@ -133,23 +136,11 @@ impl IdleTail {
         (4 + quarter as u64) << (octave - 2)
     }
 
-    /// Counts a read of `ns`.
+    /// Counts a read of `ns`; halves every count when `2 * TAIL_SAMPLES` are counted.
     pub(super) fn record(&mut self, ns: u64) {
         self.counts[Self::bucket(ns)] += 1;
         self.total += 1;
-        self.decay();
-    }
-
-    /// Adds the reads `other` counted.
-    fn merge(&mut self, other: &IdleTail) {
-        self.counts.iter_mut().zip(other.counts).for_each(|(c, o)| *c += o);
-        self.total += other.total;
-        self.decay();
-    }
-
-    /// Halves every count while `2 * TAIL_SAMPLES` or more are counted.
-    fn decay(&mut self) {
-        while self.total >= 2 * TAIL_SAMPLES {
+        if self.total >= 2 * TAIL_SAMPLES {
             self.counts.iter_mut().for_each(|c| *c /= 2);
             self.total = self.counts.iter().sum();
         }
@@ -180,14 +171,13 @@ pub(super) struct Adaptive {
     explicit_target: bool,
     /// The idle read latency, ns (0: no read seen yet).
     idle_ns: u64,
-    /// The latencies of the reads of windows without a write in service.
+    /// The latencies of the idle reads.
     idle_tail: IdleTail,
-    /// The latencies of the current window's reads.
-    window_reads: IdleTail,
-    /// Whether a write was in service in the current window.
-    window_wrote: bool,
     /// Writes in flight (issued and not completed).
     writes_in_service: u32,
+    /// When the last write completed, and its service: a read issued before the end of one
+    /// more such service is not idle.
+    last_write: Option<(Instant, Duration)>,
     /// Halvings of the background write size while reads are active.
     pub(super) size_shift: u32,
     /// The backend's largest write, pages.
@@ -225,9 +215,8 @@ impl Adaptive {
             explicit_target,
             idle_ns: 0,
             idle_tail: IdleTail::new(),
-            window_reads: IdleTail::new(),
-            window_wrote: false,
             writes_in_service: 0,
+            last_write: None,
             size_shift: 0,
             max_write_pages,
             min_write_pages,
@@ -278,28 +267,24 @@ impl Adaptive {
     /// A write was issued.
     pub(super) fn write_issued(&mut self) {
         self.writes_in_service += 1;
-        self.window_wrote = true;
     }
 
-    /// A write completed, `inflight` writes still in flight.
-    pub(super) fn write_done(&mut self, inflight: u32) {
+    /// A write completed at `now` after `service`, `inflight` writes still in flight.
+    pub(super) fn write_done(&mut self, now: Instant, service: Duration, inflight: u32) {
         self.writes_in_service = inflight;
-        self.window_wrote = true;
+        self.last_write = Some((now, service));
     }
 
-    /// A read completed after `latency`.
-    pub(super) fn read_done(&mut self, latency: Duration) {
-        self.window_reads.record(latency.as_nanos());
-    }
-
-    /// The window ended: its reads join the idle tail if no write was in service in it; the
-    /// next window starts with a write in service if one is in flight.
-    pub(super) fn end_window(&mut self) {
-        if !self.window_wrote {
-            self.idle_tail.merge(&self.window_reads);
+    /// A read completed at `now` after `latency`: an idle read, counted in the idle tail, if
+    /// no write is in flight and none completed since one write's service before its issue.
+    pub(super) fn read_done(&mut self, now: Instant, latency: Duration) {
+        let issued_ns = now.as_nanos().saturating_sub(latency.as_nanos());
+        let settled = |(done, service): (Instant, Duration)| {
+            done.as_nanos().saturating_add(service.as_nanos()) <= issued_ns
+        };
+        if self.writes_in_service == 0 && self.last_write.is_none_or(settled) {
+            self.idle_tail.record(latency.as_nanos());
         }
-        self.window_reads = IdleTail::new();
-        self.window_wrote = self.writes_in_service > 0;
     }
 
     /// The device's idle tail: the p99 of the reads that found no write in service, at least
@@ -629,30 +614,26 @@ mod tests {
         assert_eq!(reads[reads.len() * 7 / 10], 25, "most reads find the device idle");
     }
 
-    /// Only the reads of windows in which no write was issued, completed or in flight join the
-    /// idle tail; the tail is the p99's bucket and forgets old reads.
+    /// Reads that overlapped a write, or were issued within one write's service after it
+    /// completed, are not idle reads; the tail is the p99's bucket and forgets old reads.
     #[test]
-    fn the_idle_tail_counts_the_reads_of_windows_without_writes() {
+    fn the_idle_tail_counts_reads_that_found_no_write() {
+        let us = |u: u64| Instant::ZERO + Duration::from_micros(u);
         let mut a = Adaptive::new(false, 256, 16);
-        let window = |a: &mut Adaptive, us: u64, reads: u64| {
-            (0..reads).for_each(|_| a.read_done(Duration::from_micros(us)));
-            a.end_window();
-        };
-        for i in 0..20 {
-            window(&mut a, 40, 99);
-            window(&mut a, if i % 2 == 0 { 300 } else { 40 }, 1);
+        for i in 0..2_000u64 {
+            a.read_done(us(100 * i), Duration::from_micros(if i % 200 == 0 { 300 } else { 40 }));
         }
         assert_eq!(a.idle_tail.p99(), Some(32_768), "40 us reads' bucket: 1 in 200 over");
         a.write_issued();
-        window(&mut a, 5_000, 10);
-        window(&mut a, 5_000, 10);
-        a.write_done(0);
-        window(&mut a, 5_000, 10);
-        assert_eq!(a.idle_tail.total, 2_000, "a write issued, in flight or completed");
-        window(&mut a, 500, 10);
-        assert_eq!(a.idle_tail.total, 2_010);
-        for _ in 0..20 {
-            window(&mut a, 90, 1_000);
+        a.read_done(us(300_000), Duration::from_micros(500));
+        a.write_done(us(300_010), Duration::from_millis(2), 0);
+        a.read_done(us(300_020), Duration::from_micros(500));
+        a.read_done(us(302_050), Duration::from_micros(100));
+        assert_eq!(a.idle_tail.total, 2_000, "in service, done during, done just before");
+        a.read_done(us(302_200), Duration::from_micros(100));
+        assert_eq!(a.idle_tail.total, 2_001, "issued a write's service after it");
+        for i in 0..20_000u64 {
+            a.read_done(us(400_000 + 100 * i), Duration::from_micros(90));
         }
         assert_eq!(a.idle_tail.p99(), Some(81_920), "older reads forgotten");
         assert!(a.idle_tail.total < 2 * TAIL_SAMPLES);
