@@ -4,7 +4,7 @@
 //! (the writer's buffered writes through the page cache); plus an ebb mode per `--variant`.
 //! Each mode also reports what the device under the directory did while the reader ran
 //! (`/proc/diskstats`) and how long the reader waited for a CPU, to tell where a read's time
-//! went. On an NFS export the reader sends READs (in the ebb modes through ebb's direct
+//! went, and each ebb mode what its wbt did (the pacing duty and the learned target). On an NFS export the reader sends READs (in the ebb modes through ebb's direct
 //! reads, on the reader's own thread and the client's connection for READs, beside the one
 //! the writeback's WRITEs use) and there is no kernel mode.
 
@@ -89,8 +89,9 @@ pub(crate) struct ModeResult {
     /// a CPU). All the device's reads count, so on a shared machine other programs' too.
     pub(crate) device_read_us: f64,
     /// ebb's modes: the share of the time `wbt = ebb` let background writes be in service
-    /// while reads were active (`wbt_duty_permille`), %, averaged over samples every 100 ms
-    /// while the writer ran (100: unpaced, and for the other algorithms).
+    /// while reads were active (`BdiStats::wbt_duty_permille`), %, averaged over samples every 100 ms while
+    /// the writer ran, from the backend's first completed write on (100: unpaced, and for the
+    /// other algorithms).
     pub(crate) wbt_duty_pct: f64,
     /// ebb's modes: the read-latency target wbt had at a round's last sample (learned by
     /// `wbt = ebb`; the largest of the rounds'), microseconds.
@@ -552,13 +553,14 @@ fn ebb_round(
         opts.write_file_size,
         |b, o| rf.read_direct_at(b, o),
         |b, o| {
-            if sampled.elapsed() >= WbtSamples::EVERY
-                && let Some(bdi) = ebb.stats().bdi.first()
-            {
+            if sampled.elapsed() >= WbtSamples::EVERY {
                 sampled = Instant::now();
-                wbt.duty_permille_sum += u64::from(bdi.wbt_duty_permille);
-                wbt.samples += 1;
-                wbt.target_us = bdi.wbt_target_us;
+                // From the first write on: before it no window is judged, the duty is whole.
+                if let Some(bdi) = ebb.stats().bdi.first().filter(|bdi| bdi.written > 0) {
+                    wbt.duty_permille_sum += u64::from(bdi.wbt_duty_permille);
+                    wbt.samples += 1;
+                    wbt.target_us = bdi.wbt_target_us;
+                }
             }
             wf.write_at(b, o).map(drop)
         },
