@@ -409,7 +409,7 @@ mod tests {
                     self.read_id += 1;
                     let waits = self.write.filter(|_| self.serial);
                     let start = waits.map_or(t, |(_, end)| end.max(t));
-                    let slow = self.slow_every > 0 && self.read_id % self.slow_every == 0;
+                    let slow = self.slow_every > 0 && self.read_id.is_multiple_of(self.slow_every);
                     let after = self.aftermath
                         && self.write.is_none()
                         && self.last_write_end.is_some_and(|end| t < end + 1_000);
