@@ -47,17 +47,15 @@
 //! reads alone meet it on a device whose idle p99 is well above its fastest read (the
 //! development machine's virtio disk: 2.2x): a window misses only when something else, the
 //! writes, delays more than one read in a hundred. Where reads alone take one time, the tail
-//! is the fastest read and the target twice it. A read issued within one write's service
-//! after a write completed may still pay for it (the filesystem's journal, the host's cache):
-//! counting those let the target follow the writes up on the development machine (to 1.6 ms
-//! with a 50% floor, where gaps are shorter than a write), so they are not idle reads; a
-//! paced writer then leaves idle reads only while its duty is under one half. Counting only
-//! the reads of whole windows without writes instead left the tail to the few windows before
-//! writeback started, which other IO made noisy there (targets of 1.3-2.6 ms). Even so, a
-//! virtio disk's host goes on writing back what it was sent long after, so idle reads there
-//! are slower the more was written (with a 50% floor the target again reached 2.9 ms): the
-//! target is at most TAIL_CAP times the fastest read, twice the target of the fastest read
-//! alone.
+//! is the fastest read and the target twice it. Idle reads may still pay for earlier writes
+//! (a filesystem journal, a virtio host writing back what it was sent), the more the more
+//! was written, which would let the target follow the writes up: a read issued within one
+//! write's service after a write completed is not idle (a paced writer leaves idle reads
+//! only while its duty is under one half), and the target is at most TAIL_CAP times the
+//! fastest read, twice the target of the fastest read alone. (Measured on the development
+//! machine with a 50% duty floor: without either rule the target rose to 1.6 ms, without
+//! the cap to 2.9 ms. Learning only from whole windows without writes left the tail to the
+//! few windows before writeback started, which other IO made noisy: 1.3-2.6 ms.)
 //! The duty is the share of the time the device spends on background writes while reads are
 //! active: a read that arrives in a gap finds it idle. `wbt_min_duty` is the writer's share
 //! where reads miss the target whatever the writes do.
@@ -72,7 +70,7 @@
 //! |---|---|---|---|
 //! | TAIL_SAMPLES | 4096 | reads | ebb: the idle tail of the last few thousand idle reads, its p99 from 40 or more reads above it |
 //! | TAIL_MIN_SAMPLES | 1000 | reads | ebb: a p99 from at least 10 reads above it |
-//! | TAIL_CAP | 4 | x idle latency | ebb: the development machine's idle p99 is 2.2x its fastest read (target 3.2x), and idle reads beside a writer in service half the time or more reached 30-70x |
+//! | TAIL_CAP | 4 | x idle latency | ebb: the development machine's idle p99 is 2.2x its fastest read (target 3.2x); its idle reads beside a writer in service half the time or more reached 40-70x |
 //! | TARGET_FLOOR_NS | 20000 | ns | ebb: below it timer and scheduling noise dominate |
 //! | TAIL_ONE_IN | 100 | reads | ebb: the window's p99 |
 //! | IDLE_RISE_SHIFT | 4 | 1/16 per window | ebb |
@@ -83,9 +81,9 @@
 //! Before any read the target is the kernel's default for the device kind (2 ms solid state,
 //! 75 ms rotating) and writes are full size. Until TAIL_MIN_SAMPLES idle reads are counted,
 //! the idle tail is the idle latency (the target twice it: a reader that only ever reads
-//! beside unpaced writes keeps that target, until a missed window slows them). Windows with too few
-//! samples are judged as the kernel's (UNKNOWN and UNKNOWN_WRITES), and an UNKNOWN window does
-//! not change the size.
+//! beside unpaced writes keeps that target, until a missed window slows them). Windows with
+//! too few samples are judged as the kernel's (UNKNOWN and UNKNOWN_WRITES), and an UNKNOWN
+//! window does not change the size.
 //! Pacing starts unpaced (duty 1) and slows only on an EXCEEDED window; a gap is sized from
 //! the write just completed, so there is no estimate to wait for.
 
