@@ -620,15 +620,33 @@ mod tests {
         assert!(error.is_no_such_upload(), "{error}");
     }
 
+    /// A backend of 5 MiB parts on a server of its own (`None`: skipped, no server here).
+    fn five_mib_parts(name: &str) -> Option<(test_server::TestServer, S3Backend)> {
+        let server = test_server::TestServer::start(name)?;
+        let mut options = server.options("");
+        options.part_size = 5 << 20;
+        let backend = S3Backend::open(options).unwrap();
+        Some((server, backend))
+    }
+
+    /// The first `len` bytes of `file`, read in as many calls as it takes.
+    fn read_all(file: &dyn BackendFile, len: usize) -> Vec<u8> {
+        let mut back = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let n = file.read_at(&mut back[done..], done as u64).unwrap();
+            assert!(n > 0, "short read at {done}");
+            done += n;
+        }
+        back
+    }
+
     // A part written from a buffer of the whole part (write_unit_in_place) keeps what the
     // object holds around the valid bytes, whatever the buffer held there, in an existing
     // object (carried bytes), past its end (zeros) and in its last, shorter part.
     #[test]
     fn a_part_written_in_place_keeps_the_bytes_around_it() {
-        let Some(server) = test_server::TestServer::start("ebb-in-place") else { return };
-        let mut options = server.options("");
-        options.part_size = 5 << 20;
-        let backend = S3Backend::open(options).unwrap();
+        let Some((_server, backend)) = five_mib_parts("ebb-in-place") else { return };
         let create = OpenOptions { create: true, truncate: true };
         let old: Vec<u8> = (0..(7 << 20) as u32).map(|i| (i % 253) as u8).collect();
         let file = backend.open("k", create).unwrap();
@@ -652,13 +670,7 @@ mod tests {
             model[offset as usize..end as usize].fill(7);
         }
         file.sync().unwrap();
-        let mut back = vec![0u8; model.len()];
-        let mut done = 0;
-        while done < back.len() {
-            let n = file.read_at(&mut back[done..], done as u64).unwrap();
-            assert!(n > 0, "short read at {done}");
-            done += n;
-        }
+        let back = read_all(&*file, model.len());
         assert_eq!(file.size().unwrap(), model.len() as u64);
         assert!(back == model, "the object differs from the model");
     }
@@ -699,10 +711,7 @@ mod tests {
     // for the caller to write from a buffer.
     #[test]
     fn whole_parts_are_uploaded_from_their_source_and_the_rest_declined() {
-        let Some(server) = test_server::TestServer::start("ebb-from") else { return };
-        let mut options = server.options("");
-        options.part_size = 5 << 20;
-        let backend = S3Backend::open(options).unwrap();
+        let Some((_server, backend)) = five_mib_parts("ebb-from") else { return };
         let file = backend.open("k", OpenOptions { create: true, truncate: true }).unwrap();
         let part = 5usize << 20;
         let uploaded = || {
@@ -723,13 +732,7 @@ mod tests {
         assert_eq!(uploaded(), 2 * part as u64, "each part uploaded once");
         file.sync().unwrap();
         let model: Vec<u8> = parts.iter().flat_map(Pattern::bytes).collect();
-        let mut back = vec![0u8; model.len()];
-        let mut done = 0;
-        while done < back.len() {
-            let n = file.read_at(&mut back[done..], done as u64).unwrap();
-            assert!(n > 0, "short read at {done}");
-            done += n;
-        }
+        let back = read_all(&*file, model.len());
         assert!(back == model, "the object differs from its sources");
     }
 }
