@@ -172,9 +172,9 @@ fn s3_mount_writes_renames_and_drains_at_sigterm() {
 // Sixteen writers of 32 MiB each through a 128 MiB mount, whose cache holds far fewer than
 // sixteen 8 MiB parts being filled: the granule gate has them take turns, so each part goes
 // out about once (measured: 1.02 bytes uploaded per byte written, 17 completed uploads for 16
-// objects; 3.2 before the gate, when
-// every writer advanced together and the short tails went out again and again, each rewrite
-// of a part costing a commit and a copy). Every object is whole; no upload is left.
+// objects; 3.2 before the gate, when every writer advanced together and the short tails went
+// out again and again, each rewrite of a part costing a commit and a copy). Every object is
+// whole; no upload is left.
 #[test]
 fn s3_mount_many_writers_in_a_small_cache_upload_each_part_about_once() {
     let Some((server, root, mnt)) = setup("ebb-mount-writers") else { return };

@@ -556,7 +556,7 @@ impl Wbt {
                 .adaptive
                 .as_ref()
                 .filter(|a| a.pacing())
-                .map(|a| a.duty * 1000 / adaptive::DUTY_ONE),
+                .map(|_| self.duty_permille()),
         }
     }
 

@@ -4,9 +4,10 @@
 //! (the writer's buffered writes through the page cache); plus an ebb mode per `--variant`.
 //! Each mode also reports what the device under the directory did while the reader ran
 //! (`/proc/diskstats`) and how long the reader waited for a CPU, to tell where a read's time
-//! went, and each ebb mode what its wbt did (the pacing duty and the learned target). On an NFS export the reader sends READs (in the ebb modes through ebb's direct
-//! reads, on the reader's own thread and the client's connection for READs, beside the one
-//! the writeback's WRITEs use) and there is no kernel mode.
+//! went, and each ebb mode what its wbt did (the pacing duty and the learned target). On an
+//! NFS export the reader sends READs (in the ebb modes through ebb's direct reads, on the
+//! reader's own thread and the client's connection for READs, beside the one the writeback's
+//! WRITEs use) and there is no kernel mode.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -89,9 +90,9 @@ pub(crate) struct ModeResult {
     /// a CPU). All the device's reads count, so on a shared machine other programs' too.
     pub(crate) device_read_us: f64,
     /// ebb's modes: the share of the time `wbt = ebb` let background writes be in service
-    /// while reads were active (`BdiStats::wbt_duty_permille`), %, averaged over samples every 100 ms while
-    /// the writer ran, from the backend's first completed write on (100: unpaced, and for the
-    /// other algorithms).
+    /// while reads were active (`BdiStats::wbt_duty_permille`), %, averaged over samples
+    /// every 100 ms while the writer ran, from the backend's first completed write on (100:
+    /// unpaced, and for the other algorithms).
     pub(crate) wbt_duty_pct: f64,
     /// ebb's modes: the read-latency target wbt had at a round's last sample (learned by
     /// `wbt = ebb`; the largest of the rounds'), microseconds.
