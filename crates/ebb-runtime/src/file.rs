@@ -33,6 +33,14 @@ pub use throttle::{TryWrite, WriteAt};
 const STEP_PAGES: u64 = 1024;
 /// One step of a write: at most `STEP_PAGES` pages from byte `pos`, covering the bytes up to
 /// `covered_end`; a partial first or last page keeps bytes the write does not cover.
+/// Whether a write may read a partial page's old bytes from the backend, blocking, or declines
+/// where it would ([`File::try_poll_write_at`], on a loop that must not block).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OldBytes {
+    Read,
+    Decline,
+}
+
 struct StepSpan {
     pos: u64,
     first: u64,
@@ -253,28 +261,41 @@ impl File {
             return Ok((0, None));
         }
         self.check_writable(buf.len(), offset)?;
-        self.write_locked(self.writer.lock(), buf, offset, mode)
+        match self.write_locked(self.writer.lock(), buf, offset, mode, OldBytes::Read)? {
+            Some(written) => Ok(written),
+            None => unreachable!("a write that may read old bytes never declines"),
+        }
     }
 
-    /// [`File::write_inner`] once the handle's writer state is held.
+    /// [`File::write_inner`] once the handle's writer state is held. `None`, having written
+    /// nothing, where `old` is [`OldBytes::Decline`] and the first step would read a partial
+    /// page's old bytes from the backend; a later step that would returns the bytes written
+    /// before it.
     pub(crate) fn write_locked(
         &self,
         mut ws: parking_lot::MutexGuard<'_, WriterState>,
         buf: &[u8],
         offset: u64,
         mode: Obey<'_>,
-    ) -> io::Result<(usize, Option<Owed>)> {
+        old: OldBytes,
+    ) -> io::Result<Option<(usize, Option<Owed>)>> {
         match self.pay_owed(&mut ws, mode) {
             Throttled::Go => {}
-            Throttled::Owes(owed) => return Ok((0, Some(owed))),
+            Throttled::Owes(owed) => return Ok(Some((0, Some(owed)))),
             Throttled::Interrupted => return Err(interrupted_error("write")),
             Throttled::Failed(error) => return Err(error),
         }
         let mut done = 0usize;
         while done < buf.len() {
             let span = StepSpan::new(offset + done as u64, buf.len() - done);
-            let bases = self.old_bytes(&span)?;
-            let (copied, step) = self.copy_step(&mut ws.writer, &buf[done..], &span, bases);
+            let Some(bases) = self.old_bytes(&span, old)? else {
+                return Ok((done > 0).then_some((done, None)));
+            };
+            // None: a partial page was evicted after `old_bytes` found it cached; read it now.
+            let Some((copied, step)) = self.copy_step(&mut ws.writer, &buf[done..], &span, bases)
+            else {
+                continue;
+            };
             done += copied;
             if step.inode_became_dirty {
                 let shared = &self.ebb.inner.shared;
@@ -287,14 +308,14 @@ impl File {
             };
             match outcome {
                 Throttled::Go => {}
-                Throttled::Owes(owed) => return Ok((done, Some(owed))),
+                Throttled::Owes(owed) => return Ok(Some((done, Some(owed)))),
                 // What was copied stays in the cache: a short write, as write(2) returns.
-                _ if done > 0 => return Ok((done, None)),
+                _ if done > 0 => return Ok(Some((done, None))),
                 Throttled::Interrupted => return Err(interrupted_error("write")),
                 Throttled::Failed(error) => return Err(error),
             }
         }
-        Ok((buf.len(), None))
+        Ok(Some((buf.len(), None)))
     }
 
     /// A write of `len` bytes at `offset` may go ahead: the cache is not draining and the
@@ -317,10 +338,15 @@ impl File {
 
     /// The old bytes of a step's partial first and last pages that are not cached but hold
     /// data (the kernel's write_begin read), read outside the page-map lock. Whole-page steps
-    /// (the common case) skip this and take the lock once.
-    fn old_bytes(&self, span: &StepSpan) -> io::Result<[Option<AlignedBuf>; 2]> {
+    /// (the common case) skip this and take the lock once. `None` where `old` declines a read
+    /// that is needed.
+    fn old_bytes(
+        &self,
+        span: &StepSpan,
+        old: OldBytes,
+    ) -> io::Result<Option<[Option<AlignedBuf>; 2]>> {
         if !span.head_partial && !span.tail_partial {
-            return Ok([None, None]);
+            return Ok(Some([None, None]));
         }
         let size = self.fs.size.load(Ordering::Acquire);
         let (need_head, need_tail) = {
@@ -328,25 +354,37 @@ impl File {
             let need = |p: u64| map.page(p).is_none() && p * PAGE_SIZE < size;
             (span.head_partial && need(span.first), span.tail_partial && need(span.last))
         };
+        if (need_head || need_tail) && old == OldBytes::Decline {
+            return Ok(None);
+        }
         let head = if need_head { Some(read_page_direct(&self.fs, span.first)?) } else { None };
         let tail = if need_tail { Some(read_page_direct(&self.fs, span.last)?) } else { None };
-        Ok([head, tail])
+        Ok(Some([head, tail]))
     }
 
     /// Dirties the step's pages under the page-map lock (`write_pages`, which may take fewer)
     /// and copies `data` into their frames; a partial page new to the cache starts from its
-    /// old bytes (`bases`) or zeros. Returns the bytes copied and the step.
+    /// old bytes (`bases`) or zeros. Returns the bytes copied and the step; `None`, having
+    /// dirtied nothing, where a partial page holding data is no longer cached and its old bytes
+    /// were not read (it was evicted after [`File::old_bytes`] looked): the caller reads them.
     fn copy_step(
         &self,
         writer: &mut Writer,
         data: &[u8],
         span: &StepSpan,
         bases: [Option<AlignedBuf>; 2],
-    ) -> (usize, ebb_core::WriteStep) {
+    ) -> Option<(usize, ebb_core::WriteStep)> {
         let (first, last, pos) = (span.first, span.last, span.pos);
         let mut map = self.fs.map.lock();
         let fresh_head = span.head_partial && map.page(first).is_none();
         let fresh_tail = span.tail_partial && map.page(last).is_none();
+        let size = self.fs.size.load(Ordering::Acquire);
+        let unread = |fresh: bool, base: &Option<AlignedBuf>, page: u64| {
+            fresh && base.is_none() && page * PAGE_SIZE < size
+        };
+        if unread(fresh_head, &bases[0], first) || unread(fresh_tail, &bases[1], last) {
+            return None;
+        }
         let step = write_pages(writer, self.inode(), &mut map, first, span.count);
         let frames = &self.ebb.inner.shared.frames;
         let mut copied = 0usize;
@@ -378,7 +416,7 @@ impl File {
         if copied > 0 {
             self.fs.size.fetch_max(pos + copied as u64, Ordering::AcqRel);
         }
-        (copied, step)
+        Some((copied, step))
     }
 
     /// Reads into `buf` from `offset`; returns fewer bytes only at the end of the file. Pages not

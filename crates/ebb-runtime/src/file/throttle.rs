@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use ebb_core::{PAGE_SIZE, Verdict};
+use ebb_core::Verdict;
 
-use super::{File, Interrupt, WriterState, sleep_for, wait_slot};
+use super::{File, Interrupt, OldBytes, WriterState, sleep_for, wait_slot};
 use crate::shared::{Slot, from_io_error};
 
 /// The retry hint of a non-blocking write that waits for an event rather than a time (memory
@@ -316,17 +316,15 @@ impl File {
     /// [`File::poll_write_at`] for a caller that must not block at all (a FUSE request loop,
     /// which must go on reading requests): `None`, having written nothing more, where it would
     /// wait for another thread writing through this handle, or would read a partial page's old
-    /// bytes from the backend. So it takes whole pages only (`offset` and `buf.len()`
-    /// multiples of 4096), and `None` for anything else.
+    /// bytes from the backend (a partial page already cached, or past the end of the file, is
+    /// written: a stream from a buffer that is not page-aligned, whose requests begin and end
+    /// inside pages, goes through here).
     pub fn try_poll_write_at(
         &self,
         buf: &[u8],
         offset: u64,
         cx: &mut Context<'_>,
     ) -> Option<Poll<io::Result<usize>>> {
-        if !offset.is_multiple_of(PAGE_SIZE) || !(buf.len() as u64).is_multiple_of(PAGE_SIZE) {
-            return None;
-        }
         let step = || {
             if buf.is_empty() {
                 return Some(Ok((0, None)));
@@ -335,7 +333,7 @@ impl File {
                 return Some(Err(error));
             }
             let ws = self.writer.try_lock()?;
-            Some(self.write_locked(ws, buf, offset, Obey::Poll))
+            self.write_locked(ws, buf, offset, Obey::Poll, OldBytes::Decline).transpose()
         };
         self.poll_write_with(step, cx)
     }

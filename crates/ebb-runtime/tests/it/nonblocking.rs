@@ -123,27 +123,25 @@ fn write_at_async_waits_out_pauses_without_blocking() {
     assert!(read_back(&ebb) == data, "the data read back differs");
 }
 
-// A caller that must not block (a FUSE request loop) writes whole pages with
-// `try_poll_write_at`: throttled, it gets `Pending` and a wake-up as `poll_write_at` does, and
-// every byte arrives; what is not whole pages (which could need a read of the old bytes from
-// the backend) is declined with nothing written.
+// A caller that must not block (a FUSE request loop) writes with `try_poll_write_at`:
+// throttled, it gets `Pending` and a wake-up as `poll_write_at` does, and every byte arrives,
+// here in pieces that begin and end inside pages, as the kernel sends a stream written from a
+// buffer that is not page-aligned: each piece's partial pages are cached (the previous piece
+// wrote them) or past the end of the file, so nothing need be read and nothing is declined.
 #[test]
-fn try_poll_write_at_writes_whole_pages_and_declines_the_rest() {
+fn try_poll_write_at_writes_a_stream_of_partial_pages() {
     let ebb = slow_cache();
     let f = ebb.open("f", CREATE).unwrap();
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
-    for (offset, len) in [(100, 4096), (0, 4000), (4096, 5000)] {
-        let declined = f.try_poll_write_at(&vec![1u8; len], offset, &mut cx);
-        assert!(declined.is_none(), "{len} bytes at {offset} are not whole pages");
-    }
-    assert_eq!(f.len(), 0, "a declined write wrote nothing");
     let data = data();
+    let piece_len = (256 << 10) - 48;
     let (mut done, mut pending) = (0, 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while done < TOTAL {
-        let piece = &data[done..(done + (256 << 10)).min(TOTAL)];
-        match f.try_poll_write_at(piece, done as u64, &mut cx).expect("whole pages, one writer") {
+        let piece = &data[done..(done + piece_len).min(TOTAL)];
+        let poll = f.try_poll_write_at(piece, done as u64, &mut cx);
+        match poll.expect("no old bytes to read and one writer: never declined") {
             Poll::Ready(n) => done += n.unwrap(),
             Poll::Pending => {
                 pending += 1;
@@ -156,4 +154,40 @@ fn try_poll_write_at_writes_whole_pages_and_declines_the_rest() {
     f.fsync().unwrap();
     drop(f);
     assert!(read_back(&ebb) == data, "the data read back differs");
+}
+
+// Where a partial page's old bytes are only in the backend, `try_poll_write_at` would have to
+// read them: it declines, writing nothing; whole pages and bytes past the end of the file it
+// writes.
+#[test]
+fn try_poll_write_at_declines_a_write_that_would_read_old_bytes() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let cache = || Builder::new().memory(16 << 20).backend("mem", Arc::clone(&backend)).build();
+    let first = cache().unwrap();
+    let f = first.open("g", CREATE).unwrap();
+    f.write_at(&[7u8; 3 * 4096], 0).unwrap();
+    f.fsync().unwrap();
+    drop(f);
+    drop(first);
+    // A new cache over the same backend holds none of the file's pages.
+    let second = cache().unwrap();
+    let g = second.open("g", CREATE).unwrap();
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    for (offset, len) in [(100, 4096), (0, 4000), (4096, 5000)] {
+        let declined = g.try_poll_write_at(&vec![1u8; len], offset, &mut cx);
+        assert!(declined.is_none(), "{len} bytes at {offset} need a page's old bytes");
+    }
+    let whole = g.try_poll_write_at(&[2u8; 4096], 4096, &mut cx);
+    assert!(matches!(whole, Some(Poll::Ready(Ok(4096)))), "a whole page needs no read");
+    let past_end = g.try_poll_write_at(&[3u8; 100], 3 * 4096, &mut cx);
+    assert!(
+        matches!(past_end, Some(Poll::Ready(Ok(100)))),
+        "past the end there is nothing to read"
+    );
+    let mut back = vec![0u8; 3 * 4096 + 100];
+    assert_eq!(g.read_at(&mut back, 0).unwrap(), back.len());
+    let expected: Vec<u8> =
+        [[7u8; 4096], [2; 4096], [7; 4096]].concat().into_iter().chain([3; 100]).collect();
+    assert!(back == expected, "declined writes wrote nothing; the others landed");
 }
