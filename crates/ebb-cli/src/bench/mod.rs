@@ -18,6 +18,7 @@
 //! BENCHMARKS.md use); nothing here asserts a speed. The benches drive the runtime only
 //! through its public API, as an application would.
 
+mod blocktrace;
 mod nfs;
 mod read_under_write;
 mod stream;
@@ -119,6 +120,12 @@ pub(crate) enum BenchCommand {
         /// old:io_thread_nice=0,wbt_min_depth=1` (repeatable).
         #[arg(long, value_name = "LABEL:NAME=VALUE,...", value_parser = variant)]
         variant: Vec<(String, Vec<Setting>)>,
+        /// Where the reads' time went, per mode, for the reads up to p90, from p90 to p99 and
+        /// above p99: the reader's wait for a CPU, the IO scheduler, the device, and the
+        /// writes in service beside each read (traces the device's requests: root, tracefs;
+        /// a directory only).
+        #[arg(long)]
+        breakdown: bool,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -199,6 +206,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             knob,
             variant,
             keep_read_file,
+            breakdown,
             json,
         } => {
             let json = JsonOut::create(json)?;
@@ -219,6 +227,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 write_file_size: 4 << 30,
                 memory,
                 rounds,
+                breakdown,
             };
             let result = read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
             json.write(&result)?;

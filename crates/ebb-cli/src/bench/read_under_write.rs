@@ -19,6 +19,7 @@ use ebb_backend::{AlignedBuf, Backend, BackendFile, OpenOptions};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::blocktrace::{BlockTrace, Breakdown, ReadRecord, ReadSample, RunDelay, mono_ns};
 use super::{CREATE, MIB, Target, builder_with, config_error, settle};
 
 /// Options of [`read_under_write`].
@@ -46,6 +47,10 @@ pub(crate) struct ReadUnderWriteOptions {
     /// each mode's reads of every round make one histogram, so that every mode samples the
     /// machine's slow moments alike.
     pub(crate) rounds: u32,
+    /// `--breakdown`: per read, the reader's CPU wait and (tracing the device's requests) its
+    /// time in the IO scheduler and the device and the writes in service beside it, reported
+    /// for the reads up to p90, from p90 to p99 and above p99 ([`Breakdown`]).
+    pub(crate) breakdown: bool,
 }
 
 /// One mode of [`read_under_write`].
@@ -97,6 +102,9 @@ pub(crate) struct ModeResult {
     /// ebb's modes: the read-latency target wbt had at a round's last sample (learned by
     /// `wbt = ebb`; the largest of the rounds'), microseconds.
     pub(crate) wbt_target_us: u64,
+    /// `--breakdown`: where the reads' time went, by class of latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) breakdown: Option<Breakdown>,
 }
 
 /// What an ebb mode's wbt did while its writer ran: the pacing duty (per mille) summed over
@@ -225,6 +233,9 @@ struct Reads {
     latencies: Histogram<u64>,
     run_delay_ns: u64,
     device: DeviceWork,
+    /// `--breakdown`: every read, joined to the device's trace, and the events it lost.
+    records: Vec<ReadRecord>,
+    lost_events: u64,
 }
 
 /// The calling thread's time spent runnable but not running, nanoseconds (schedstat's second
@@ -261,6 +272,7 @@ fn mode_result(
     run_delay_ns: u64,
     device: &DeviceWork,
     wbt: &WbtSamples,
+    (records, lost_events): (&[ReadRecord], u64),
 ) -> ModeResult {
     let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
     let mut r = ModeResult {
@@ -278,18 +290,29 @@ fn mode_result(
     };
     device.fill(&mut r);
     wbt.fill(&mut r);
+    if !records.is_empty() {
+        let b = Breakdown::of(records, r.read_lat_us_p90, r.read_lat_us_p99, lost_events);
+        r.breakdown = Some(b);
+    }
     r
 }
 
 /// Random 4 KiB reads until `stop`; `read` performs one read at an offset; `dev` is the block
-/// device to watch meanwhile, if any.
+/// device to watch meanwhile, if any; `breakdown`: trace it and record every read.
 fn reader(
     pages: u64,
     dev: Option<(u64, u64)>,
+    breakdown: bool,
     stop: &AtomicBool,
     mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
 ) -> io::Result<Reads> {
     let mut h = Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
+    let per_read = if breakdown { RunDelay::open() } else { None };
+    let trace = match (&per_read, dev) {
+        (Some(_), Some(dev)) => Some(BlockTrace::start(dev)?),
+        _ => None,
+    };
+    let mut samples: Vec<ReadSample> = Vec::new();
     let delay_before = run_delay_ns();
     let disk_before = dev.and_then(DiskStats::read);
     let mut buf = AlignedBuf::zeroed(4096);
@@ -299,6 +322,16 @@ fn reader(
         x ^= x >> 7;
         x ^= x << 17;
         let off = (x % pages) * 4096;
+        if let Some(rd) = &per_read {
+            let delay = rd.now();
+            let start_ns = mono_ns();
+            read(&mut buf, off)?;
+            let end_ns = mono_ns();
+            let run_delay_ns = rd.now().saturating_sub(delay);
+            samples.push(ReadSample { start_ns, end_ns, run_delay_ns });
+            let _ = h.record(((end_ns - start_ns) / 1000).max(1));
+            continue;
+        }
         let t = Instant::now();
         read(&mut buf, off)?;
         let _ = h.record((t.elapsed().as_micros() as u64).max(1));
@@ -311,7 +344,11 @@ fn reader(
         (Some(before), Some(after)) => before.until(&after),
         _ => DeviceWork::default(),
     };
-    Ok(Reads { latencies: h, run_delay_ns, device })
+    let (records, lost_events) = match trace {
+        Some(trace) => trace.finish(&samples)?,
+        None => (Vec::new(), 0),
+    };
+    Ok(Reads { latencies: h, run_delay_ns, device, records, lost_events })
 }
 
 /// A streaming writer of 1 MiB blocks for `seconds`, then `finish`; returns MB/s.
@@ -337,6 +374,7 @@ fn writer(
 fn reader_beside_writer(
     pages: u64,
     dev: Option<(u64, u64)>,
+    breakdown: bool,
     seconds: f64,
     wrap: u64,
     read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
@@ -345,7 +383,7 @@ fn reader_beside_writer(
 ) -> io::Result<(Reads, f64)> {
     let stop = AtomicBool::new(false);
     let (h, mb_s) = std::thread::scope(|s| {
-        let r = s.spawn(|| reader(pages, dev, &stop, read));
+        let r = s.spawn(|| reader(pages, dev, breakdown, &stop, read));
         let w = writer(seconds, wrap, write, || {
             stop.store(true, Ordering::Relaxed);
             sync()
@@ -422,7 +460,9 @@ fn measure(
         progress(&format!("round {round}: idle, the reader alone"));
         let stop = AtomicBool::new(false);
         let h = std::thread::scope(|s| {
-            let r = s.spawn(|| reader(pages, dev, &stop, |b, o| read_file.read_at(b, o)));
+            let r = s.spawn(|| {
+                reader(pages, dev, opts.breakdown, &stop, |b, o| read_file.read_at(b, o))
+            });
             std::thread::sleep(Duration::from_secs_f64(secs));
             stop.store(true, Ordering::Relaxed);
             r.join().expect("reader thread")
@@ -442,6 +482,7 @@ fn measure(
         let (h, mb_s) = reader_beside_writer(
             pages,
             dev,
+            opts.breakdown,
             secs,
             opts.write_file_size,
             |b, o| read_file.read_at(b, o),
@@ -461,7 +502,10 @@ fn measure(
         .into_iter()
         .map(|(mode, run)| {
             let mean = run.rates.iter().sum::<f64>() / run.rates.len().max(1) as f64;
-            (mode, mode_result(&run.latencies, mean, run.run_delay_ns, &run.device, &run.wbt))
+            let records = (&run.records[..], run.lost_events);
+            let r =
+                mode_result(&run.latencies, mean, run.run_delay_ns, &run.device, &run.wbt, records);
+            (mode, r)
         })
         .collect();
     Ok(ReadUnderWriteResult {
@@ -483,6 +527,8 @@ struct ModeRuns {
     rates: Vec<f64>,
     device: DeviceWork,
     wbt: WbtSamples,
+    records: Vec<ReadRecord>,
+    lost_events: u64,
 }
 
 /// Per mode, its rounds.
@@ -500,6 +546,8 @@ impl Modes {
                     rates: vec![mb_s],
                     device: reads.device,
                     wbt,
+                    records: reads.records,
+                    lost_events: reads.lost_events,
                 });
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
@@ -510,6 +558,8 @@ impl Modes {
                 run.rates.push(mb_s);
                 run.device.add(reads.device);
                 run.wbt.add(wbt);
+                run.records.extend(reads.records);
+                run.lost_events += reads.lost_events;
             }
         }
         Ok(())
@@ -550,6 +600,7 @@ fn ebb_round(
     let (h, mb_s) = reader_beside_writer(
         pages,
         dev,
+        opts.breakdown,
         opts.seconds,
         opts.write_file_size,
         |b, o| rf.read_direct_at(b, o),
