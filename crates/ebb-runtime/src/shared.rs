@@ -267,7 +267,7 @@ impl Shared {
         let (tx, rx) = crossbeam::channel::unbounded();
         let (reads_tx, reads_rx) = crossbeam::channel::unbounded();
         let frames = FramePool::new(engine.config().memory_pages());
-        let nice = engine.config().io_thread_nice;
+        let nice = (engine.config().io_thread_nice, engine.config().io_thread_ioprio);
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -308,7 +308,7 @@ impl Shared {
         self: &Arc<Shared>,
         (rx, reads_rx): (Receiver<Job>, Receiver<Job>),
         io_threads: usize,
-        nice: u32,
+        (nice, ioprio): (u32, ebb_core::config::IoPriority),
         trace_file: Option<crate::trace::TraceFile>,
     ) -> Vec<std::thread::JoinHandle<()>> {
         let mut threads = Vec::new();
@@ -321,6 +321,7 @@ impl Shared {
             let (s, rx) = (self.clone(), rx.clone());
             threads.push(spawn_named(format!("ebb-io-{i}"), move || {
                 lower_priority(nice);
+                set_io_priority(ioprio);
                 s.io_worker(&rx);
             }));
         }
@@ -599,6 +600,22 @@ fn lower_priority(nice: u32) {
         let nice = i32::try_from(nice).unwrap_or(19);
         let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice);
     }
+}
+
+/// Gives the calling thread the IO priority `ioprio` (`io_thread_ioprio`; `inherit` leaves
+/// it). A refusal leaves the thread as it is, as for its nice value.
+fn set_io_priority(ioprio: ebb_core::config::IoPriority) {
+    use ebb_core::config::IoPriority;
+    // ioprio_set(2): the class in the bits from 13 up, the level below; `who` 1 is one
+    // thread (IOPRIO_WHO_PROCESS with a thread id).
+    let (class, level) = match ioprio {
+        IoPriority::Inherit => return,
+        IoPriority::BestEffortLow => (2, 7),
+        IoPriority::Idle => (3, 0),
+    };
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    #[expect(unsafe_code, reason = "ioprio_set has no safe wrapper; it takes three integers")]
+    let _ = unsafe { libc::syscall(libc::SYS_ioprio_set, 1, tid, (class << 13) | level) };
 }
 
 /// Allocates an id for a handle.

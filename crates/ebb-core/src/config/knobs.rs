@@ -11,7 +11,7 @@
 
 use super::registry::{Access, Kind, Knob, KnobField, Scope, declare_knobs};
 use super::{
-    CounterReads, InitialBandwidth, MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy,
+    CounterReads, InitialBandwidth, IoPriority, MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy,
     UnstableAccounting, WbtMode,
 };
 
@@ -96,6 +96,12 @@ declare_knobs! {
             /// copies nothing, does not. At a higher nice value the scheduler runs the woken
             /// foreground thread first. The simulator has no threads and ignores it.
             io_thread_nice: u32 = 10, "nice", Kind::Number { min: 0, max: 19 };
+            /// IO priority of the runtime's IO threads: inherit, best-effort-7 or idle.
+            ///
+            /// The block layer's IO scheduler (mq-deadline since Linux 5.14, bfq) serves a
+            /// higher class first; the simulator ignores it.
+            io_thread_ioprio: IoPriority = IoPriority::Inherit, "",
+                Kind::Choice(IoPriority::NAMES);
         }
         fields {
             /// The backend anonymous pages are swapped out to (`None`: no swap, anonymous memory

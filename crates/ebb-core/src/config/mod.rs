@@ -37,6 +37,7 @@
 //! | `unstable_accounting` | global |  | fixed | legacy-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (docs/mechanisms.md#7-two-phase-backends). |
 //! | `throttle_counter_reads` | global |  | reordered | pre-2009, reordered | Which shared counters the legacy throttle check reads (docs/mechanisms.md#8-cheap-throttle-path): `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the backend's limit, and again after the loop); docs/throttling.md. |
 //! | `io_thread_nice` | global | nice | 10 | 0..=19 | Nice value of the runtime's IO threads (ebb's own; 0: the priority of the thread that built the cache). |
+//! | `io_thread_ioprio` | global |  | inherit | inherit, best-effort-7, idle | IO priority of the runtime's IO threads: inherit, best-effort-7 or idle. |
 //! | `min_ratio` | backend | % of the threshold | 0 | 0..=100 | Guaranteed share of the dirty threshold. |
 //! | `max_ratio` | backend | % of the threshold | 100 | 0..=100 | Cap on the share of the dirty threshold. |
 //! | `strict_limit` | backend |  | 0 | 0 or 1 | Throttle writers against this backend's own share even below the global freerun point (FUSE). |
@@ -139,6 +140,19 @@ pub enum WbtMode {
     Ebb,
 }
 
+/// The IO priority of the runtime's IO threads (`io_thread_ioprio`), which the block layer's
+/// IO scheduler (mq-deadline, bfq) uses to order their writes against other requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPriority {
+    /// Leave it: the threads' requests take the class of the process (best effort, at the
+    /// level its nice value gives).
+    Inherit,
+    /// Best effort, level 7, the lowest of that class.
+    BestEffortLow,
+    /// The idle class: served when no other class has requests queued.
+    Idle,
+}
+
 /// Where a backend's write-bandwidth estimate and dirty ratelimit start
 /// (`initial_write_bandwidth`; `crate::bandwidth`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +238,7 @@ named_enum!(ThrottlePolicy, "throttle", Legacy => "legacy", Bandwidth2010 => "ba
 named_enum!(ReclaimPolicy, "reclaim", Legacy => "legacy", FlusherOnly => "flusher-only");
 named_enum!(UnstableAccounting, "unstable_accounting", Legacy2020 => "legacy-2020", Fixed => "fixed");
 named_enum!(WbtMode, "wbt", Off => "off", On => "on", Ebb => "ebb");
+named_enum!(IoPriority, "io_thread_ioprio", Inherit => "inherit", BestEffortLow => "best-effort-7", Idle => "idle");
 named_enum!(CounterReads, "throttle_counter_reads", Pre2009 => "pre-2009", Reordered => "reordered");
 
 /// A setting that cannot be honoured, with the knob that holds it.
