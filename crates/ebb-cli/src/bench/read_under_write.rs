@@ -297,12 +297,18 @@ fn mode_result(
     r
 }
 
-/// Random 4 KiB reads until `stop`; `read` performs one read at an offset; `dev` is the block
-/// device to watch meanwhile, if any; `breakdown`: trace it and record every read.
-fn reader(
-    pages: u64,
+/// What a reader watches besides its latencies: the block device under the directory, if any,
+/// and (`--breakdown`) every read, joined to a trace of the device's requests.
+#[derive(Clone, Copy, Debug)]
+struct Watch {
     dev: Option<(u64, u64)>,
     breakdown: bool,
+}
+
+/// Random 4 KiB reads until `stop`; `read` performs one read at an offset.
+fn reader(
+    pages: u64,
+    Watch { dev, breakdown }: Watch,
     stop: &AtomicBool,
     mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
 ) -> io::Result<Reads> {
@@ -373,8 +379,7 @@ fn writer(
 /// the reader stops when the writer starts its sync.
 fn reader_beside_writer(
     pages: u64,
-    dev: Option<(u64, u64)>,
-    breakdown: bool,
+    watch: Watch,
     seconds: f64,
     wrap: u64,
     read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
@@ -383,7 +388,7 @@ fn reader_beside_writer(
 ) -> io::Result<(Reads, f64)> {
     let stop = AtomicBool::new(false);
     let (h, mb_s) = std::thread::scope(|s| {
-        let r = s.spawn(|| reader(pages, dev, breakdown, &stop, read));
+        let r = s.spawn(|| reader(pages, watch, &stop, read));
         let w = writer(seconds, wrap, write, || {
             stop.store(true, Ordering::Relaxed);
             sync()
@@ -453,6 +458,7 @@ fn measure(
         Target::Dir(dir) => device_of(dir),
         Target::Nfs(_) => None,
     };
+    let watch = Watch { dev, breakdown: opts.breakdown };
     let mut runs = Modes::default();
     let mut wbt_lat = 0;
     settle();
@@ -460,9 +466,7 @@ fn measure(
         progress(&format!("round {round}: idle, the reader alone"));
         let stop = AtomicBool::new(false);
         let h = std::thread::scope(|s| {
-            let r = s.spawn(|| {
-                reader(pages, dev, opts.breakdown, &stop, |b, o| read_file.read_at(b, o))
-            });
+            let r = s.spawn(|| reader(pages, watch, &stop, |b, o| read_file.read_at(b, o)));
             std::thread::sleep(Duration::from_secs_f64(secs));
             stop.store(true, Ordering::Relaxed);
             r.join().expect("reader thread")
@@ -481,8 +485,7 @@ fn measure(
         let kf = std::fs::File::create(&path)?;
         let (h, mb_s) = reader_beside_writer(
             pages,
-            dev,
-            opts.breakdown,
+            watch,
             secs,
             opts.write_file_size,
             |b, o| read_file.read_at(b, o),
@@ -599,8 +602,7 @@ fn ebb_round(
     let mut sampled = Instant::now();
     let (h, mb_s) = reader_beside_writer(
         pages,
-        dev,
-        opts.breakdown,
+        Watch { dev, breakdown: opts.breakdown },
         opts.seconds,
         opts.write_file_size,
         |b, o| rf.read_direct_at(b, o),
