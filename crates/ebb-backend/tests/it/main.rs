@@ -403,6 +403,69 @@ fn huge_aligned_buf() {
     assert!(back[..] == buf[..1 << 20]);
 }
 
+// AlignedBuf::huge is backed by huge pages even where malloc's memory was touched before, so
+// that an O_DIRECT write from it is one segment per 2 MiB: an 8 MiB write reaches a device of
+// 254 segments and max_sectors_kb 4096 (virtio on the development machine) as two requests of
+// 4 MiB, not as eight of 1016 KiB and one of 64. This sets up what served the buffer from
+// touched 4 KiB pages before (issue 22): a freed 16 MiB block raises glibc's mapping threshold,
+// so the buffer comes from an arena, and the buffer's thread takes over the arena of a thread
+// that filled it with ordinary blocks and exited. Needs THP (`enabled` not `never`); when the
+// kernel had no huge page to give (a THP fault fell back meanwhile) the test is skipped.
+#[test]
+fn huge_aligned_buf_gets_huge_pages_where_malloc_had_touched_the_memory() {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    let thp = thp.unwrap_or_default();
+    if !thp.contains("[always]") && !thp.contains("[madvise]") {
+        eprintln!("SKIPPED: transparent huge pages are off ({})", thp.trim());
+        return;
+    }
+    drop(std::hint::black_box(vec![1u8; 16 << 20]));
+    std::thread::spawn(|| {
+        let blocks: Vec<Vec<u8>> = (0..400).map(|i| vec![i as u8; 64 << 10]).collect();
+        drop(std::hint::black_box(blocks));
+    })
+    .join()
+    .unwrap();
+    let fallbacks = vmstat("thp_fault_fallback");
+    let (len, huge_kib) = std::thread::spawn(|| {
+        let mut buf = AlignedBuf::huge(8 << 20);
+        buf.fill(1);
+        (buf.len() as u64, anon_huge_kib(&buf))
+    })
+    .join()
+    .unwrap();
+    if huge_kib * 1024 < len && vmstat("thp_fault_fallback") > fallbacks {
+        eprintln!("SKIPPED: the kernel had no huge page to give (thp_fault_fallback rose)");
+        return;
+    }
+    assert!(huge_kib * 1024 >= len, "{huge_kib} KiB of huge pages under a {len}-byte buffer");
+}
+
+/// `AnonHugePages` (KiB) of the mapping that holds `buf`'s first byte, from `/proc/self/smaps`.
+fn anon_huge_kib(buf: &[u8]) -> u64 {
+    let at = buf.as_ptr().addr();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = first.split_once('-')
+            && let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        {
+            inside = lo <= at && at < hi;
+        } else if inside && first == "AnonHugePages:" {
+            return line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// A counter of `/proc/vmstat` (0 if absent).
+fn vmstat(name: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    let value = text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok());
+    value.unwrap_or(0)
+}
+
 // A filesystem that refuses O_DIRECT (ramfs; tmpfs before Linux 6.6): `open` fails with a clear
 // Unsupported error, the explicit fallback works buffered, and no probe file is left behind.
 // Mounts ramfs, so it runs only with EBB_RUN_SLOW_TESTS set (as root).

@@ -117,7 +117,8 @@ impl Shared {
             self.bufs.give(buf);
             return self.write_done(io, result);
         }
-        // Huge-page backed: one scatter-gather segment per write (`AlignedBuf::huge`).
+        // Huge-page backed: one scatter-gather segment per 2 MiB (`AlignedBuf::huge`), so a write
+        // reaches the device in requests of its `max_sectors_kb`.
         let mut own = self.bufs.take(len, true);
         let frames = self.frames_of(&fs, first, pages);
         FrameSource { pool: &self.frames, pages: &frames }.copy_to(0, &mut own[..len]);
