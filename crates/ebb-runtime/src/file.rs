@@ -13,9 +13,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ebb_core::{
-    Event, GroupId, HandleId, InodeId, NextStep, PAGE_SIZE, Run, Writer, WriterId, write_pages,
-};
+use ebb_core::{Event, GroupId, HandleId, InodeId, PAGE_SIZE, Run, Writer, WriterId};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 

@@ -6,17 +6,18 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use ebb_backend::AlignedBuf;
-use ebb_core::{PAGE_SIZE, Writer};
+use ebb_core::{NextStep, PAGE_SIZE, Writer, write_pages};
 
-use super::write_pages;
-use super::{File, NextStep, Obey, Owed, STEP_PAGES, Throttled, WriterState, interrupted_error};
+use super::{File, Obey, Owed, STEP_PAGES, Throttled, WriterState, interrupted_error};
 use crate::shared::{PAGE, read_page_direct};
 
 /// Whether a write may read a partial page's old bytes from the backend, blocking, or declines
 /// where it would ([`File::try_poll_write_at`], on a loop that must not block).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OldBytes {
+    /// Read them (the blocking write paths).
     Read,
+    /// Write nothing of the step that would need them.
     Decline,
 }
 
