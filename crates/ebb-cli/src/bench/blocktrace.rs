@@ -1,14 +1,16 @@
-//! `read-under-write --breakdown`: where each read's time went. The reader records, per read,
-//! when it was issued and completed (`CLOCK_MONOTONIC`) and how long its thread waited for a
-//! CPU meanwhile (`run_delay` of `/proc/thread-self/schedstat`, before and after). The block
-//! layer's tracepoints (`block_rq_insert`, `block_rq_issue`, `block_rq_complete` of the
-//! device under the directory, in a tracefs instance of the bench's own, clock `mono`) give
-//! each device read's time in the IO scheduler (insert to issue) and in the device (issue to
-//! completion), and which writes the device had in service (issued, not completed) and
-//! queued in the scheduler when the read reached it. Each of the reader's reads is joined to
-//! the device read its thread queued between the read's start and end (the reader has one
-//! read in flight at a time). Needs root and tracefs; the text trace has microsecond
-//! timestamps, so the device figures are good to about a microsecond.
+//! `read-under-write --breakdown`: where each read's time went. The reader records, per read, when
+//! it was issued and completed (`CLOCK_MONOTONIC`) and how long its thread waited for a CPU
+//! meanwhile (`run_delay` of `/proc/thread-self/schedstat`, before and after). The block layer's
+//! tracepoints (`block_rq_insert`, `block_rq_issue`, `block_rq_complete` of the device under the
+//! directory, in a tracefs instance of the bench's own, clock `mono`) give each device read's time
+//! in the IO scheduler (insert to issue) and in the device (issue to completion), and which writes
+//! the device had in service (issued, not completed) and queued in the scheduler when the read
+//! reached it; whether a write was in service at any time while the device served it (also one
+//! issued after it); and, with none in service when it was issued, how long before the last write
+//! had completed. Each of the reader's reads is joined to the device read its thread queued between
+//! the read's start and end (the reader has one read in flight at a time). Needs root and tracefs;
+//! the text trace has microsecond timestamps, so the device figures are good to about a
+//! microsecond.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -68,6 +70,11 @@ struct DevRead {
     write_bytes_in_service: u64,
     /// Writes in the IO scheduler, not yet issued, when the read was inserted.
     writes_queued: u32,
+    /// A write was in service at some time while the device served the read (in service at
+    /// its issue, or issued before its completion).
+    overlapped: bool,
+    /// With no write in service at its issue, how long before it the last write completed.
+    since_write_ns: Option<u64>,
 }
 
 /// A read joined to its device read (if one was found).
@@ -189,6 +196,7 @@ fn parse(trace: impl io::BufRead) -> io::Result<Vec<DevRead>> {
     let mut queued_writes: HashMap<u64, u64> = HashMap::new();
     let mut writes_in_service: HashMap<u64, u64> = HashMap::new();
     let mut service_bytes = 0u64;
+    let mut last_write_done: Option<u64> = None;
     let mut pending: HashMap<u64, DevRead> = HashMap::new();
     let mut done = Vec::new();
     for line in trace.lines() {
@@ -207,11 +215,13 @@ fn parse(trace: impl io::BufRead) -> io::Result<Vec<DevRead>> {
                     service_bytes -= old;
                 }
                 service_bytes += bytes;
+                pending.values_mut().filter(|r| r.issue_ns > 0).for_each(|r| r.overlapped = true);
             }
             ("block_rq_complete", true) => {
                 if let Some(old) = writes_in_service.remove(&sector) {
                     service_bytes -= old;
                 }
+                last_write_done = Some(t);
             }
             ("block_rq_insert", false) => {
                 let r = DevRead {
@@ -230,6 +240,9 @@ fn parse(trace: impl io::BufRead) -> io::Result<Vec<DevRead>> {
                 r.issue_ns = t;
                 r.writes_in_service = writes_in_service.len() as u32;
                 r.write_bytes_in_service = service_bytes;
+                r.overlapped = !writes_in_service.is_empty();
+                r.since_write_ns =
+                    last_write_done.filter(|_| !r.overlapped).map(|done| t.saturating_sub(done));
             }
             ("block_rq_complete", false) => {
                 if let Some(mut r) = pending.remove(&sector)
@@ -289,7 +302,20 @@ pub(crate) struct ClassFigures {
     pub(crate) with_write_pct: f64,
     /// Mean writes queued in the scheduler when the read arrived there.
     pub(crate) writes_queued: f64,
+    /// Share of the joined reads during whose device service a write was in service at some
+    /// time, %.
+    pub(crate) overlap_pct: f64,
+    /// Share of the joined reads with no write in service, issued within `AFTER_WRITE_NS` of a
+    /// write's completion, %.
+    pub(crate) after_write_pct: f64,
+    /// Share of the joined reads that spent over half their latency in the device, %.
+    pub(crate) device_bound_pct: f64,
+    /// Share of the reads that spent over half their latency waiting for a CPU, %.
+    pub(crate) cpu_bound_pct: f64,
 }
+
+/// A read issued this soon after a write completed counts in `after_write_pct`, ns.
+pub(crate) const AFTER_WRITE_NS: u64 = 2_000_000;
 
 /// Where the reads' time went: the reads up to the mode's p90, from p90 to p99, above p99.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -300,20 +326,29 @@ pub(crate) struct Breakdown {
     pub(crate) p90_to_p99: ClassFigures,
     /// Reads over the p99.
     pub(crate) above_p99: ClassFigures,
+    /// Of them, those at or under the p99.9: the reads that set the p99 when a few more or
+    /// fewer are slow.
+    pub(crate) p99_to_p99_9: ClassFigures,
     /// Trace events the ring buffer lost (the join misses reads where it did).
     pub(crate) lost_events: u64,
 }
 
 impl Breakdown {
-    /// The classes of `records` by the mode's `p90` and `p99` (microseconds).
-    pub(crate) fn of(records: &[ReadRecord], p90: u64, p99: u64, lost_events: u64) -> Breakdown {
+    /// The classes of `records` by the mode's `p90`, `p99` and `p99_9` (microseconds).
+    pub(crate) fn of(
+        records: &[ReadRecord],
+        [p90, p99, p99_9]: [u64; 3],
+        lost_events: u64,
+    ) -> Breakdown {
         let class = |keep: &dyn Fn(u64) -> bool| {
             let mut c = ClassFigures::default();
-            let mut with_write = 0u64;
+            let (mut with_write, mut overlap, mut after) = (0u64, 0u64, 0u64);
+            let (mut device_bound, mut cpu_bound) = (0u64, 0u64);
             for r in records.iter().filter(|r| keep(r.latency_us())) {
                 c.reads += 1;
                 c.lat_us += r.latency_ns as f64 / 1e3;
                 c.run_delay_us += r.run_delay_ns as f64 / 1e3;
+                cpu_bound += u64::from(r.run_delay_ns * 2 > r.latency_ns);
                 if let Some(d) = r.dev {
                     c.joined += 1;
                     let sched = d.issue_ns.saturating_sub(d.insert_ns) as f64 / 1e3;
@@ -326,6 +361,10 @@ impl Breakdown {
                     c.write_kib_in_service += d.write_bytes_in_service as f64 / 1024.0;
                     c.writes_queued += f64::from(d.writes_queued);
                     with_write += u64::from(d.writes_in_service > 0);
+                    overlap += u64::from(d.overlapped);
+                    let in_device = d.complete_ns.saturating_sub(d.issue_ns);
+                    device_bound += u64::from(in_device * 2 > r.latency_ns);
+                    after += u64::from(d.since_write_ns.is_some_and(|ns| ns < AFTER_WRITE_NS));
                 }
             }
             let n = c.reads.max(1) as f64;
@@ -339,12 +378,17 @@ impl Breakdown {
             c.write_kib_in_service /= j;
             c.writes_queued /= j;
             c.with_write_pct = with_write as f64 * 100.0 / j;
+            c.overlap_pct = overlap as f64 * 100.0 / j;
+            c.after_write_pct = after as f64 * 100.0 / j;
+            c.device_bound_pct = device_bound as f64 * 100.0 / j;
+            c.cpu_bound_pct = cpu_bound as f64 * 100.0 / n;
             c
         };
         Breakdown {
             to_p90: class(&|us| us <= p90),
             p90_to_p99: class(&|us| us > p90 && us <= p99),
             above_p99: class(&|us| us > p99),
+            p99_to_p99_9: class(&|us| us > p99 && us <= p99_9),
             lost_events,
         }
     }
@@ -384,12 +428,42 @@ mod tests {
         ];
         let records = join(&samples, &reads);
         assert!(records[0].dev.is_some() && records[1].dev.is_none());
-        let b = Breakdown::of(&records, 100, 500, 0);
+        let b = Breakdown::of(&records, [100, 500, 1000], 0);
         assert_eq!((b.to_p90.reads, b.above_p99.reads, b.above_p99.joined), (1, 1, 1));
         assert_eq!(b.above_p99.device_us, 790.0);
         assert_eq!(b.above_p99.sched_us, 10.0);
         assert_eq!(b.above_p99.run_delay_us, 5.0);
         assert_eq!(b.above_p99.other_us, 830.0 - 790.0 - 10.0 - 5.0);
         assert_eq!(b.above_p99.with_write_pct, 100.0);
+        assert_eq!((b.above_p99.overlap_pct, b.above_p99.after_write_pct), (100.0, 0.0));
+        assert_eq!(b.p99_to_p99_9.reads, 1);
+    }
+
+    /// A read issued with no write in service counts as overlapped when a write is issued
+    /// before it completes; one issued a millisecond after a write completed counts as after
+    /// a write, and one issued three milliseconds after as neither.
+    #[test]
+    fn reads_overlapped_by_a_later_write_or_just_after_one() {
+        let trace = "\
+  reader-7 [001] ..... 200.000100: block_rq_issue: 254,0 R 4096 () 100 + 8 be,0,4 [reader]
+  kworker-1 [000] ..... 200.000110: block_rq_issue: 254,0 W 1048576 () 5000 + 2048 be,0,4 [ebb-io]
+  <idle>-0 [000] d.h.. 200.000200: block_rq_complete: 254,0 R () 100 + 8 be,0,4 [0]
+  <idle>-0 [000] d.h.. 200.001000: block_rq_complete: 254,0 W () 5000 + 2048 be,0,4 [0]
+  reader-7 [001] ..... 200.002000: block_rq_issue: 254,0 R 4096 () 200 + 8 be,0,4 [reader]
+  <idle>-0 [000] d.h.. 200.002100: block_rq_complete: 254,0 R () 200 + 8 be,0,4 [0]
+  reader-7 [001] ..... 200.004000: block_rq_issue: 254,0 R 4096 () 300 + 8 be,0,4 [reader]
+  <idle>-0 [000] d.h.. 200.004100: block_rq_complete: 254,0 R () 300 + 8 be,0,4 [0]
+";
+        let reads = parse(trace.as_bytes()).unwrap();
+        let flags: Vec<_> = reads.iter().map(|r| (r.overlapped, r.since_write_ns)).collect();
+        assert_eq!(flags, [(true, None), (false, Some(1_000_000)), (false, Some(3_000_000))]);
+        let samples: Vec<_> = reads
+            .iter()
+            .map(|r| ReadSample { start_ns: r.issue_ns, end_ns: r.complete_ns, run_delay_ns: 0 })
+            .collect();
+        let b = Breakdown::of(&join(&samples, &reads), [1000, 1000, 1000], 0);
+        assert_eq!(b.to_p90.reads, 3);
+        assert!((b.to_p90.overlap_pct - 100.0 / 3.0).abs() < 1e-9);
+        assert!((b.to_p90.after_write_pct - 100.0 / 3.0).abs() < 1e-9);
     }
 }

@@ -291,8 +291,8 @@ fn mode_result(
     device.fill(&mut r);
     wbt.fill(&mut r);
     if !records.is_empty() {
-        let b = Breakdown::of(records, r.read_lat_us_p90, r.read_lat_us_p99, lost_events);
-        r.breakdown = Some(b);
+        let cuts = [r.read_lat_us_p90, r.read_lat_us_p99, r.read_lat_us_p99_9];
+        r.breakdown = Some(Breakdown::of(records, cuts, lost_events));
     }
     r
 }
