@@ -14,8 +14,8 @@
 //! ```text
 //! (CoDel-like) each window:
 //!   a read older than the window (or older than the target with no read completing): EXCEEDED
-//!   else fewer than 1 read or 3 writes:                  UNKNOWN_WRITES if writes were seen
-//!                                                       or are in flight, else UNKNOWN
+//!   else fewer than 1 read or 3 writes (1 paced, wbt = ebb): UNKNOWN_WRITES if writes
+//!                                                       were seen or are in flight, else UNKNOWN
 //!   else min read latency > target:                      EXCEEDED
 //!   else                                                  OK
 //! EXCEEDED: step = max(step, 0) + 1 (halve the depth)   OK, UNKNOWN_WRITES: step -= 1
@@ -576,7 +576,14 @@ impl Wbt {
                 return Status::Exceeded;
             }
         }
-        if w.reads < 1 || w.writes < RWB_MIN_WRITE_SAMPLES {
+        // Paced, a window holds few writes by design (at a 12% duty, 4 ms writes come three
+        // to a window), so the kernel's minimum would call most windows unknown and raise the
+        // duty whatever the reads did: there one write is enough.
+        let min_writes = match &self.adaptive {
+            Some(a) if a.pacing() => 1,
+            _ => RWB_MIN_WRITE_SAMPLES,
+        };
+        if w.reads < 1 || w.writes < min_writes {
             return if w.writes > 0 || self.recent_wait(now) || inflight > 0 {
                 Status::UnknownWrites
             } else {
