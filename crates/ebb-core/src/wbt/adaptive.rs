@@ -58,8 +58,10 @@
 //! rule the target rose to 1.6 ms, without the cap to 2.9 ms. Learning only from whole
 //! windows without writes left the tail to the few windows before writeback started, which
 //! other IO made noisy: 1.3-2.6 ms.) The margin was the whole fastest read until 2026-11-27:
-//! a target 1.3-1.6 times the kernel writer's p99 there, which the controller then held the
-//! p99 at (BENCHMARKS.md, "read-under-write").
+//! there a target 1.2-1.6 times the kernel writer's p99, near which the controller held the
+//! reads' p99 (1.19-1.33 times the kernel writer's where that writer ran under 800 MB/s);
+//! with a quarter, 1.00-1.28 times, for about 15% of ebb's writer (BENCHMARKS.md,
+//! "read-under-write").
 //! Paced, a window is judged with one write in it (the kernel asks for three): at a 12% duty
 //! and 4 ms writes three come to a window, and a window judged unknown counts as met, so the
 //! duty rose on windows too thin in writes whatever the reads did (its mean was 22-27% for
@@ -79,7 +81,7 @@
 //! |---|---|---|---|
 //! | TAIL_SAMPLES | 4096 | reads | ebb: the idle tail of the last few thousand idle reads, its p99 from 40 or more reads above it |
 //! | TAIL_MIN_SAMPLES | 1000 | reads | ebb: a p99 from at least 10 reads above it |
-//! | MARGIN_SHIFT | 2 | 1/4 of the idle latency | ebb: about the width of the idle p99's bucket; with the whole idle latency the reads' p99 sat at 1.3-1.6x the kernel writer's on the development machine, with a quarter at 1.05-1.3x |
+//! | MARGIN_SHIFT | 2 | 1/4 of the idle latency | ebb: about the width of the idle p99's bucket; with the whole idle latency the reads' p99 was 1.19-1.33x the kernel writer's on the development machine (where that writer ran under 800 MB/s), with a quarter 1.00-1.28x, for about 15% of ebb's writer |
 //! | TAIL_CAP | 4 | x idle latency | ebb: the development machine's idle p99 is 2.2x its fastest read (target 3.2x); its idle reads beside a writer in service half the time or more reached 40-70x |
 //! | TARGET_FLOOR_NS | 20000 | ns | ebb: below it timer and scheduling noise dominate |
 //! | TAIL_ONE_IN | 100 | reads | ebb: the window's p99 |
