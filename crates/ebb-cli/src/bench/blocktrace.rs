@@ -315,9 +315,10 @@ pub(crate) struct ClassFigures {
 }
 
 /// A read issued this soon after a write completed counts in `after_write_pct`, ns.
-pub(crate) const AFTER_WRITE_NS: u64 = 2_000_000;
+const AFTER_WRITE_NS: u64 = 2_000_000;
 
-/// Where the reads' time went: the reads up to the mode's p90, from p90 to p99, above p99.
+/// Where the reads' time went: the reads up to the mode's p90, from p90 to p99, above p99, and
+/// from p99 to p99.9.
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct Breakdown {
     /// Reads at or under the p90.

@@ -64,9 +64,9 @@
 //! "read-under-write").
 //! Paced, a window is judged with one write in it (the kernel asks for three): at a 12% duty
 //! and 4 ms writes three come to a window, and a window judged unknown counts as met, so the
-//! duty rose on windows too thin in writes whatever the reads did (its mean was 22-27% for
-//! any target on the development machine; 15% with the quarter margin once such windows were
-//! judged).
+//! duty rose on windows too thin in writes whatever the reads did (its mean was 21-29% for
+//! any target on the development machine; 14-18% with the quarter margin once such windows
+//! were judged).
 //! The duty is the share of the time the device spends on background writes while reads are
 //! active: a read that arrives in a gap finds it idle. `wbt_min_duty` is the writer's share
 //! where reads miss the target whatever the writes do.
