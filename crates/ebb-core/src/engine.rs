@@ -258,7 +258,8 @@ impl Wb {
 
 pub(crate) enum IoKind {
     Write {
-        run: Run,
+        /// Ascending, disjoint, not empty (`Action::Write`).
+        runs: Vec<Run>,
         issuer: Issuer,
         /// Background writeback retrying pages that were all held already: if they are
         /// refused again (a `Hold` error) nothing new has failed, and no handle hears of it

@@ -281,8 +281,8 @@ pub enum Event {
 /// An output of the engine, for the driver to carry out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Write pages `[first_page, first_page + pages)` of `inode` (all under writeback) to
-    /// `backend`, then report [`Event::WriteDone`].
+    /// Write the pages of `runs` of `inode` (all under writeback) to `backend` as one write,
+    /// then report [`Event::WriteDone`].
     Write {
         /// Names the completion.
         io: IoId,
@@ -290,10 +290,12 @@ pub enum Action {
         backend: BackendId,
         /// The file.
         inode: InodeId,
-        /// First page.
-        first_page: u64,
-        /// Pages, contiguous.
-        pages: u64,
+        /// The pages: ascending, disjoint runs, never empty. One run, except on a backend with
+        /// write granules, where a granule's scattered dirty pages go out as one write of
+        /// several runs (`flusher::granules`): the backend writes the granule once, filling
+        /// the pages between the runs from what it holds, and a driver of a backend without
+        /// granules writes the runs one after another.
+        runs: Vec<crate::pagemap::Run>,
         /// Why.
         class: IoClass,
         /// Who asked.

@@ -216,6 +216,19 @@ pub struct EndOutcome {
     pub inode_became_dirty: bool,
 }
 
+impl EndOutcome {
+    /// Adds `other`, the outcome of another run of the same write.
+    pub fn merge(&mut self, other: EndOutcome) {
+        self.cleaned += other.cleaned;
+        self.unstable += other.unstable;
+        self.redirtied += other.redirtied;
+        self.freed += other.freed;
+        self.rotate.extend(other.rotate);
+        self.freed_frames.extend(other.freed_frames);
+        self.inode_became_dirty |= other.inode_became_dirty;
+    }
+}
+
 /// What [`PageMap::truncate`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TruncateOutcome {

@@ -109,7 +109,7 @@ use crate::time::{Duration, Instant};
 /// Pages reclaim isolates per batch (the kernel's `SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: u64 = 32;
 
-/// The inode named by the [`crate::Action::Write`] of a swap-out: its `first_page` is the swap
+/// The inode named by the [`crate::Action::Write`] of a swap-out: its run's first page is the swap
 /// slot.
 pub const SWAP_INODE: crate::ids::InodeId = crate::ids::InodeId(u64::MAX);
 

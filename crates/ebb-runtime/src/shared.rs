@@ -172,11 +172,11 @@ pub(crate) struct Core {
 pub(crate) const CLOSED_CACHED: usize = 512;
 
 pub(crate) enum Job {
+    /// Pages of ascending, disjoint runs (`Action::Write`), written as one write.
     Write {
         io: IoId,
         inode: InodeId,
-        first: u64,
-        pages: u64,
+        runs: Vec<ebb_core::Run>,
     },
     /// A write a lane's driver finished, for another thread to report.
     WriteDone {
@@ -473,8 +473,8 @@ impl Shared {
         }
         while let Some(action) = core.engine.poll_action() {
             match action {
-                Action::Write { io, inode, first_page, pages, .. } => {
-                    let _ = self.jobs.send(Job::Write { io, inode, first: first_page, pages });
+                Action::Write { io, inode, runs, .. } => {
+                    let _ = self.jobs.send(Job::Write { io, inode, runs });
                 }
                 Action::Read { io, inode, first_page, .. } => {
                     let frames = core.engine.read_frames(io).map(<[_]>::to_vec).unwrap_or_default();
@@ -549,7 +549,10 @@ impl Shared {
         while let Ok(job) = rx.recv() {
             match job {
                 Job::Stop => break,
-                Job::Write { io, inode, first, pages } => self.write_job(io, inode, first, pages),
+                Job::Write { io, inode, runs } => match runs[..] {
+                    [run] => self.write_job(io, inode, run.first, run.count),
+                    _ => self.write_runs_job(io, inode, &runs),
+                },
                 Job::WriteDone { io, result } => self.write_done(io, result),
                 Job::Read { io, inode, first, frames } => {
                     let result = self.do_read(inode, first, &frames);

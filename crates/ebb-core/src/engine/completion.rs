@@ -13,16 +13,23 @@ impl Engine {
     ) {
         let record =
             self.ios.remove(&io).unwrap_or_else(|| panic!("completion of unknown io {io}"));
-        let IoKind::Write { run, issuer, held_retry } = record.kind else {
+        let IoKind::Write { runs, issuer, held_retry } = record.kind else {
             panic!("io {io} is not a write")
         };
         let (b, inode) = (record.backend, record.inode);
         self.write_slot_freed(b, record.issued);
         let end = self.write_end(b, result);
-        let out = maps.with(inode, |m| m.end_writeback(run, end));
+        let out = maps.with(inode, |m| {
+            let mut out = crate::pagemap::EndOutcome::default();
+            for run in &runs {
+                out.merge(m.end_writeback(*run, end));
+            }
+            out
+        });
+        let count: u64 = runs.iter().map(|run| run.count).sum();
         if let Err(e) = result {
             self.stats.write_errors += 1;
-            if out.freed == run.count {
+            if out.freed == count {
                 // Every page of the write was truncated away (or the file discarded) while it
                 // was in flight: the failure lost nothing the file still holds, so it is
                 // neither reported nor retried. A server that lost a deleted file answers so.
@@ -35,7 +42,7 @@ impl Engine {
             }
         }
         let became_dirty = out.inode_became_dirty || out.unstable > 0;
-        self.write_accounted(b, inode, run, end, out);
+        self.write_accounted(b, inode, &runs, end, out);
         if became_dirty {
             // Unstable pages keep the file on the dirty list until committed, as the NFS
             // client marks the inode dirty (I_DIRTY_DATASYNC) for them: the flusher's passes
@@ -87,20 +94,20 @@ impl Engine {
         }
     }
 
-    /// The counters, durability watermark, completion share and LRU after a write of `run`
+    /// The counters, durability watermark, completion share and LRU after a write of `runs`
     /// ended as `end` with outcome `out`.
     fn write_accounted(
         &mut self,
         b: BackendId,
         inode: InodeId,
-        run: Run,
+        runs: &[Run],
         end: WriteEnd,
         out: crate::pagemap::EndOutcome,
     ) {
         let held = end == WriteEnd::Hold && !self.planted(CoreBug::SkipHeldCount);
         let completed = out.cleaned + out.unstable;
         let delta = Counters {
-            writeback: -(run.count as i64),
+            writeback: -(runs.iter().map(|run| run.count as i64).sum::<i64>()),
             dirty: out.redirtied as i64,
             held: if held { out.redirtied as i64 } else { 0 },
             unstable: out.unstable as i64,
@@ -113,7 +120,9 @@ impl Engine {
             && !self.planted(CoreBug::ForgetUnsyncedRun)
             && let Some(meta) = self.inodes.get_mut(&inode)
         {
-            meta.durability.cleaned(run.first, run.first + run.count);
+            for run in runs {
+                meta.durability.cleaned(run.first, run.end());
+            }
         }
         self.account(inode, delta);
         if completed > 0 {

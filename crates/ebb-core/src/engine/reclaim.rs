@@ -425,8 +425,7 @@ impl Engine {
                 io,
                 backend: b,
                 inode: SWAP_INODE,
-                first_page,
-                pages: n,
+                runs: vec![Run { first: first_page, count: n }],
                 class: IoClass::Reclaim,
                 issuer: Issuer::Reclaim,
             });
@@ -478,7 +477,7 @@ impl Engine {
             IoRecord {
                 backend: b,
                 inode,
-                kind: IoKind::Write { run, issuer: Issuer::Reclaim, held_retry: false },
+                kind: IoKind::Write { runs: vec![run], issuer: Issuer::Reclaim, held_retry: false },
                 issued: now,
             },
         );
@@ -495,8 +494,7 @@ impl Engine {
             io,
             backend: b,
             inode,
-            first_page: index,
-            pages: 1,
+            runs: vec![run],
             class: IoClass::Reclaim,
             issuer: Issuer::Reclaim,
         });
@@ -600,7 +598,7 @@ mod tests {
         assert_eq!(engine.stats.kswapd_written, 7);
         assert_eq!(engine.stats.reclaim_kept_referenced, 9);
         let writes = std::iter::from_fn(|| engine.poll_action())
-            .filter(|a| matches!(a, Action::Write { pages: 1, .. }))
+            .filter(|a| matches!(a, Action::Write { runs, .. } if runs == &[Run { first: runs[0].first, count: 1 }]))
             .count();
         assert_eq!(writes, 7, "single-page writes from reclaim");
     }

@@ -86,11 +86,11 @@ impl Engine {
         let write = self.wbs[b.index()].wbt.write_pages(class, max_write, now);
         let backend = &self.cfg.backends[b.index()];
         let max = write.min(sub.chunk_left);
-        let (run, unheld) = maps.with(sub.inode, |m| {
-            let run = granules::take_run(m, backend, &sub, max, tail_budget);
-            (run, m.take_unheld())
+        let (runs, unheld) = maps.with(sub.inode, |m| {
+            let runs = granules::take_runs(m, backend, &sub, max, tail_budget);
+            (runs, m.take_unheld())
         });
-        let Some(run) = run else {
+        let Some(runs) = runs else {
             // Nothing more past this point: the next pass over this file starts at 0.
             if let Some(meta) = self.inodes.get_mut(&sub.inode) {
                 meta.writeback_index = 0;
@@ -98,41 +98,45 @@ impl Engine {
             return Turn::Done(self.wbs[b.index()].submissions.finish(issuer));
         };
         let sync_all = self.wbs[b.index()].flusher.current_sync_all();
-        let held_retry = unheld == run.count && issuer == Issuer::Flusher && !sync_all;
-        self.issue_write(b, issuer, &sub, run, unheld, held_retry);
-        match self.wbs[b.index()].submissions.wrote(issuer, run.end(), run.count) {
+        let count: u64 = runs.iter().map(|run| run.count).sum();
+        let end = runs.last().map_or(0, |run| run.end());
+        let held_retry = unheld == count && issuer == Issuer::Flusher && !sync_all;
+        self.issue_write(b, issuer, &sub, runs, unheld, held_retry);
+        match self.wbs[b.index()].submissions.wrote(issuer, end, count) {
             Some(sub) => Turn::Done(sub),
             None => Turn::Wrote,
         }
     }
 
-    /// Sends `run` of the submitter's file as one write: the IO record, the file's and
-    /// backend's in-flight writes, the counters (`unheld` of its pages were held) and the
-    /// action.
+    /// Sends `runs` (ascending, disjoint, not empty) of the submitter's file as one write: the
+    /// IO record, the file's and backend's in-flight writes, the counters (`unheld` of its
+    /// pages were held) and the action.
     fn issue_write(
         &mut self,
         b: BackendId,
         issuer: Issuer,
         sub: &Submitter,
-        run: Run,
+        runs: Vec<Run>,
         unheld: u64,
         held_retry: bool,
     ) {
         let (inode, class) = (sub.inode, sub.class);
         let now = self.now;
         let io = self.new_io();
+        let count: u64 = runs.iter().map(|run| run.count).sum();
+        let end = runs.last().map_or(0, |run| run.end());
         self.ios.insert(
             io,
             IoRecord {
                 backend: b,
                 inode,
-                kind: IoKind::Write { run, issuer, held_retry },
+                kind: IoKind::Write { runs: runs.clone(), issuer, held_retry },
                 issued: now,
             },
         );
         let meta = self.inode_mut(inode);
         meta.inflight.insert(io);
-        meta.writeback_index = run.end();
+        meta.writeback_index = end;
         let wb = &mut self.wbs[b.index()];
         wb.inflight += 1;
         wb.write_inflight += 1;
@@ -140,28 +144,20 @@ impl Engine {
         self.account(
             inode,
             Counters {
-                dirty: -(run.count as i64),
+                dirty: -(count as i64),
                 held: -(unheld as i64),
-                writeback: run.count as i64,
+                writeback: count as i64,
                 ..Counters::default()
             },
         );
         self.stats.writes += 1;
-        self.stats.write_pages += run.count;
+        self.stats.write_pages += count;
         if let Issuer::Writer(w) = issuer {
             *self.writer_ios.entry(w).or_insert(0) += 1;
             self.stats.writer_writeback_ios += 1;
-            self.stats.writer_writeback_pages += run.count;
+            self.stats.writer_writeback_pages += count;
         }
-        self.emit(Action::Write {
-            io,
-            backend: b,
-            inode,
-            first_page: run.first,
-            pages: run.count,
-            class,
-            issuer,
-        });
+        self.emit(Action::Write { io, backend: b, inode, runs, class, issuer });
     }
 
     fn submitter_done<M: PageMaps>(

@@ -1,8 +1,9 @@
 //! Write granules (ebb's own, for object stores; knobs `write_granule_bytes` and
 //! `write_granule_group`): a backend that stores a file in pieces it can only replace whole,
 //! such as an S3 multipart upload's parts, declares the pieces, and the chunk selection
-//! ([`take_run`]) cuts runs at their ends instead of at `max_write_pages` and the chunk's end,
-//! so that a piece goes out in one write and is written once. Background and periodic work
+//! ([`take_runs`]) cuts runs at their ends instead of at `max_write_pages` and the chunk's
+//! end, and sends a piece's dirty pages in one write however scattered they are, so that a
+//! piece is written once. Background and periodic work
 //! also leave the file's last granule alone while it is partly dirty and the file was written
 //! within `dirty_expire_centisecs`: it is where a sequential writer is still writing, and
 //! writing it now would mean writing it again when it fills. Two bounds keep this safe: a
@@ -36,22 +37,26 @@ pub(crate) enum TailBudget {
     Extent(u64),
 }
 
-/// The flusher's chunk selection: the next run a submitter writes from its position, up to
-/// `max` pages (the backend's largest write, and what is left of the chunk). On a backend
-/// with write granules a run ends at its granule's end instead, however far that is, and with
-/// a `tail_budget` the file's last granule waits while it is partly dirty and no larger than
-/// the budget (module doc).
-pub(crate) fn take_run(
+/// The flusher's chunk selection: the next write a submitter sends from its position, as
+/// runs of pages. Without write granules it is one run of up to `max` pages (the backend's
+/// largest write, and what is left of the chunk). On a backend with write granules it is
+/// every dirty page from the first one to its granule's end, however far that is, as one run
+/// per stretch of dirty pages: a granule with scattered dirty pages goes out as ONE write (the
+/// backend replaces the granule once, filling the clean pages between the runs from what it
+/// holds), not as one write per stretch, each of which would replace the granule again (on
+/// S3, a commit of the whole object per stretch). With a `tail_budget` the file's last
+/// granule waits while it is partly dirty and no larger than the budget (module doc).
+pub(crate) fn take_runs(
     m: &mut crate::pagemap::PageMap,
     backend: &crate::config::BackendConfig,
     sub: &Submitter,
     max: u64,
     tail_budget: Option<TailBudget>,
-) -> Option<crate::pagemap::Run> {
+) -> Option<Vec<crate::pagemap::Run>> {
     let (tagged, skip) = (sub.tagged_only, sub.skip_held);
     let first = m.next_writeback(sub.next_index, tagged, skip)?;
     let Some(granule) = backend.granule_of(first) else {
-        return m.start_writeback(first, max, tagged, skip);
+        return m.start_writeback(first, max, tagged, skip).map(|run| vec![run]);
     };
     if let Some(budget) = tail_budget
         && let Some(last) = m.last_dirty()
@@ -68,5 +73,14 @@ pub(crate) fn take_run(
     {
         return None;
     }
-    m.start_writeback(first, granule.end - first, tagged, skip)
+    let mut runs = Vec::new();
+    let mut from = first;
+    while from < granule.end
+        && let Some(next) = m.next_writeback(from, tagged, skip).filter(|&p| p < granule.end)
+        && let Some(run) = m.start_writeback(next, granule.end - next, tagged, skip)
+    {
+        from = run.end();
+        runs.push(run);
+    }
+    (!runs.is_empty()).then_some(runs)
 }

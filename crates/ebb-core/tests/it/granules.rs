@@ -23,18 +23,26 @@ fn granular() -> Config {
     c
 }
 
-/// How many writes touched each (file, granule); panics on a write that crosses a granule.
+/// How many writes (actions, of one run or several) touched each (file, granule); panics on a
+/// write that crosses a granule.
 fn writes_per_granule(h: &Harness) -> BTreeMap<(InodeId, u64), u32> {
     let mut count = BTreeMap::new();
-    for &(inode, first, pages) in &h.writes {
-        let granule = first / GRANULE;
-        assert_eq!(
-            (first + pages - 1) / GRANULE,
-            granule,
-            "the write of pages {first}..{} crosses a granule end",
-            first + pages
-        );
-        *count.entry((inode, granule)).or_insert(0) += 1;
+    let mut runs = h.writes.iter();
+    for action in &h.write_actions {
+        let mut granule = None;
+        for _ in action {
+            let &(inode, first, pages) = runs.next().expect("one entry of writes per run");
+            let g = first / GRANULE;
+            assert_eq!(
+                (first + pages - 1) / GRANULE,
+                g,
+                "the write of pages {first}..{} crosses a granule end",
+                first + pages
+            );
+            assert!(granule.is_none_or(|x| x == (inode, g)), "one write, one granule");
+            granule = Some((inode, g));
+        }
+        *count.entry(granule.expect("a write has runs")).or_insert(0) += 1;
     }
     count
 }
@@ -157,4 +165,31 @@ fn a_writer_that_jumps_to_its_stop_writes_on_after_one_check() {
     assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
     let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, GRANULE, 8));
     assert_eq!(step.consumed, 8, "the writer goes on after its check");
+}
+
+/// Scattered dirty pages of one granule (a random overwrite) go out as ONE write of several
+/// runs at fsync, not one write per stretch of dirty pages: on S3 each further write of a part
+/// forced a commit that copied every other part of the object (issue 39).
+#[test]
+fn an_fsync_writes_a_granule_with_scattered_dirty_pages_in_one_write() {
+    let mut h = Harness::new(granular(), &[2_000]);
+    let dd = h.add_dd(0, 1, 1, Instant::from_nanos(u64::MAX));
+    let (inode, now) = (h.dds[dd].inode, Instant::ZERO);
+    let mut w = Writer::new(WriterId(99), GroupId(0));
+    for page in [3, 10, 11, 40, GRANULE + 6] {
+        let verdict = h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
+        assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+        let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, page, 1));
+        assert_eq!(step.consumed, 1, "page {page}");
+    }
+    h.request(Event::Fsync { handle: h.dds[dd].handle, request: RequestId(1) });
+    h.run_until(secs(5));
+    assert_eq!(h.done_requests.get(&RequestId(1)), Some(&Ok(())));
+    let run = |first, count| Run { first, count };
+    assert_eq!(
+        h.write_actions,
+        vec![vec![run(3, 1), run(10, 2), run(40, 1)], vec![run(GRANULE + 6, 1)]],
+        "one write per granule, of its dirty runs"
+    );
+    assert_eq!(h.maps.get(inode).unwrap().counts().dirty, 0);
 }

@@ -76,6 +76,8 @@ pub struct Harness {
     pub unstable_backend: Option<u64>,
     /// Every write asked for: (file, first page, pages).
     pub writes: Vec<(InodeId, u64, u64)>,
+    /// Every write action's runs (a granule's scattered dirty pages are one action).
+    pub write_actions: Vec<Vec<ebb_core::Run>>,
     /// Writers also come back halfway through each sleep, as a non-blocking writer polling
     /// early does (and continue only if `Writer::paused_until` says the pause is over).
     pub poll_early: bool,
@@ -112,6 +114,7 @@ impl Harness {
             check_every: 0,
             unstable_backend: None,
             writes: Vec::new(),
+            write_actions: Vec::new(),
             poll_early: false,
             sleeps: Vec::new(),
         }
@@ -168,8 +171,10 @@ impl Harness {
             self.actions += 1;
             format!("{action:?}").hash(&mut self.log);
             match action {
-                Action::Write { io, backend, inode, first_page, pages, .. } => {
-                    self.writes.push((inode, first_page, pages));
+                Action::Write { io, backend, inode, runs, .. } => {
+                    let pages = runs.iter().map(|run| run.count).sum();
+                    self.write_actions.push(runs.clone());
+                    self.writes.extend(runs.iter().map(|run| (inode, run.first, run.count)));
                     let at = self.dev[backend.index()].complete_at(self.now, pages);
                     self.push(at, Ev::WriteDone(io));
                 }

@@ -40,7 +40,8 @@ fn fault_all(swap: bool, pages: u64) -> (Engine, u64, u64) {
         }
         while let Some(action) = engine.poll_action() {
             match action {
-                Action::Write { io, backend, inode, pages, .. } => {
+                Action::Write { io, backend, inode, runs, .. } => {
+                    let pages: u64 = runs.iter().map(|run| run.count).sum();
                     assert_eq!((backend, inode), (BackendId(1), SWAP_INODE), "only swap-outs");
                     assert!((1..=32).contains(&pages), "clusters of at most 32: {pages}");
                     pending.push(io);
@@ -115,8 +116,8 @@ fn dirty_file_then_anon_burst(policy: ReclaimPolicy, pages: u64) -> (Engine, Vec
     for _ in 0..8 {
         engine.anon_fault(now, &mut program, 1024, &mut maps);
         while let Some(action) = engine.poll_action() {
-            if let Action::Write { pages, .. } = action {
-                writes.push(pages);
+            if let Action::Write { runs, .. } = action {
+                writes.push(runs.iter().map(|run| run.count).sum::<u64>());
             }
         }
     }

@@ -18,11 +18,14 @@ use super::{FileState, Job, PAGE, Shared, to_io_error};
 struct FrameSource<'a> {
     pool: &'a crate::frames::FramePool,
     pages: &'a [Option<FrameId>],
+    /// Bytes of the pages the write covers (all of them, or up to the logical size:
+    /// `Shared::clipped_len`).
+    len: usize,
 }
 
 impl WriteSource for FrameSource<'_> {
     fn len(&self) -> usize {
-        self.pages.len() * PAGE
+        self.len
     }
 
     fn copy_to(&self, at: usize, dst: &mut [u8]) {
@@ -88,11 +91,15 @@ impl Shared {
         let Some(fs) = self.file(inode) else {
             return self.write_done(io, Err(IoError { errno: ebb_core::event::errno::EIO }));
         };
-        let len = pages as usize * PAGE;
         let offset = first * PAGE_SIZE;
+        let len = self.clipped_len(&fs, offset, pages as usize * PAGE);
+        if len == 0 {
+            // Every page lies past the logical size (truncated meanwhile): nothing to write.
+            return self.write_done(io, Ok(Stability::Stable));
+        }
         if !self.backends[fs.backend.index()].caps.serial_writes {
             let frames = self.frames_of(&fs, first, pages);
-            let source = FrameSource { pool: &self.frames, pages: &frames };
+            let source = FrameSource { pool: &self.frames, pages: &frames, len };
             // Straight from the frames, when the backend can (a whole S3 part): no buffer.
             if let Some(reply) = fs.file.write_from(offset, &source) {
                 let result = self.wrote_reply(&fs, offset + len as u64, reply);
@@ -121,7 +128,7 @@ impl Shared {
         // reaches the device in requests of its `max_sectors_kb`.
         let mut own = self.bufs.take(len, true);
         let frames = self.frames_of(&fs, first, pages);
-        FrameSource { pool: &self.frames, pages: &frames }.copy_to(0, &mut own[..len]);
+        FrameSource { pool: &self.frames, pages: &frames, len }.copy_to(0, &mut own[..len]);
         {
             let mut lane = fs.lane.lock();
             lane.queue.push_back(LaneWrite { io, offset, len, buf: own });
@@ -148,6 +155,64 @@ impl Shared {
                 self.write_done(w.io, result);
             }
         }
+    }
+
+    /// A write of several runs (a granule's scattered dirty pages, `Action::Write`): their
+    /// pages copied into one buffer and handed to the backend as one extent
+    /// (`BackendFile::write_extent`), which an S3 backend writes as one upload of each part it
+    /// touches, filling the bytes between the runs from the object, and any other backend as
+    /// one write per run.
+    pub(crate) fn write_runs_job(&self, io: IoId, inode: InodeId, runs: &[ebb_core::Run]) {
+        let Some(fs) = self.file(inode) else {
+            return self.write_done(io, Err(IoError { errno: ebb_core::event::errno::EIO }));
+        };
+        let (Some(first), Some(last)) = (runs.first(), runs.last()) else {
+            return self.write_done(io, Ok(Stability::Stable));
+        };
+        let len: usize = runs.iter().map(|run| run.count as usize * PAGE).sum();
+        let mut buf = self.bufs.take(len, false);
+        let mut at = 0;
+        for run in runs {
+            let frames = self.frames_of(&fs, run.first, run.count);
+            let n = run.count as usize * PAGE;
+            let source = FrameSource { pool: &self.frames, pages: &frames, len: n };
+            source.copy_to(0, &mut buf[at..at + n]);
+            at += n;
+        }
+        let start = first.first * PAGE_SIZE;
+        let clipped = self.clipped_len(&fs, start, (last.end() - first.first) as usize * PAGE);
+        let end = start + clipped as u64;
+        let mut pieces = Vec::with_capacity(runs.len());
+        let mut at = 0;
+        for run in runs {
+            let n = run.count as usize * PAGE;
+            let offset = run.first * PAGE_SIZE;
+            let kept = (end.saturating_sub(offset) as usize).min(n);
+            if kept > 0 {
+                pieces.push((offset, &buf[at..at + kept]));
+            }
+            at += n;
+        }
+        let result = self.wrote(&fs, end, |file| file.write_extent(start, end - start, &pieces));
+        drop(pieces);
+        self.bufs.give(buf);
+        self.write_done(io, result)
+    }
+
+    /// How many of the `len` bytes of a write from `offset` go to the backend: all, except on
+    /// a backend that writes whole units (S3 parts), where the write stops at the logical
+    /// size. Writeback writes whole pages and then trims the file to its size, but a unit
+    /// uploaded at its page-rounded length would then have to be written again at its true
+    /// length, which on S3 costs a commit copying the whole object (issue 39: a second commit
+    /// for a size not a multiple of 4096). A page under writeback is not written into, so the
+    /// bytes past the size are zeros nobody needs.
+    fn clipped_len(&self, fs: &FileState, offset: u64, len: usize) -> usize {
+        let end = offset + len as u64;
+        if fs.file.write_unit(offset, end).is_none() {
+            return len;
+        }
+        let size = fs.size.load(Ordering::Acquire);
+        (size.saturating_sub(offset) as usize).min(len)
     }
 
     /// The unit the backend writes whole around `offset..offset + len`, when that range is less
@@ -290,7 +355,7 @@ mod tests {
             pool.write(*frame, 0, &bytes);
         }
         let pages = [Some(frames[0]), None, Some(frames[1])];
-        let source = FrameSource { pool: &pool, pages: &pages };
+        let source = FrameSource { pool: &pool, pages: &pages, len: 3 * PAGE };
         let mut model = vec![0u8; 3 * PAGE];
         pool.read(frames[0], 0, &mut model[..PAGE]);
         pool.read(frames[1], 0, &mut model[2 * PAGE..]);

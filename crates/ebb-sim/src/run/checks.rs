@@ -50,6 +50,9 @@ pub(super) enum Landing {
 }
 
 /// Pages of one write, not yet durable.
+/// A run of a write: its first page and the stamps of its pages.
+type RunStamps = (u64, Vec<u64>);
+
 struct Landed {
     backend: usize,
     /// Order of landing (flushes and COMMITs cover what landed before their submission).
@@ -123,7 +126,7 @@ pub struct CheckReport {
 pub(super) struct Checker {
     written: BTreeMap<InodeId, Vec<u64>>,
     stamp: u64,
-    inflight: BTreeMap<u64, (InodeId, u64, Vec<u64>)>,
+    inflight: BTreeMap<u64, (InodeId, Vec<RunStamps>)>,
     /// The file and backend of each write until its completion reaches the engine.
     io_inodes: BTreeMap<u64, (InodeId, usize)>,
     /// Per backend: outage-class failures (an outage past the retry timeout reports EIO to
@@ -240,39 +243,46 @@ impl Checker {
         (first..first + pages).map(|p| v.get(p as usize).copied().unwrap_or(0)).collect()
     }
 
-    /// The engine asked for a write of `[first, first + pages)`.
+    /// The engine asked for a write of `runs` (each `[first, first + pages)`), landing
+    /// together.
     pub(super) fn write_submitted(
         &mut self,
         io: u64,
         backend: usize,
         inode: InodeId,
-        first: u64,
-        pages: u64,
+        runs: &[ebb_core::Run],
     ) {
-        let stamps = self.stamps_of(inode, first, pages);
-        self.inflight.insert(io, (inode, first, stamps));
+        let stamps =
+            runs.iter().map(|r| (r.first, self.stamps_of(inode, r.first, r.count))).collect();
+        self.inflight.insert(io, (inode, stamps));
         self.io_inodes.insert(io, (inode, backend));
     }
 
     /// Pages of write `io`, for the device's landing rule.
     pub(super) fn write_bytes(&self, io: u64) -> u64 {
-        self.inflight.get(&io).map_or(0, |w| w.2.len() as u64 * ebb_core::PAGE_SIZE)
+        self.inflight.get(&io).map_or(0, |w| {
+            w.1.iter().map(|(_, stamps)| stamps.len() as u64).sum::<u64>() * ebb_core::PAGE_SIZE
+        })
     }
 
     /// Write `io` completed on `backend` (`None`: it failed).
     pub(super) fn write_completed(&mut self, io: u64, backend: usize, landing: Option<Landing>) {
-        let Some((inode, first, stamps)) = self.inflight.remove(&io) else { return };
+        let Some((inode, runs)) = self.inflight.remove(&io) else { return };
         let verifier = match landing {
             None => return,
             Some(Landing::Stable(WriteLanding::Media)) => {
-                set_stamps(self.durable.entry(inode).or_default(), first, &stamps);
+                for (first, stamps) in &runs {
+                    set_stamps(self.durable.entry(inode).or_default(), *first, stamps);
+                }
                 return;
             }
             Some(Landing::Stable(_)) => None,
             Some(Landing::Unstable(verifier)) => Some(verifier),
         };
         self.seq += 1;
-        self.landed.push(Landed { backend, seq: self.seq, verifier, inode, first, stamps });
+        for (first, stamps) in runs {
+            self.landed.push(Landed { backend, seq: self.seq, verifier, inode, first, stamps });
+        }
     }
 
     /// A flush (COMMIT on a two-phase backend) was submitted on `backend`.

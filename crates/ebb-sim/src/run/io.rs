@@ -25,14 +25,18 @@ impl Sim<'_> {
     pub(super) fn drain(&mut self) -> Result<(), SimError> {
         while let Some(action) = self.engine.poll_action() {
             match action {
-                Action::Write { io, backend, inode, first_page, pages, class, .. } => {
+                Action::Write { io, backend, inode, runs, class, .. } => {
                     let id = self.dev_id(io);
                     let sync = class == IoClass::Sync;
+                    // A granule's scattered runs are one request to the device model, of
+                    // their pages together, placed at the first.
+                    let first_page = runs.first().map_or(0, |run| run.first);
+                    let pages = runs.iter().map(|run| run.count).sum();
                     self.submit(backend, id, IoOp::Write, inode, first_page, pages, sync);
                     self.ios.insert(id, IoPending::Write(io));
                     self.device_pages += pages;
                     if let Some(check) = self.check.as_deref_mut() {
-                        check.write_submitted(id, backend.index(), inode, first_page, pages);
+                        check.write_submitted(id, backend.index(), inode, &runs);
                     }
                 }
                 Action::Read { io, backend, inode, first_page, pages } => {
