@@ -19,7 +19,7 @@
 //! | class | errno | pages | retried | reported (once per handle, errseq) |
 //! |---|---|---|---|---|
 //! | `Retry` | EIO and the rest | dirty | after [`RETRY_BACKOFF_MIN`] doubling to [`RETRY_BACKOFF_MAX`] | at the next fsync or close |
-//! | `Outage` | refused, reset, timed-out connections, EAGAIN | dirty | as `Retry` | only as EIO, once the backend has failed for `retry_timeout_secs` without a success; fsync waits for retries until then |
+//! | `Outage` | refused, reset, timed-out connections, EAGAIN | dirty | as `Retry`, but at most [`OUTAGE_PROBE_MAX`] apart (each retry probes the server) | only as EIO, once the backend has failed for `retry_timeout_secs` without a success; fsync waits for retries until then |
 //! | `Hold` | ENOSPC, EROFS, EDQUOT, EFBIG, ESTALE, EACCES, EPERM, ENOENT | held: dirty, not counted by throttling, skipped by background writeback | after [`HOLD_BACKOFF_MIN`] doubling to [`RETRY_BACKOFF_MAX`], all of the file's held pages at once | at the next fsync or close |
 //!
 //! Only `Retry` and `Outage` failures keep background writeback away from the file until its
@@ -42,6 +42,12 @@ pub(crate) const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub(crate) const HOLD_BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between retries of one file (the backoff doubles up to it).
 pub(crate) const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The longest wait between retries of one file while its backend cannot be reached: each
+/// retry is the probe that finds the server back, so writers go on within this of its return
+/// (issue 34 asks 5 s; with 30 s they waited 22-30 s). A retry against a server that is down
+/// fails at once (refused) or after its transport's timeout, so probing this often costs
+/// little.
+pub(crate) const OUTAGE_PROBE_MAX: Duration = Duration::from_secs(2);
 
 mod completion;
 mod durable;

@@ -39,6 +39,11 @@ pub(crate) trait DataPath: Send + Sync {
     /// The backing file attached under `key` was deleted and nothing has it open: drop its
     /// cached data (dirty data included) instead of writing it back.
     fn discard(&self, _key: u64) {}
+    /// How long a request may wait for the backend before `EIO` (the backend's
+    /// `retry_timeout_secs`; see [`crate::fs::outage`]).
+    fn retry_timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
 }
 
 /// A file's line in `ebb stat` (see [`DataFile::report`]).

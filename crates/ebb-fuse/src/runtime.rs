@@ -106,6 +106,12 @@ fn describe(progress: &DrainProgress) -> String {
 }
 
 impl DataPath for EbbData {
+    fn retry_timeout(&self) -> Duration {
+        let config = self.ebb.config();
+        let backend = config.backends.iter().find(|backend| backend.name == self.backend);
+        backend.map_or(Duration::from_secs(60), |b| Duration::from_secs(b.retry_timeout_secs))
+    }
+
     fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
         let file = self.ebb.attach_with(&self.backend, key, open)?;
         Ok(Box::new(EbbFile(file)))

@@ -11,14 +11,18 @@
 //! bytes per second, as Prometheus' conventions ask; `ebb stat` shows the same in kB.
 //!
 //! The endpoint answers `GET /metrics` (and `GET /`) with the text format 0.0.4, one request
-//! per connection, on one thread; it reads the stats as `ebb stat` does (the engine lock for
-//! a moment, never per page).
+//! per connection; it reads the stats as `ebb stat` does (the engine lock for a moment, never
+//! per page). Each connection is served on a thread of its own, at most [`CLIENTS_MAX`] at
+//! once (beyond that a connection gets `503` at once), and must send its request head within
+//! [`REQUEST_TIMEOUT`] in all (not per read), so idle or trickling clients cannot hold up a
+//! scrape: at worst they hold [`CLIENTS_MAX`] threads for that long.
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use ebb_core::PAGE_SIZE;
 use ebb_core::stats::{Figure, Unit, Value};
@@ -28,8 +32,11 @@ use crate::{Ebb, Inner, RuntimeStats};
 
 /// How often the endpoint's thread looks whether it should stop, when no request comes.
 const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
-/// How long a client may take to send its request.
+/// How long a client may take to send its whole request head (and to take the answer).
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Connections served at once. A scrape takes milliseconds, so more than a few at once are
+/// slow or idle clients; 32 threads of a small stack cost little.
+const CLIENTS_MAX: usize = 32;
 /// The longest request head read.
 const REQUEST_MAX: usize = 8192;
 
@@ -208,12 +215,32 @@ impl Ebb {
 }
 
 fn serve(listener: &TcpListener, cache: &Weak<Inner>, stop: &AtomicBool) {
+    let clients = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, _)) => {
-                let Some(inner) = cache.upgrade() else { return };
-                let ebb = Ebb { inner };
-                let _ = answer(stream, &ebb);
+                if cache.strong_count() == 0 {
+                    return;
+                }
+                if clients.load(Ordering::Acquire) >= CLIENTS_MAX {
+                    let _ = busy(stream);
+                    continue;
+                }
+                clients.fetch_add(1, Ordering::AcqRel);
+                let (cache, clients) = (cache.clone(), Arc::clone(&clients));
+                let spawned = std::thread::Builder::new()
+                    .name("ebb-metrics-client".to_owned())
+                    .stack_size(256 << 10)
+                    .spawn({
+                        let clients = Arc::clone(&clients);
+                        move || {
+                            let _ = answer(stream, &cache);
+                            clients.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    });
+                if spawned.is_err() {
+                    clients.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(STOP_POLL)
@@ -223,20 +250,39 @@ fn serve(listener: &TcpListener, cache: &Weak<Inner>, stop: &AtomicBool) {
     }
 }
 
-/// Reads one request head and answers it.
-fn answer(mut stream: TcpStream, ebb: &Ebb) -> io::Result<()> {
+/// Answers `503` to a connection beyond [`CLIENTS_MAX`], without waiting for it.
+fn busy(mut stream: TcpStream) -> io::Result<()> {
+    stream.set_nonblocking(true)?;
+    let body = "too many clients at once; try again\n";
+    let reply = format!(
+        "HTTP/1.0 503 Service Unavailable\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(reply.as_bytes())
+}
+
+/// Reads one request head (within [`REQUEST_TIMEOUT`] in all) and answers it, if the cache
+/// is still there.
+fn answer(mut stream: TcpStream, cache: &Weak<Inner>) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "request head too slow"));
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
         }
         head.extend_from_slice(&buf[..n]);
     }
+    let Some(inner) = cache.upgrade() else { return Ok(()) };
+    let ebb = Ebb { inner };
     let line = String::from_utf8_lossy(&head);
     let mut parts = line.split_whitespace();
     let (status, body) = match (parts.next(), parts.next()) {
@@ -256,6 +302,50 @@ fn answer(mut stream: TcpStream, ebb: &Ebb) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Idle clients (connected, nothing sent) and trickling ones (a byte now and then, never
+    /// a whole head) do not hold up a scrape: it is answered while they wait. Before each
+    /// connection had its own thread and an overall deadline, four such clients made a scrape
+    /// wait for their timeouts one after the other (issue 34).
+    #[test]
+    fn idle_and_trickling_clients_do_not_hold_up_a_scrape() {
+        let ebb = crate::Builder::new().memory(8 << 20).build().unwrap();
+        let server = ebb.serve_metrics("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr();
+        let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let tricklers: Vec<_> = (0..4)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                let mut stream = TcpStream::connect(addr).unwrap();
+                std::thread::spawn(move || {
+                    let _ = stream.write_all(b"GET /metr");
+                    while !stop.load(Ordering::Acquire) && stream.write_all(b"i").is_ok() {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // Generous: the scrape itself takes milliseconds; the clients ahead of it held it for
+        // seconds before.
+        let limit = std::time::Duration::from_millis(1500);
+        let mut scrape = TcpStream::connect(addr).unwrap();
+        scrape.set_read_timeout(Some(limit)).unwrap();
+        scrape.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        let read = scrape.read_to_string(&mut text);
+        stop.store(true, Ordering::Release);
+        for trickler in tricklers {
+            trickler.join().unwrap();
+        }
+        drop(idle);
+        read.unwrap_or_else(|error| {
+            panic!("the scrape was not answered within {limit:?}: {error}")
+        });
+        assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+        assert!(text.contains("\nebb_dirty_bytes "), "{text}");
+    }
 
     /// The names follow the kernel's: what an operator would search for.
     #[test]

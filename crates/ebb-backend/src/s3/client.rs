@@ -755,7 +755,10 @@ fn transport_error_ureq(kind: Kind, key: &str, error: ureq::Error) -> S3Error {
     let (code, os_errno) = match &error {
         ureq::Error::Timeout(_) => ("timeout", Some(ebb_core::event::errno::ETIMEDOUT)),
         ureq::Error::Io(io) => ("connection", io.raw_os_error()),
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => ("connection", None),
+        // No answer came: the server could not be reached (an outage for the engine, never
+        // EIO at once: issue 34 saw fsync fail one second into a versitygw restart).
+        ureq::Error::ConnectionFailed => ("connection", Some(ebb_core::event::errno::ECONNREFUSED)),
+        ureq::Error::HostNotFound => ("connection", Some(ebb_core::event::errno::EHOSTUNREACH)),
         _ => ("transport", None),
     };
     S3Error {

@@ -99,7 +99,9 @@ pub(crate) fn errno_for(status: u16, code: &str, os_errno: Option<i32>) -> i32 {
         _ => {}
     }
     match status {
-        0 => os_errno.unwrap_or(errno::EIO),
+        // No response at all: the connection failed or broke, an outage (retried until the
+        // backend's retry_timeout_secs), whatever the transport said.
+        0 => os_errno.unwrap_or(errno::ECONNRESET),
         403 => errno::EACCES,
         404 => errno::ENOENT,
         503 => errno::EAGAIN,
@@ -214,7 +216,9 @@ mod tests {
         let refused = S3Error { status: 0, os_errno: Some(111), ..error(0, "connection") };
         assert!(refused.retryable());
         assert_eq!(refused.errno(), 111);
-        for e in [slow_down, internal, timeout, refused] {
+        let broken = error(0, "transport");
+        assert_eq!(broken.errno(), errno::ECONNRESET, "no response is an outage, not EIO");
+        for e in [slow_down, internal, timeout, refused, broken] {
             assert!(ebb_core::IoError { errno: e.errno() }.may_pass(), "{e} held");
         }
         assert!(!error(400, "InvalidArgument").retryable());

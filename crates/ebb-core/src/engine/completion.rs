@@ -228,8 +228,9 @@ impl Engine {
     }
 
     /// Sets the file's next retry with exponential backoff: from [`RETRY_BACKOFF_MIN`]
-    /// doubling to [`RETRY_BACKOFF_MAX`] for errors that may pass, from
-    /// [`HOLD_BACKOFF_MIN`] for held pages (whose retry rewrites all of them).
+    /// doubling to [`RETRY_BACKOFF_MAX`] for errors that may pass ([`OUTAGE_PROBE_MAX`] for
+    /// an unreachable backend), from [`HOLD_BACKOFF_MIN`] for held pages (whose retry
+    /// rewrites all of them).
     pub(super) fn schedule_retry(&mut self, inode: InodeId, class: ErrorClass) {
         let now = self.now;
         let Some(meta) = self.inodes.get_mut(&inode) else { return };
@@ -237,7 +238,9 @@ impl Engine {
         meta.retry_backoff = if meta.retry_backoff == Duration::ZERO {
             first
         } else {
-            (meta.retry_backoff + meta.retry_backoff).clamp(first, RETRY_BACKOFF_MAX)
+            let most =
+                if class == ErrorClass::Outage { OUTAGE_PROBE_MAX } else { RETRY_BACKOFF_MAX };
+            (meta.retry_backoff + meta.retry_backoff).clamp(first, most)
         };
         let at = now + meta.retry_backoff;
         if class == ErrorClass::Hold {

@@ -53,6 +53,7 @@ mod files;
 mod io_ops;
 mod nodes;
 mod ops;
+pub(crate) mod outage;
 mod write_task;
 
 use std::collections::HashMap;
@@ -74,6 +75,7 @@ use parking_lot::Mutex;
 
 pub(crate) use self::files::Files;
 use self::nodes::Nodes;
+use self::outage::{Guard, Reply};
 use crate::data::DataPath;
 use crate::pool::{DataBufs, Pool};
 use crate::times::{FileTimes, TimedFile};
@@ -143,6 +145,8 @@ pub(crate) struct EbbFs<N: Namespace> {
     writes: Arc<Pool>,
     /// Copies of write requests' data (one per write running or queued on `writes`).
     write_data: Arc<DataBufs>,
+    /// Runs the requests that may wait on the backend, killable ([`outage`]).
+    guard: Arc<Guard>,
 }
 
 impl<N: Namespace> EbbFs<N> {
@@ -158,6 +162,7 @@ impl<N: Namespace> EbbFs<N> {
         let (root, attr) = ns
             .root()
             .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", ns.describe())))?;
+        let guard = Guard::new(data.retry_timeout())?;
         let files = Arc::new(Files::new(data, keep_times, anchor_limit));
         let inner = Arc::new(Inner {
             ns,
@@ -180,6 +185,7 @@ impl<N: Namespace> EbbFs<N> {
             reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
             writes: Arc::new(Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?),
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
+            guard,
         };
         Ok((fs, files))
     }
@@ -358,6 +364,60 @@ fn reply_xattr(reply: ReplyXattr, value: Result<Vec<u8>, Errno>, size: u32) {
     }
 }
 
+impl<N: Namespace> EbbFs<N> {
+    /// Runs `op` for the caller of `req` on the guard's pool, tried again through an outage
+    /// until the deadline ([`outage`]), then `answer`s: with the reply, or `None` if the
+    /// caller was killed meanwhile (then `answer` undoes what the result holds).
+    fn guarded<R: Reply, T: Send + 'static>(
+        &self,
+        req: &Request,
+        reply: R,
+        op: impl Fn(&Inner<N>) -> Result<T, Errno> + Send + 'static,
+        answer: impl FnOnce(&Inner<N>, Option<R>, Result<T, Errno>) + Send + 'static,
+    ) {
+        let (inner, deadline) = (Arc::clone(&self.inner), self.guard.deadline);
+        self.guard.run(
+            req.pid(),
+            reply,
+            move |interrupted| {
+                let result = outage::through_outage(deadline, interrupted, || op(&inner));
+                (inner, result)
+            },
+            move |reply, (inner, result)| answer(&inner, reply, result),
+        );
+    }
+
+    /// [`EbbFs::guarded`] for a request whose result holds nothing to undo.
+    fn simple<R: Reply, T: Send + 'static>(
+        &self,
+        req: &Request,
+        reply: R,
+        op: impl Fn(&Inner<N>) -> Result<T, Errno> + Send + 'static,
+        answer: impl FnOnce(R, Result<T, Errno>) + Send + 'static,
+    ) {
+        self.guarded(req, reply, op, move |_, reply, result| {
+            if let Some(reply) = reply {
+                answer(reply, result);
+            }
+        });
+    }
+
+    /// [`EbbFs::guarded`] for a request that counts a kernel reference on a node (forgotten
+    /// again if the caller was killed).
+    fn entry(
+        &self,
+        req: &Request,
+        reply: ReplyEntry,
+        op: impl Fn(&Inner<N>) -> Result<(FileAttr, u64), Errno> + Send + 'static,
+    ) {
+        self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
+            (Some(reply), result) => reply_entry(reply, result),
+            (None, Ok((attr, _))) => inner.nodes.forget(attr.ino.0, 1),
+            (None, Err(_)) => {}
+        });
+    }
+}
+
 impl<N: Namespace> Filesystem for EbbFs<N> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // Best effort: the kernel may offer less.
@@ -367,16 +427,17 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.inner.lookup(parent, name));
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.to_owned();
+        self.entry(req, reply, move |inner| inner.lookup(parent, &name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.inner.nodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        reply_attr(reply, self.inner.getattr(ino));
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.simple(req, reply, move |inner| inner.getattr(ino), reply_attr);
     }
 
     fn setattr(
@@ -398,17 +459,20 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         reply: ReplyAttr,
     ) {
         let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
-        let (inner, caller) = (Arc::clone(&self.inner), credentials(req));
-        let run = move || reply_attr(reply, inner.setattr(ino, &set, fh, &caller));
-        // A truncate goes through the cache and may wait for it: not on the request loop.
-        if size.is_some() { self.writes.run(run) } else { run() }
+        let caller = credentials(req);
+        self.simple(req, reply, move |inner| inner.setattr(ino, &set, fh, &caller), reply_attr);
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.inner.readlink(ino) {
-            Ok(target) => reply.data(&target),
-            Err(error) => reply.error(error),
-        }
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.simple(
+            req,
+            reply,
+            move |inner| inner.readlink(ino),
+            |reply, result| match result {
+                Ok(target) => reply.data(&target),
+                Err(error) => reply.error(error),
+            },
+        );
     }
 
     fn mknod(
@@ -421,8 +485,10 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let result = self.inner.mknod(parent, name, mode & !umask, rdev, &credentials(req));
-        reply_entry(reply, result);
+        let (name, caller) = (name.to_owned(), credentials(req));
+        self.entry(req, reply, move |inner| {
+            inner.mknod(parent, &name, mode & !umask, rdev, &caller)
+        });
     }
 
     fn mkdir(
@@ -434,15 +500,18 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.inner.mkdir(parent, name, mode & !umask, &credentials(req)));
+        let (name, caller) = (name.to_owned(), credentials(req));
+        self.entry(req, reply, move |inner| inner.mkdir(parent, &name, mode & !umask, &caller));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.inner.unlink(parent, name, &credentials(req)));
+        let (name, caller) = (name.to_owned(), credentials(req));
+        self.simple(req, reply, move |inner| inner.unlink(parent, &name, &caller), reply_empty);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.inner.rmdir(parent, name, &credentials(req)));
+        let (name, caller) = (name.to_owned(), credentials(req));
+        self.simple(req, reply, move |inner| inner.rmdir(parent, &name, &caller), reply_empty);
     }
 
     fn symlink(
@@ -453,8 +522,9 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let result = self.inner.symlink(parent, link_name, target.as_os_str(), &credentials(req));
-        reply_entry(reply, result);
+        let (name, target, caller) =
+            (link_name.to_owned(), target.as_os_str().to_owned(), credentials(req));
+        self.entry(req, reply, move |inner| inner.symlink(parent, &name, &target, &caller));
     }
 
     fn rename(
@@ -467,8 +537,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let caller = credentials(req);
-        reply_empty(reply, self.inner.rename(parent, name, newparent, newname, flags, &caller));
+        let (name, newname, caller) = (name.to_owned(), newname.to_owned(), credentials(req));
+        self.simple(
+            req,
+            reply,
+            move |inner| inner.rename(parent, &name, newparent, &newname, flags, &caller),
+            reply_empty,
+        );
     }
 
     fn link(
@@ -479,14 +554,18 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.inner.link(ino, newparent, newname, &credentials(req)));
+        let (newname, caller) = (newname.to_owned(), credentials(req));
+        self.entry(req, reply, move |inner| inner.link(ino, newparent, &newname, &caller));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.inner.open(ino, flags) {
-            Ok(fh) => reply.opened(FileHandle(fh), io_ops::open_flags()),
-            Err(error) => reply.error(error),
-        }
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let op = move |inner: &Inner<N>| inner.open(ino, flags);
+        self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
+            (Some(reply), Ok(fh)) => reply.opened(FileHandle(fh), io_ops::open_flags()),
+            (Some(reply), Err(error)) => reply.error(error),
+            (None, Ok(fh)) => drop(inner.files.release(FileHandle(fh))),
+            (None, Err(_)) => {}
+        });
     }
 
     fn read(
@@ -500,8 +579,10 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let (inner, pid) = (Arc::clone(&self.inner), req.pid());
-        self.reads.run(move || match inner.read(fh, offset, size, flags, pid) {
+        let (inner, pid, deadline) = (Arc::clone(&self.inner), req.pid(), self.guard.deadline);
+        let interrupted = move || io_ops::killed(pid);
+        let read = move || inner.read(fh, offset, size, flags, pid);
+        self.reads.run(move || match outage::through_outage(deadline, &interrupted, read) {
             Ok(buf) => reply.data(&buf),
             Err(error) => reply.error(error),
         });
@@ -567,22 +648,30 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         self.writes.run(move || reply_empty(reply, inner.fsync(fh, pid)));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.inner.opendir(ino) {
-            Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
-            Err(error) => reply.error(error),
-        }
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let op = move |inner: &Inner<N>| inner.opendir(ino);
+        self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
+            (Some(reply), Ok(fh)) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
+            (Some(reply), Err(error)) => reply.error(error),
+            (None, Ok(fh)) => drop(inner.dirs.lock().remove(&fh)),
+            (None, Err(_)) => {}
+        });
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.inner.readdir(fh, offset, reply);
+        let op = move |inner: &Inner<N>| inner.fill_dir(fh, offset);
+        self.guarded(req, reply, op, move |inner, reply, result| match (reply, result) {
+            (Some(reply), Ok(())) => inner.readdir(fh, offset, reply),
+            (Some(reply), Err(error)) => reply.error(error),
+            (None, _) => {}
+        });
     }
 
     fn releasedir(
@@ -599,30 +688,34 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let inner = Arc::clone(&self.inner);
-        self.writes.run(move || reply_empty(reply, inner.fsyncdir(ino)));
+        self.simple(req, reply, move |inner| inner.fsyncdir(ino), reply_empty);
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.inner.statfs(ino) {
-            Ok(s) => reply.statfs(
-                s.blocks,
-                s.blocks_free,
-                s.blocks_available,
-                s.files,
-                s.files_free,
-                s.block_size,
-                s.name_max,
-                s.fragment_size,
-            ),
-            Err(error) => reply.error(error),
-        }
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.simple(
+            req,
+            reply,
+            move |inner| inner.statfs(ino),
+            |reply, result| match result {
+                Ok(s) => reply.statfs(
+                    s.blocks,
+                    s.blocks_free,
+                    s.blocks_available,
+                    s.files,
+                    s.files_free,
+                    s.block_size,
+                    s.name_max,
+                    s.fragment_size,
+                ),
+                Err(error) => reply.error(error),
+            },
+        );
     }
 
     fn setxattr(
@@ -635,20 +728,25 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let result = self.inner.setxattr(ino, name, value, flags, &credentials(req));
-        reply_empty(reply, result);
+        let (name, value, caller) = (name.to_owned(), value.to_vec(), credentials(req));
+        let op = move |inner: &Inner<N>| inner.setxattr(ino, &name, &value, flags, &caller);
+        self.simple(req, reply, op, reply_empty);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, self.inner.getxattr(ino, name), size);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.to_owned();
+        let answer = move |reply, result| reply_xattr(reply, result, size);
+        self.simple(req, reply, move |inner| inner.getxattr(ino, &name), answer);
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, self.inner.listxattr(ino), size);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let answer = move |reply, result| reply_xattr(reply, result, size);
+        self.simple(req, reply, move |inner| inner.listxattr(ino), answer);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.inner.removexattr(ino, name, &credentials(req)));
+        let (name, caller) = (name.to_owned(), credentials(req));
+        self.simple(req, reply, move |inner| inner.removexattr(ino, &name, &caller), reply_empty);
     }
 
     fn fallocate(
@@ -675,19 +773,23 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (inner, name, caller) = (Arc::clone(&self.inner), name.to_owned(), credentials(req));
-        let run = move || match inner.create(parent, &name, mode & !umask, flags, &caller) {
-            Ok((attr, generation, fh)) => reply.created(
+        let (name, caller) = (name.to_owned(), credentials(req));
+        let op = move |inner: &Inner<N>| inner.create(parent, &name, mode & !umask, flags, &caller);
+        self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
+            (Some(reply), Ok((attr, generation, fh))) => reply.created(
                 &TTL,
                 &attr,
                 fuser::Generation(generation),
                 FileHandle(fh),
                 io_ops::open_flags(),
             ),
-            Err(error) => reply.error(error),
-        };
-        // With O_TRUNC this goes through the cache and may wait for it.
-        if flags & libc::O_TRUNC != 0 { self.writes.run(run) } else { run() }
+            (Some(reply), Err(error)) => reply.error(error),
+            (None, Ok((attr, _, fh))) => {
+                drop(inner.files.release(FileHandle(fh)));
+                inner.nodes.forget(attr.ino.0, 1);
+            }
+            (None, Err(_)) => {}
+        });
     }
 }
 

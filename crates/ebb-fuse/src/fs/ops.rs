@@ -12,6 +12,10 @@ use parking_lot::Mutex;
 use super::files::FileId;
 use super::{Inner, OpenDir, STATS_XATTR, dir_entry, errno_of, to_errno};
 
+/// Directory entries read ahead of the kernel's offset in one readdir (more than fit in
+/// its 4 KiB buffer of short names, so each answer but the last is full).
+const READ_AHEAD: usize = 256;
+
 /// The file identity of a regular file's attributes (`None` for other objects).
 pub(super) fn file_id(attr: &Attr) -> Option<FileId> {
     (attr.kind == FileKind::Regular).then_some((attr.ino, attr.generation))
@@ -283,31 +287,37 @@ impl<N: Namespace> Inner<N> {
         Ok(fh)
     }
 
-    /// Answers a readdir from `offset` (the index of the next entry), reading further
-    /// entries from the namespace as needed.
+    /// Reads entries of the open directory `fh` from the namespace until [`READ_AHEAD`] past
+    /// `offset` (the index of the next entry the kernel wants) are known, or all are: the part
+    /// of a readdir that may wait on the backend (and is tried again through an outage).
+    pub(super) fn fill_dir(&self, fh: FileHandle, offset: u64) -> Result<(), Errno> {
+        let Some(dir) = self.dirs.lock().get(&fh.0).cloned() else { return Err(Errno::EBADF) };
+        let mut dir = dir.lock();
+        let wanted = usize::try_from(offset).unwrap_or(usize::MAX).saturating_add(READ_AHEAD);
+        while dir.read.len() < wanted {
+            let Some(rest) = dir.rest.as_mut() else { break };
+            match rest.next() {
+                Some(Ok(entry)) => {
+                    let entry = dir_entry(&self.nodes, entry);
+                    dir.read.push(entry);
+                }
+                Some(Err(error)) => return Err(to_errno(error)),
+                None => dir.rest = None,
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers a readdir from `offset` with the entries [`Inner::fill_dir`] read (as many as
+    /// fit; the kernel asks again from where the answer ends, and an empty one is the end).
     pub(super) fn readdir(&self, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let Some(dir) = self.dirs.lock().get(&fh.0).cloned() else {
             reply.error(Errno::EBADF);
             return;
         };
-        let mut dir = dir.lock();
+        let dir = dir.lock();
         let mut index = usize::try_from(offset).unwrap_or(usize::MAX);
-        loop {
-            while index >= dir.read.len() {
-                let Some(rest) = dir.rest.as_mut() else { break };
-                match rest.next() {
-                    Some(Ok(entry)) => {
-                        let entry = dir_entry(&self.nodes, entry);
-                        dir.read.push(entry);
-                    }
-                    Some(Err(error)) => {
-                        reply.error(to_errno(error));
-                        return;
-                    }
-                    None => dir.rest = None,
-                }
-            }
-            let Some((ino, kind, name)) = dir.read.get(index) else { break };
+        while let Some((ino, kind, name)) = dir.read.get(index) {
             if reply.add(INodeNo(*ino), index as u64 + 1, *kind, name) {
                 break;
             }

@@ -1,0 +1,246 @@
+//! What a request that needs the backend does while the backend cannot be reached, and how
+//! the process that made it can still be killed.
+//!
+//! # The outage rule (docs/outages.md)
+//!
+//! A backend call that fails with an error of the core's `Outage` class (connection refused,
+//! reset or timed out, `EAGAIN`, ...: `ebb_core::event::IoError::class`) is tried again, the
+//! first time after [`PROBE_MIN`], the wait doubling to [`PROBE_MAX`]: the next try is the
+//! probe, so a request goes on within [`PROBE_MAX`] plus one round trip of the server's
+//! return. Once the calls of this request have failed for the backend's `retry_timeout_secs`
+//! (counted from its first failure), it fails with `EIO`: no socket errno reaches the
+//! application, as on a soft NFS mount that says `EIO` (never `ECONNREFUSED`). The engine's
+//! write-back follows the same deadline for data (`ebb_core::engine`); a request's own
+//! deadline is per request, not per backend, since each caller waits its own wait.
+//!
+//! Constants: [`PROBE_MIN`] 50 ms (a refused connection fails in well under a millisecond
+//! on a LAN; 50 ms keeps a short blip to a few tries); [`PROBE_MAX`] 500 ms (the issue's
+//! 5 s resume bound with a tenth to spare, and two tries a second against a server that is
+//! down cost nothing). No samples are involved.
+//!
+//! # Killability
+//!
+//! The kernel waits uninterruptibly for the answer to a request that has reached us, and
+//! fuser answers `FUSE_INTERRUPT` itself ([`super::io_ops::killed`]). So every request that
+//! may wait on the backend is answered through a [`Guard`]: the request runs on the guard's
+//! pool, its reply kept in a slot; the guard's watcher looks every [`WATCH_EVERY`] at the
+//! callers of the requests not yet answered, and answers `EINTR` for a caller being killed.
+//! The call itself goes on and its result is thrown away, with what it opened or counted
+//! undone (`answer` gets `None`).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use ebb_core::event::{ErrorClass, IoError};
+use fuser::{
+    Errno, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyXattr,
+};
+use parking_lot::Mutex;
+
+use super::io_ops::killed;
+use crate::pool::Pool;
+
+/// The first wait before a failed call is tried again.
+pub(crate) const PROBE_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two tries (the probe interval once the outage lasts).
+pub(crate) const PROBE_MAX: Duration = Duration::from_millis(500);
+/// How often the callers of unanswered requests are checked for a fatal signal.
+const WATCH_EVERY: Duration = Duration::from_millis(50);
+/// Slices of a wait between tries, each followed by a look at the caller.
+const SLICE: Duration = Duration::from_millis(20);
+
+/// Threads running guarded requests, and requests queued beyond them.
+const THREADS: usize = 16;
+const QUEUE: usize = 64;
+
+/// Whether `errno` says the backend could not be reached (retried until the deadline).
+pub(crate) fn is_outage(errno: Errno) -> bool {
+    IoError { errno: errno.code() }.class() == ErrorClass::Outage
+}
+
+/// Runs `call` until it gives something else than an outage error; `EIO` once it has failed
+/// for `deadline`; `EINTR` when `interrupted` says so between tries.
+pub(crate) fn through_outage<T>(
+    deadline: Duration,
+    interrupted: &dyn Fn() -> bool,
+    mut call: impl FnMut() -> Result<T, Errno>,
+) -> Result<T, Errno> {
+    let mut first_failure = None;
+    let mut wait = PROBE_MIN;
+    loop {
+        let started = Instant::now();
+        match call() {
+            Err(errno) if is_outage(errno) => {
+                // From the start of the first failed try: a try against a hung server fails
+                // only after its own timeout.
+                let since = *first_failure.get_or_insert(started);
+                if since.elapsed() >= deadline {
+                    return Err(Errno::EIO);
+                }
+                let until = Instant::now() + wait.min(deadline.saturating_sub(since.elapsed()));
+                while Instant::now() < until {
+                    if interrupted() {
+                        return Err(Errno::EINTR);
+                    }
+                    std::thread::sleep(SLICE.min(until.saturating_duration_since(Instant::now())));
+                }
+                wait = (wait * 2).min(PROBE_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A fuser reply that can be answered with an error.
+pub(crate) trait Reply: Send + 'static {
+    fn fail(self, errno: Errno);
+}
+
+macro_rules! replies {
+    ($($reply:ty),*) => {$(
+        impl Reply for $reply {
+            fn fail(self, errno: Errno) {
+                self.error(errno);
+            }
+        }
+    )*};
+}
+replies!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyXattr
+);
+
+/// A request's reply until someone answers it.
+struct Slot<R>(Mutex<Option<R>>);
+
+/// A slot of any reply type, as the watcher sees it.
+trait Pending: Send + Sync {
+    fn answered(&self) -> bool;
+    /// Answers `EINTR` unless already answered.
+    fn interrupt(&self);
+}
+
+impl<R: Reply> Pending for Slot<R> {
+    fn answered(&self) -> bool {
+        self.0.lock().is_none()
+    }
+
+    fn interrupt(&self) {
+        if let Some(reply) = self.0.lock().take() {
+            reply.fail(Errno::EINTR);
+        }
+    }
+}
+
+/// The pool guarded requests run on and the list of their callers the watcher checks.
+pub(crate) struct Guard {
+    pool: Pool,
+    pending: Mutex<Vec<(u32, Arc<dyn Pending>)>>,
+    /// The backend's `retry_timeout_secs`.
+    pub(crate) deadline: Duration,
+}
+
+impl Guard {
+    pub(crate) fn new(deadline: Duration) -> std::io::Result<Arc<Guard>> {
+        let guard = Arc::new(Guard {
+            pool: Pool::new("ebb-fuse-meta", THREADS, QUEUE)?,
+            pending: Mutex::new(Vec::new()),
+            deadline,
+        });
+        let weak = Arc::downgrade(&guard);
+        std::thread::Builder::new()
+            .name("ebb-fuse-watch".to_owned())
+            .spawn(move || watch(&weak))?;
+        Ok(guard)
+    }
+
+    /// Runs `op` on the pool for the caller `pid` (`op` gets whether the caller is being
+    /// killed), then `answer` with the reply, or with `None` when the caller was answered
+    /// `EINTR` meanwhile (then `answer` undoes what the result holds).
+    pub(crate) fn run<R: Reply, T: Send + 'static>(
+        &self,
+        pid: u32,
+        reply: R,
+        op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
+        answer: impl FnOnce(Option<R>, T) + Send + 'static,
+    ) {
+        let slot = Arc::new(Slot(Mutex::new(Some(reply))));
+        self.pending.lock().push((pid, Arc::clone(&slot) as Arc<dyn Pending>));
+        self.pool.run(move || {
+            if slot.answered() {
+                return; // the caller was killed while the request was queued
+            }
+            let result = op(&|| killed(pid));
+            let reply = slot.0.lock().take();
+            answer(reply, result);
+        });
+    }
+}
+
+/// Every [`WATCH_EVERY`]: forgets the answered requests and answers `EINTR` to the killed
+/// callers of the others, until the guard is dropped.
+fn watch(guard: &Weak<Guard>) {
+    while let Some(guard) = guard.upgrade() {
+        let pending: Vec<(u32, Arc<dyn Pending>)> = {
+            let mut pending = guard.pending.lock();
+            pending.retain(|(_, slot)| !slot.answered());
+            pending.clone()
+        };
+        drop(guard);
+        for (pid, slot) in pending {
+            if !slot.answered() && killed(pid) {
+                slot.interrupt();
+            }
+        }
+        std::thread::sleep(WATCH_EVERY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outage_errors_are_retried_until_the_deadline_then_eio() {
+        let mut tries = 0;
+        let result: Result<(), Errno> =
+            through_outage(Duration::from_millis(300), &|| false, || {
+                tries += 1;
+                Err(Errno::from_i32(libc::ECONNREFUSED))
+            });
+        assert_eq!(result, Err(Errno::EIO));
+        assert!(3 <= tries, "{tries} tries");
+    }
+
+    #[test]
+    fn a_call_that_recovers_succeeds_and_other_errors_pass_at_once() {
+        let mut tries = 0;
+        let result = through_outage(Duration::from_secs(10), &|| false, || {
+            tries += 1;
+            if tries < 3 { Err(Errno::from_i32(libc::ECONNRESET)) } else { Ok(tries) }
+        });
+        assert_eq!(result, Ok(3));
+        let mut tries = 0;
+        let result: Result<(), Errno> = through_outage(Duration::from_secs(10), &|| false, || {
+            tries += 1;
+            Err(Errno::ENOENT)
+        });
+        assert_eq!((result, tries), (Err(Errno::ENOENT), 1));
+    }
+
+    #[test]
+    fn an_interrupted_caller_stops_waiting() {
+        let result: Result<(), Errno> = through_outage(Duration::from_secs(10), &|| true, || {
+            Err(Errno::from_i32(libc::ETIMEDOUT))
+        });
+        assert_eq!(result, Err(Errno::EINTR));
+    }
+}
