@@ -641,3 +641,37 @@ fn stat_answers_with_a_thousand_dirty_files() {
     let default = ebb_stat(&mnt);
     assert_eq!(default["files"].as_array().unwrap().len(), ebb_fuse::DEFAULT_LISTED_FILES);
 }
+
+// A `--memory` too small for the process, its buffers and the smallest cache is refused with
+// the smallest `--memory` that works, in MiB, and that one does work (one MiB less does not).
+// Before the fix the refusal named an internal figure in bytes ("the budget must be at least
+// 6291456 bytes").
+#[test]
+fn a_too_small_memory_names_the_smallest_that_works() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let refused = |memory: &str| {
+        let (output, _) = output_within(
+            Command::new(EBB).args(["mount", "--memory", memory, "--backend"]).arg(&dir).arg(&mnt),
+            Duration::from_secs(60),
+        );
+        assert_eq!(output.status.code(), Some(2), "--memory {memory} was not refused");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused("24MiB");
+    assert!(stderr.contains("--memory 24MiB is too small"), "{stderr}");
+    let smallest: u64 = stderr
+        .split("the smallest --memory that works here is ")
+        .nth(1)
+        .and_then(|rest| rest.split("MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no smallest --memory in MiB: {stderr}"));
+    assert!(!stderr.contains("bytes"), "the refusal still speaks in bytes: {stderr}");
+    refused(&format!("{}MiB", smallest - 1));
+    let running = Running::start(&dir, &mnt, &["--memory", &format!("{smallest}MiB")]);
+    std::fs::write(mnt.join("f"), b"works").unwrap();
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"works");
+    drop(running);
+}
