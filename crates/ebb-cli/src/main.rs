@@ -5,9 +5,9 @@
 //! both through `ebb_sim::reproduce`; they print each published figure beside ours and the
 //! path of `report.html`. `ebb mount` serves a directory through ebb with FUSE until SIGINT or
 //! SIGTERM (`ebb_fuse::run`), and `ebb stat` prints a running mount's stats (JSON, read from
-//! the `user.ebb.stats` extended attribute of the mount's root). `ebb swarm` runs seeded
-//! simulated worlds with random faults under the simulator's checkers (`ebb_sim::swarm`).
-//! the `user.ebb.stats` extended attribute of the mount's root); `ebb top` shows them live.
+//! the mount's stats socket, `ebb_fuse::read_stats_listing`); `ebb top` shows them live.
+//! `ebb swarm` runs seeded simulated worlds with random faults under the simulator's checkers
+//! (`ebb_sim::swarm`).
 //! `ebb report` draws a trace file (`ebb mount --trace`) with the simulator's report code.
 //!
 //! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
@@ -173,6 +173,10 @@ fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
 struct StatArgs {
     /// The mount to query.
     mountpoint: PathBuf,
+    /// List at most N files (those with the most dirty data); `files_not_listed` counts the
+    /// others.
+    #[arg(long, value_name = "N", default_value_t = ebb_fuse::DEFAULT_LISTED_FILES)]
+    files: usize,
 }
 
 /// A command that belongs to later work.
@@ -277,7 +281,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Report(args) => report(&args),
         Command::Stat(args) => {
-            let stats = ebb_fuse::read_stats(&args.mountpoint)?;
+            let stats = ebb_fuse::read_stats_listing(&args.mountpoint, args.files)?;
             print_out(&format!("{stats}\n"))?;
             Ok(ExitCode::SUCCESS)
         }

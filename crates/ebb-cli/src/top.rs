@@ -1,5 +1,6 @@
-//! `ebb top MOUNTPOINT`: a live view of a mount, refreshed from its stats (the `user.ebb.stats`
-//! attribute `ebb stat` reads, a moment under the engine lock per refresh, nothing per page).
+//! `ebb top MOUNTPOINT`: a live view of a mount, refreshed from its stats (what `ebb stat`
+//! reads from the mount's stats socket, a moment under the engine lock per refresh, nothing
+//! per page).
 //!
 //! Per backend: dirty, writeback, unstable and held pages against the background threshold,
 //! freerun, setpoint and limit; write bandwidth and the dirty ratelimit; the writers' pauses of

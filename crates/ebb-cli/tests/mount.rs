@@ -581,3 +581,97 @@ fn ebb_top_shows_a_mount_live() {
         !tmux.run(&["has-session", "-t", "top"]).status.success()
     });
 }
+
+/// Runs `command` (stdout piped) to its end, or kills it (by its PID) after `deadline`; the
+/// output and how long it took.
+fn output_within(command: &mut Command, deadline: Duration) -> (std::process::Output, Duration) {
+    let start = Instant::now();
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return (child.wait_with_output().unwrap(), start.elapsed());
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// `ebb stat` with 1,000 dirty files (more than the 64 KiB extended attribute could carry):
+// it answers, lists the files with the most dirty data in order, at most --files of them, and
+// counts the others with their pages. Writeback is held off (a long expiry; 4 MB is far under
+// the background threshold) so the figures are still while they are compared.
+#[test]
+fn stat_answers_with_a_thousand_dirty_files() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let hold = ["--knob", "dirty_expire_centisecs=360000"];
+    let _running = Running::start(&dir, &mnt, &hold);
+    const FILES: usize = 1000;
+    const LISTED: usize = 30;
+    // File i has one page, except the last LISTED + 5, which have 2, 3, ... pages.
+    let big = FILES - LISTED - 5;
+    for i in 0..FILES {
+        let pages = if i < big { 1 } else { 2 + i - big };
+        std::fs::write(mnt.join(format!("f{i:04}")), vec![b'x'; pages * 4096]).unwrap();
+    }
+    let (output, took) = output_within(
+        Command::new(EBB).arg("stat").arg("--files").arg(LISTED.to_string()).arg(&mnt),
+        Duration::from_secs(30),
+    );
+    eprintln!("ebb stat with {FILES} dirty files took {took:?}");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let listed = stats["files"].as_array().unwrap();
+    let pages: Vec<u64> = listed.iter().map(|file| file["dirty_pages"].as_u64().unwrap()).collect();
+    let expected: Vec<u64> = (0..LISTED as u64).map(|k| (LISTED as u64 + 6) - k).collect();
+    assert_eq!(pages, expected, "the listed files are not the dirtiest, in order");
+    let rest = &stats["files_not_listed"];
+    assert_eq!(rest["files"].as_u64(), Some((FILES - LISTED) as u64), "{rest}");
+    let rest_pages = big as u64 + (2..=6).sum::<u64>();
+    assert_eq!(rest["dirty_pages"].as_u64(), Some(rest_pages), "{rest}");
+    let dirty_kb = stats["meminfo"]["Dirty"].as_u64().unwrap();
+    assert_eq!(dirty_kb, (pages.iter().sum::<u64>() + rest_pages) * 4, "{}", stats["meminfo"]);
+    // The default list is bounded too.
+    let default = ebb_stat(&mnt);
+    assert_eq!(default["files"].as_array().unwrap().len(), ebb_fuse::DEFAULT_LISTED_FILES);
+}
+
+// A `--memory` too small for the process, its buffers and the smallest cache is refused with
+// the smallest `--memory` that works, in MiB, and that one does work (one MiB less does not).
+// Before the fix the refusal named an internal figure in bytes ("the budget must be at least
+// 6291456 bytes").
+#[test]
+fn a_too_small_memory_names_the_smallest_that_works() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let refused = |memory: &str| {
+        let (output, _) = output_within(
+            Command::new(EBB).args(["mount", "--memory", memory, "--backend"]).arg(&dir).arg(&mnt),
+            Duration::from_secs(60),
+        );
+        assert_eq!(output.status.code(), Some(2), "--memory {memory} was not refused");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused("24MiB");
+    assert!(stderr.contains("--memory 24MiB is too small"), "{stderr}");
+    let smallest: u64 = stderr
+        .split("the smallest --memory that works here is ")
+        .nth(1)
+        .and_then(|rest| rest.split("MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no smallest --memory in MiB: {stderr}"));
+    assert!(!stderr.contains("bytes"), "the refusal still speaks in bytes: {stderr}");
+    refused(&format!("{}MiB", smallest - 1));
+    let running = Running::start(&dir, &mnt, &["--memory", &format!("{smallest}MiB")]);
+    std::fs::write(mnt.join("f"), b"works").unwrap();
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"works");
+    drop(running);
+}

@@ -155,3 +155,39 @@ fn nfs_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
     drop(running);
     assert!(std::fs::read(server.export_dir().join("synced")).unwrap() == data);
 }
+
+// While the NFS server is frozen (SIGSTOP), `ebb stat` still answers, from the mount process
+// itself, and shows the dirty data waiting for the server.
+#[test]
+fn nfs_stat_answers_while_the_server_is_stopped() {
+    let Some((mut server, _root, mnt)) = setup() else { return };
+    let running = Running::start(&server, &mnt);
+    std::fs::write(mnt.join("before"), pattern(MIB, 3)).unwrap();
+    server.pause().unwrap();
+    let start = Instant::now();
+    let mut child = Command::new(EBB)
+        .arg("stat")
+        .arg(&mnt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let answered = loop {
+        if child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let output = child.wait_with_output().unwrap();
+    eprintln!("ebb stat during the outage took {:?}", start.elapsed());
+    server.resume().unwrap();
+    assert!(answered, "ebb stat did not answer within 20 s while the server was stopped");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(stats["meminfo"]["Dirty"].is_u64(), "{stats}");
+    drop(running);
+}

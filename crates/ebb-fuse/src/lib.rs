@@ -13,14 +13,18 @@
 //! | [`MountConfig`] | mountpoint, memory, knobs, data path |
 //! | [`Mount`] | a running mount: stats, stop writes, drain, unmount |
 //! | [`run`] | what `ebb mount` does: mount, serve until SIGINT/SIGTERM, drain, unmount |
-//! | [`read_stats`] | what `ebb stat` does: the live stats of a mount |
+//! | [`read_stats`], [`read_stats_listing`] | what `ebb stat` does: the live stats of a mount |
 //! | [`clear_stale_mount`] | removes the dead mount a crashed `ebb mount` left behind |
 //!
 //! # Stats
 //!
-//! A running mount serves its runtime's stats (JSON, the fields of `ebb_runtime`'s stats) as
-//! the extended attribute [`STATS_XATTR`] (`user.ebb.stats`) of the mount's root directory:
-//! `getfattr --only-values -n user.ebb.stats MOUNTPOINT` shows the same as `ebb stat`.
+//! A running mount serves its runtime's stats (JSON, the fields of `ebb_runtime`'s stats, and
+//! the files with the most dirty data) on a Unix socket of its own, answered by a thread of the
+//! mount process without the kernel or the backend (see `stats_socket`: where it is, its
+//! permissions, its protocol), so `ebb stat` works however many files are open and while the
+//! backend does not answer. The same JSON (with the default list) is the extended attribute
+//! [`STATS_XATTR`] (`user.ebb.stats`) of the mount's root directory, for a caller who cannot
+//! reach the socket: `getfattr --only-values -n user.ebb.stats MOUNTPOINT`.
 //!
 //! # Shutdown
 //!
@@ -39,6 +43,7 @@ mod places;
 mod pool;
 mod run;
 mod runtime;
+mod stats_socket;
 #[cfg(test)]
 mod tests;
 mod times;
@@ -55,6 +60,8 @@ use crate::fs::{EbbFs, Files, LOOP_THREADS};
 pub use crate::places::clear_stale_mount;
 use crate::places::{check_memory, check_places, raise_fd_limit};
 pub use crate::run::run;
+pub use crate::stats_socket::DEFAULT_LISTED_FILES;
+use crate::stats_socket::StatsServer;
 
 /// What data path a mount uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,6 +100,8 @@ pub struct MountConfig {
 /// writes nothing back.
 pub struct Mount {
     session: Option<fuser::BackgroundSession>,
+    /// Serves `ebb stat`; stopped (its socket removed) when the mount is dropped.
+    stats_server: Option<StatsServer>,
     files: Arc<Files>,
     mountpoint: PathBuf,
 }
@@ -192,7 +201,18 @@ impl Mount {
                     format!("mounting on {}: {error}", mountpoint.display()),
                 )
             })?;
-        Ok(Mount { session: Some(session), files, mountpoint: mountpoint.to_path_buf() })
+        // Without its socket the mount still works; `ebb stat` falls back to the attribute.
+        let stats_server = StatsServer::start(mountpoint, Arc::downgrade(&files))
+            .inspect_err(|error| {
+                eprintln!("ebb mount: no stats socket ({error}); `ebb stat` uses the xattr");
+            })
+            .ok();
+        Ok(Mount {
+            session: Some(session),
+            stats_server,
+            files,
+            mountpoint: mountpoint.to_path_buf(),
+        })
     }
 
     /// Where it is mounted.
@@ -200,9 +220,10 @@ impl Mount {
         &self.mountpoint
     }
 
-    /// The live stats (JSON), as `ebb stat` shows them.
+    /// The live stats (JSON), as `ebb stat` shows them (listing at most
+    /// [`DEFAULT_LISTED_FILES`] files).
     pub fn stats_json(&self) -> String {
-        self.files.stats_json()
+        self.files.stats_json(DEFAULT_LISTED_FILES)
     }
 
     /// From now on every write and namespace change fails with `EROFS`.
@@ -284,6 +305,7 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
+        self.stats_server.take();
         if let Some(session) = self.session.take() {
             if !session.guard.is_finished() {
                 let _ =
@@ -294,8 +316,20 @@ impl Drop for Mount {
     }
 }
 
-/// The live stats of the ebb mount at `mountpoint` (JSON).
+/// The live stats of the ebb mount at `mountpoint` (JSON), listing at most
+/// [`DEFAULT_LISTED_FILES`] files.
 pub fn read_stats(mountpoint: &Path) -> io::Result<String> {
+    read_stats_listing(mountpoint, DEFAULT_LISTED_FILES)
+}
+
+/// The live stats of the ebb mount at `mountpoint` (JSON), listing at most `listed` files
+/// (those with the most dirty data; `files_not_listed` counts the others). From the mount's
+/// socket; from the root's extended attribute (with the default list) if this user has no
+/// socket for that path.
+pub fn read_stats_listing(mountpoint: &Path, listed: usize) -> io::Result<String> {
+    if let Some(stats) = stats_socket::read(mountpoint, listed)? {
+        return Ok(stats);
+    }
     match get_xattr(mountpoint, STATS_XATTR) {
         Ok(value) => String::from_utf8(value)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "stats are not UTF-8")),

@@ -94,7 +94,7 @@ pub fn clear_stale_mount(mountpoint: &Path) -> io::Result<bool> {
 
 /// `path` made absolute with its parent canonicalized but its last component not followed
 /// (a stale mountpoint cannot be resolved).
-fn absolute_without_following(path: &Path) -> io::Result<PathBuf> {
+pub(crate) fn absolute_without_following(path: &Path) -> io::Result<PathBuf> {
     let absolute = std::path::absolute(path)?;
     match (absolute.parent(), absolute.file_name()) {
         (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),

@@ -34,20 +34,24 @@ pub(crate) fn process_reserve(memory: u64) -> u64 {
 /// What the runtime gets of the mount's `--memory`: all of it but the process's own memory
 /// ([`process_reserve`]) and the kept copies of write requests
 /// ([`crate::fs::request_copy_bytes`]), which the mount's process holds beside the cache and
-/// its IO buffers.
-pub(crate) fn cache_budget(memory: u64) -> io::Result<u64> {
+/// its IO buffers; 0 if they take it all.
+pub(crate) fn cache_budget(memory: u64) -> u64 {
     let copies = crate::fs::request_copy_bytes(Some(memory));
-    let process = process_reserve(memory);
-    memory.checked_sub(copies + process).filter(|&rest| rest > 0).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "a memory budget of {memory} bytes (--memory) cannot hold the mount process's \
-                 own memory ({process} bytes), its copies of write requests ({copies} bytes) \
-                 and a cache; give more"
-            ),
-        )
-    })
+    memory.saturating_sub(copies + process_reserve(memory))
+}
+
+/// The smallest `--memory`, in whole MiB, whose [`cache_budget`] is at least `runtime` bytes.
+fn smallest_memory_mib(runtime: u64) -> u64 {
+    (1..=1u64 << 30).find(|mib| cache_budget(mib << 20) >= runtime).unwrap_or(1 << 30)
+}
+
+/// `bytes` in MiB, as `--memory` takes them (`24MiB`, `24.5MiB`).
+fn mib(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{}MiB", bytes >> 20)
+    } else {
+        format!("{:.1}MiB", bytes as f64 / (1 << 20) as f64)
+    }
 }
 
 impl EbbData {
@@ -57,7 +61,9 @@ impl EbbData {
     pub(crate) fn new<N: Namespace>(config: &MountConfig, namespace: &N) -> io::Result<EbbData> {
         let mut builder = Builder::new();
         if let Some(memory) = config.memory {
-            builder = builder.memory(cache_budget(memory)?);
+            // A budget the process's own memory takes whole still goes to the runtime (as one
+            // page), so that its refusal says the smallest budget that works.
+            builder = builder.memory(cache_budget(memory).max(ebb_core::PAGE_SIZE));
         }
         for (knob, value) in &config.knobs {
             builder = builder.knob(knob, value).map_err(|error| {
@@ -75,6 +81,28 @@ impl EbbData {
         namespace.writeback_settings(&mut settings);
         let ebb = builder.backend_with(&name, namespace.backend(), settings).build().map_err(
             |error| match config.memory {
+                Some(memory)
+                    if error
+                        .get_ref()
+                        .is_some_and(|inner| inner.is::<ebb_runtime::BudgetTooSmall>()) =>
+                {
+                    let runtime = error
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<ebb_runtime::BudgetTooSmall>())
+                        .map_or(0, |small| small.smallest);
+                    let smallest = smallest_memory_mib(runtime);
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "--memory {} is too small: the smallest --memory that works here is \
+                             {smallest}MiB (of it {} are the process's own, {} copies of write \
+                             requests, the rest IO buffers and a cache of at least 4MiB)",
+                            mib(memory),
+                            mib(process_reserve(smallest << 20)),
+                            mib(crate::fs::request_copy_bytes(Some(smallest << 20))),
+                        ),
+                    )
+                }
                 Some(memory) if error.kind() == io::ErrorKind::InvalidInput => io::Error::new(
                     error.kind(),
                     format!(

@@ -293,6 +293,23 @@ impl Builder {
     }
 }
 
+/// The error of a build whose memory budget cannot hold the IO buffers and the smallest cache
+/// (inside an `io::Error` of kind `InvalidInput`): says the smallest budget that works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetTooSmall {
+    /// The smallest `memory_bytes` that holds the IO buffers and the smallest cache, bytes.
+    pub smallest: u64,
+    message: String,
+}
+
+impl std::fmt::Display for BudgetTooSmall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BudgetTooSmall {}
+
 /// Sets the IO buffers' part of the memory budget aside ([`bufpool::reserve`]; the largest
 /// buffer is the largest write of any backend, in a huge-page buffer for `serial_writes`) and
 /// leaves the engine the rest, less the reads' own pool where there is room for one
@@ -316,16 +333,25 @@ fn set_aside_buffers(
     let budget = config.memory_bytes;
     let reserve = bufpool::reserve(budget, largest, io_threads);
     const MIN_CACHE: u64 = 4 << 20;
-    if budget < reserve + MIN_CACHE {
+    let fits = |budget: u64| budget >= bufpool::reserve(budget, largest, io_threads) + MIN_CACHE;
+    if !fits(budget) {
+        // The reserve grows with the budget (a quarter of it, within one and all threads'
+        // largest buffers), so the smallest budget that fits is found by trying, page by page.
+        let smallest = (1..)
+            .map(|pages| pages * PAGE_SIZE)
+            .find(|&budget| fits(budget))
+            .expect("a budget of the reserve's most plus the smallest cache fits");
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!(
-                "ebb configuration: memory_bytes: {budget} bytes leave less than the smallest \
-                 cache (4 MiB) after {reserve} bytes of IO buffers (the largest write is \
-                 {largest} bytes); the budget must be at least {} bytes, or max_write_pages \
-                 (or wbt_pace_write_pages) smaller",
-                reserve + MIN_CACHE
-            ),
+            BudgetTooSmall {
+                smallest,
+                message: format!(
+                    "ebb configuration: memory_bytes: {budget} bytes leave less than the \
+                     smallest cache (4 MiB) after {reserve} bytes of IO buffers (the largest \
+                     write is {largest} bytes); the budget must be at least {smallest} bytes, \
+                     or max_write_pages (or wbt_pace_write_pages) smaller"
+                ),
+            },
         ));
     }
     let reads = bufpool::read_reserve(budget, reserve, MIN_CACHE);

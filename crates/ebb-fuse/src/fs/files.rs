@@ -146,46 +146,68 @@ impl Files {
         }
     }
 
-    /// The live stats (the data path's JSON) with a `files` list: each cached file that has
-    /// a handle open here, pages not written or a write error, with its errors, pages and the
-    /// throttle pauses of its open handles (the largest percentiles, the summed counts).
-    pub(crate) fn stats_json(&self) -> String {
+    /// The live stats (the data path's JSON) with a `files` list: of the cached files that
+    /// have a handle open here, pages not written or a write error, the `listed` ones with the
+    /// most dirty pages (then errors), each with its errors, pages and the throttle pauses of
+    /// its open handles (the largest percentiles, the summed counts); and `files_not_listed`:
+    /// how many others there are and their dirty and held pages. The cost is one look per
+    /// attached file (at most the anchor limit plus the open handles) and a selection, never
+    /// one per file the mount has seen.
+    pub(crate) fn stats_json(&self, listed: usize) -> String {
         let stats = self.data.stats_json();
         let Ok(serde_json::Value::Object(mut stats)) = serde_json::from_str(&stats) else {
             return stats;
         };
-        let mut files: std::collections::BTreeMap<FileId, FileReport> = Default::default();
-        let anchors: Vec<(FileId, Arc<Box<dyn DataFile>>)> = self
+        let anchors: Vec<(FileId, bool, Arc<Box<dyn DataFile>>)> = self
             .anchors
             .lock()
             .iter()
-            .map(|(&id, anchor)| (id, Arc::clone(&anchor.file)))
+            .map(|(&id, anchor)| (id, anchor.open_handles > 0, Arc::clone(&anchor.file)))
             .collect();
-        for (id, file) in anchors {
-            if let Some(report) = file.report() {
-                files.insert(id, report);
+        let mut files: HashMap<FileId, (bool, FileReport)> = HashMap::with_capacity(anchors.len());
+        for (id, open, file) in anchors {
+            if let Some(report) = file.report()
+                && (open || report.dirty_pages > 0 || report.errors > 0)
+            {
+                files.insert(id, (open, report));
             }
         }
         let handles: Vec<Arc<Handle>> = self.handles.lock().values().cloned().collect();
         for handle in handles {
-            let (Some(mine), Some(file)) = (handle.file.report(), files.get_mut(&handle.id)) else {
-                continue;
-            };
+            let Some((_, file)) = files.get_mut(&handle.id) else { continue };
+            let Some(mine) = handle.file.report() else { continue };
             file.pauses += mine.pauses;
             file.stalled_us += mine.stalled_us;
             file.pause_us_p50 = file.pause_us_p50.max(mine.pause_us_p50);
             file.pause_us_p99 = file.pause_us_p99.max(mine.pause_us_p99);
             file.pause_us_max = file.pause_us_max.max(mine.pause_us_max);
         }
-        let open: std::collections::BTreeSet<FileId> =
-            self.handles.lock().values().map(|handle| handle.id).collect();
-        let list: Vec<serde_json::Value> = files
-            .iter()
-            .filter(|(id, file)| open.contains(id) || file.dirty_pages > 0 || file.errors > 0)
-            .map(|(id, file)| file.to_json(id.0))
-            .collect();
+        let mut files: Vec<(FileId, bool, FileReport)> =
+            files.into_iter().map(|(id, (open, report))| (id, open, report)).collect();
+        let order = |a: &(FileId, bool, FileReport), b: &(FileId, bool, FileReport)| {
+            (b.2.dirty_pages, b.2.errors, a.0).cmp(&(a.2.dirty_pages, a.2.errors, b.0))
+        };
+        let rest = if files.len() > listed {
+            files.select_nth_unstable_by(listed, order);
+            files.split_off(listed)
+        } else {
+            Vec::new()
+        };
+        files.sort_unstable_by(order);
+        let list: Vec<serde_json::Value> =
+            files.iter().map(|(id, _, file)| file.to_json(id.0)).collect();
         stats.insert("files".to_owned(), serde_json::Value::Array(list));
-        serde_json::to_string_pretty(&stats).unwrap_or(String::new())
+        stats.insert(
+            "files_not_listed".to_owned(),
+            serde_json::json!({
+                "files": rest.len(),
+                "open": rest.iter().filter(|(_, open, _)| *open).count(),
+                "with_errors": rest.iter().filter(|(_, _, file)| file.errors > 0).count(),
+                "dirty_pages": rest.iter().map(|(_, _, file)| file.dirty_pages).sum::<u64>(),
+                "held_pages": rest.iter().map(|(_, _, file)| file.held_pages).sum::<u64>(),
+            }),
+        );
+        serde_json::to_string_pretty(&stats).unwrap_or_default()
     }
 
     /// The size ebb knows for the file `id`, if it caches it (`open` opens its data path if

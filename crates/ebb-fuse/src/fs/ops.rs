@@ -338,7 +338,7 @@ impl<N: Namespace> Inner<N> {
 
     pub(super) fn getxattr(&self, id: INodeNo, name: &OsStr) -> Result<Vec<u8>, Errno> {
         if id == INodeNo::ROOT && name == STATS_XATTR {
-            return Ok(self.files.stats_json().into_bytes());
+            return Ok(self.files.stats_json(crate::DEFAULT_LISTED_FILES).into_bytes());
         }
         let node = self.node(id)?;
         self.ns.getxattr(&node, name).map_err(to_errno)

@@ -219,7 +219,7 @@ impl File {
                 Verdict::Fail { error } => return Throttled::Failed(from_io_error(error)),
                 Verdict::Sleep { until } => {
                     let pause = until.saturating_since(shared.now());
-                    let _ = ws.pauses.record(pause.as_micros().max(1));
+                    ws.pauses.record(pause.as_micros());
                     shared.pauses.lock().record(Instant::now(), pause.as_micros());
                     let end = shared.deadline(until);
                     match mode {
@@ -251,7 +251,7 @@ impl File {
                         Obey::Block(interrupted) => {
                             let start = Instant::now();
                             let answered = wait_slot(&slot, interrupted).is_some();
-                            let _ = ws.waits.record((start.elapsed().as_micros() as u64).max(1));
+                            ws.waits.record(start.elapsed().as_micros() as u64);
                             if !answered {
                                 return Throttled::Interrupted;
                             }
