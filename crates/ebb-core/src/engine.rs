@@ -201,6 +201,9 @@ pub(crate) struct InodeMeta {
     pub(crate) readahead: u64,
     /// Reads in flight: first page -> (one past the last page, io).
     pub(crate) reading: BTreeMap<u64, (u64, IoId)>,
+    /// Ranges the driver is changing in the backend behind the cache ([`Event::Invalidate`]
+    /// to [`Event::InvalidateDone`]): reads bring no page of them into the cache.
+    pub(crate) invalidating: Vec<Run>,
 }
 
 /// One backend's writeback state (the kernel's `bdi_writeback`).
@@ -528,6 +531,12 @@ impl Engine {
                 self.read_start(inode, first_page, pages, request, maps)
             }
             Event::Truncate { inode, first_page } => self.truncate(inode, first_page, maps),
+            Event::Invalidate { inode, first_page, pages } => {
+                self.invalidate(inode, Run { first: first_page, count: pages })
+            }
+            Event::InvalidateDone { inode, first_page, pages } => {
+                self.invalidate_done(inode, Run { first: first_page, count: pages })
+            }
             Event::WriteDone { io, result } if self.is_swap_io(io) => {
                 self.swap_done(io, result, maps)
             }
@@ -584,6 +593,7 @@ impl Engine {
             last_read_end: u64::MAX,
             readahead: 0,
             reading: BTreeMap::new(),
+            invalidating: Vec::new(),
         });
         meta.handles += 1;
         // Errors nobody has seen yet are reported to the next opener too (errseq).

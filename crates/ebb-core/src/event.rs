@@ -226,6 +226,27 @@ pub enum Event {
         /// First page dropped.
         first_page: u64,
     },
+    /// The driver begins changing `pages` pages of `inode` from `first_page` in the backend
+    /// behind the cache (a punched or zeroed range, a trimmed end): until the matching
+    /// [`Event::InvalidateDone`], no page of the range a read brings in is installed, nor one
+    /// a read in flight now brings (it may hold the bytes from before the change).
+    Invalidate {
+        /// The file.
+        inode: InodeId,
+        /// First page of the range.
+        first_page: u64,
+        /// Pages in the range (`u64::MAX - first_page` for everything from it on).
+        pages: u64,
+    },
+    /// The backend change an [`Event::Invalidate`] of the same range announced is done.
+    InvalidateDone {
+        /// The file.
+        inode: InodeId,
+        /// First page of the range, as announced.
+        first_page: u64,
+        /// Pages in the range, as announced.
+        pages: u64,
+    },
     /// A write the engine asked for finished.
     WriteDone {
         /// The IO.

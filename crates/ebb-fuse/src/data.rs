@@ -143,10 +143,16 @@ pub(crate) trait DataFile: Send + Sync {
     fn report(&self) -> Option<FileReport> {
         None
     }
-    /// Makes the cached bytes of `offset..offset + len` zeros, before the backend's range is
-    /// punched or zeroed. Default: nothing (no cache).
-    fn zero_range(&self, _offset: u64, _len: u64) -> io::Result<()> {
-        Ok(())
+    /// Makes the cached bytes of `offset..offset + len` zeros, then calls `backend` (which
+    /// punches or zeroes the backend's range); no read in flight meanwhile brings the bytes
+    /// from before back into the cache. Default: only `backend` (no cache).
+    fn zero_range(
+        &self,
+        _offset: u64,
+        _len: u64,
+        backend: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        backend()
     }
     /// Whether the cache holds nothing of the file the backend lacks. Default: true (no cache).
     fn is_clean(&self) -> bool {

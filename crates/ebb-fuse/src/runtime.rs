@@ -236,8 +236,13 @@ impl DataFile for EbbFile {
         })
     }
 
-    fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.0.zero_range(offset, len)
+    fn zero_range(
+        &self,
+        offset: u64,
+        len: u64,
+        backend: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.0.zero_range_with(offset, len, backend)
     }
 
     fn poll_write_at(

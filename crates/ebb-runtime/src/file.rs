@@ -394,6 +394,8 @@ impl File {
                 .enter(|core, maps, now| core.engine.flush_writer(now, &mut ws.writer, maps));
         }
         let old = fs.size.swap(size, Ordering::AcqRel);
+        // Ends (announcing the trimmed backend to the engine) after the backend's set_size.
+        let mut changing = None;
         if size < old {
             let keep = size.div_ceil(PAGE_SIZE);
             if !size.is_multiple_of(PAGE_SIZE) {
@@ -404,6 +406,7 @@ impl File {
                 }
             }
             let inode = self.inode();
+            changing = Some(self.invalidating(keep, u64::MAX - keep));
             self.ebb.inner.shared.enter(|core, maps, now| {
                 core.engine.handle(now, Event::Truncate { inode, first_page: keep }, maps)
             });
@@ -425,6 +428,7 @@ impl File {
         }
         let _g = fs.size_lock.lock();
         fs.file.set_size(fs.size.load(Ordering::Acquire))?;
+        drop(changing);
         fs.needs_sync.store(true, Ordering::Release);
         Ok(())
     }
@@ -434,15 +438,31 @@ impl File {
     /// `fallocate` modes): cached pages of the range are zeroed in place, keeping their state
     /// (a dirty page writes zeros back later), and pages not cached read the backend's zeros.
     /// A page under writeback is waited for first, so no write in flight carries old bytes
-    /// after the backend's range is zeroed. The size does not change.
+    /// after the backend's range is zeroed. The size does not change. Prefer
+    /// [`File::zero_range_with`], which also keeps reads in flight from bringing back the bytes
+    /// from before.
     pub fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zero_range_with(offset, len, || Ok(()))
+    }
+
+    /// [`File::zero_range`], then `backend` (which punches or zeroes the backend file's range):
+    /// from before the cache is zeroed until `backend` returns, no page of the range that a read
+    /// brings from the backend enters the cache (it may hold the bytes from before; the
+    /// engine's backend-change rule), so no stale page outlives the change.
+    pub fn zero_range_with(
+        &self,
+        offset: u64,
+        len: u64,
+        backend: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
         let end = offset.saturating_add(len).min(self.len());
         if offset >= end {
-            return Ok(());
+            return backend();
         }
         let (first, last) = (offset / PAGE_SIZE, (end - 1) / PAGE_SIZE);
         let fs = &self.fs;
         let _t = fs.truncate_lock.lock();
+        let _changing = self.invalidating(first, last + 1 - first);
         loop {
             // Page states change only under the page-map lock, so none in the range can start
             // a write-back while it is held.
@@ -461,8 +481,18 @@ impl File {
                 let to = (end.min(page_start + PAGE_SIZE) - page_start) as usize;
                 self.ebb.inner.shared.frames.with(page.frame, |bytes| bytes[from..to].fill(0));
             }
-            return Ok(());
+            break;
         }
+        backend()
+    }
+
+    /// Announces a change of `pages` pages from `first` in the backend behind the cache
+    /// ([`Event::Invalidate`]); the guard announces its end when dropped.
+    fn invalidating(&self, first: u64, pages: u64) -> Invalidating<'_> {
+        let inode = self.inode();
+        let event = Event::Invalidate { inode, first_page: first, pages };
+        self.ebb.inner.shared.enter(|core, maps, now| core.engine.handle(now, event, maps));
+        Invalidating { file: self, first, pages }
     }
 
     /// Makes everything written to this file durable: writes its dirty pages, waits for them
@@ -645,5 +675,21 @@ impl Seek for File {
         })?;
         self.pos = pos;
         Ok(pos)
+    }
+}
+
+/// The end of a change of the backend behind the cache ([`File::zero_range_with`],
+/// [`File::set_len`]): tells the engine when dropped ([`Event::InvalidateDone`]).
+struct Invalidating<'a> {
+    file: &'a File,
+    first: u64,
+    pages: u64,
+}
+
+impl Drop for Invalidating<'_> {
+    fn drop(&mut self) {
+        let inode = self.file.inode();
+        let event = Event::InvalidateDone { inode, first_page: self.first, pages: self.pages };
+        self.file.ebb.inner.shared.enter(|core, maps, now| core.engine.handle(now, event, maps));
     }
 }

@@ -583,6 +583,13 @@ impl Ebb {
         self.shared().direct_reads.len()
     }
 
+    /// Plants `bug` in the engine (tests that show a checker finds it); false, planting
+    /// nothing, unless ebb-core was built with its `planted-bugs` feature.
+    #[doc(hidden)]
+    pub fn plant(&self, bug: ebb_core::CoreBug) -> bool {
+        self.shared().core.lock().engine.plant(bug)
+    }
+
     /// The engine's configuration as built: the knobs applied, and each backend's settings
     /// from its device (rotational, queue depth) and capabilities.
     pub fn config(&self) -> Config {

@@ -40,8 +40,17 @@ mod errno {
     pub(super) const ENOTDIR: i32 = 20;
     pub(super) const EISDIR: i32 = 21;
     pub(super) const EINVAL: i32 = 22;
+    pub(super) const ENAMETOOLONG: i32 = 36;
     pub(super) const ENOTEMPTY: i32 = 39;
 }
+
+/// The longest name of one path component, bytes: the kernel's `NAME_MAX`, which `statfs`
+/// reports (`name_max`).
+const NAME_MAX: usize = 255;
+/// The longest object key, bytes: S3's limit of 1,024 bytes of UTF-8. A path is refused when
+/// its key (the bucket prefix, the path, and the `/` a directory's marker adds) would not fit,
+/// so every file and directory a name can make also has a key.
+const KEY_MAX: usize = 1024;
 
 fn os_error(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
@@ -145,8 +154,15 @@ impl S3Namespace {
         }
         let name = name.to_str().ok_or_else(|| os_error(errno::EINVAL))?;
         check_name(name).map_err(|_| os_error(errno::EINVAL))?;
+        if name.len() > NAME_MAX {
+            return Err(os_error(errno::ENAMETOOLONG));
+        }
         let parent = parent.path();
-        Ok(if parent.is_empty() { name.to_owned() } else { format!("{parent}/{name}") })
+        let path = if parent.is_empty() { name.to_owned() } else { format!("{parent}/{name}") };
+        if self.backend.prefix().len() + path.len() + 1 > KEY_MAX {
+            return Err(os_error(errno::ENAMETOOLONG));
+        }
+        Ok(path)
     }
 
     fn names(&self) -> MutexGuard<'_, Names> {

@@ -237,3 +237,40 @@ ebb_backend::namespace_conformance! {
         failing: [create_lookup_getattr],
     }
 }
+
+// Names over NAME_MAX (255 bytes) and paths whose key would pass S3's 1,024 bytes are refused
+// with ENAMETOOLONG before anything is made: no object is left behind.
+#[test]
+fn names_and_keys_s3_cannot_hold_are_enametoolong() {
+    use ebb_backend::{Credentials, Namespace, S3Namespace};
+    use std::ffi::OsStr;
+    let Some(server) = TestServer::start("ebb-names") else { return };
+    let tree = S3Namespace::new(backend(&server, "names/"));
+    let me = Credentials { uid: 0, gid: 0, groups: Vec::new() };
+    let (root, _) = tree.root().unwrap();
+    let name = |len: usize, c: char| std::iter::repeat_n(c, len).collect::<String>();
+    let refused = |result: io::Result<_>| result.err().and_then(|e| e.raw_os_error());
+    assert_eq!(refused(tree.create(&root, OsStr::new(&name(256, 'a')), 0o644, &me)), Some(36));
+    assert_eq!(refused(tree.mkdir(&root, OsStr::new(&name(256, 'b')), 0o755, &me)), Some(36));
+    tree.create(&root, OsStr::new(&name(255, 'c')), 0o644, &me).unwrap();
+    // Directories of 200-byte names: the key "names/" + 5 of them + 4 slashes + the marker's
+    // slash is 1,011 bytes; a sixth level (1,212) cannot be held.
+    let mut dir = root.clone();
+    for _ in 0..5 {
+        dir = tree.mkdir(&dir, OsStr::new(&name(200, 'd')), 0o755, &me).unwrap().0;
+    }
+    assert_eq!(refused(tree.mkdir(&dir, OsStr::new(&name(200, 'e')), 0o755, &me)), Some(36));
+    assert_eq!(refused(tree.create(&dir, OsStr::new(&name(20, 'f')), 0o644, &me)), Some(36));
+    tree.create(&dir, OsStr::new(&name(10, 'g')), 0o644, &me).unwrap();
+    let mut entries: Vec<_> = tree
+        .readdir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().name.to_string_lossy().len())
+        .filter(|&len| len > 2)
+        .collect();
+    entries.sort_unstable();
+    assert_eq!(entries, [200, 255], "only what was made: no object of a refused create");
+    let mut deepest: Vec<_> = tree.readdir(&dir).unwrap().map(|e| e.unwrap().name).collect();
+    deepest.retain(|n| n != "." && n != "..");
+    assert_eq!(deepest, [OsStr::new(&name(10, 'g'))]);
+}

@@ -17,6 +17,9 @@ pub enum CoreBug {
     /// A stable write's pages are not recorded as waiting for a sync of their file: the
     /// durability watermarks call them durable while they sit in a volatile write cache.
     ForgetUnsyncedRun,
+    /// The backend-change rule of reads is off ([`crate::Event::Invalidate`] does nothing): a
+    /// read in flight across a punch, zeroed range or truncate installs the bytes from before.
+    StaleRead,
 }
 
 impl Engine {

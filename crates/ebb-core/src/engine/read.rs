@@ -1,5 +1,12 @@
 //! Reads: cache misses, readahead, reads in flight shared by later readers, and their
 //! completions.
+//!
+//! The backend-change rule: a page a read brings in is never installed if a change of its
+//! range in the backend behind the cache (a punch, a zeroed range, a trimmed end: the driver's
+//! [`Event::Invalidate`] .. [`Event::InvalidateDone`]) began after the read was issued or was
+//! still going on when it was issued, since the read may hold the bytes from before the
+//! change. Writes need no such rule: a written page is resident, and a read never replaces a
+//! resident page (one evicted while the read was in flight is marked stale, `page_evicted`).
 
 use super::*;
 
@@ -85,7 +92,13 @@ impl Engine {
         }
         let gap = Run { first: gap.first, count: frames.len() as u64 };
         let io = self.new_io();
-        let kind = IoKind::Read { run: gap, frames, keep_below: u64::MAX, stale: Vec::new() };
+        let mut stale = Vec::new();
+        if !self.planted(CoreBug::StaleRead) {
+            for &changing in &self.inodes[&inode].invalidating {
+                stale.extend(overlap(gap, changing));
+            }
+        }
+        let kind = IoKind::Read { run: gap, frames, keep_below: u64::MAX, stale };
         self.ios.insert(io, IoRecord { backend: b, inode, kind, issued: self.now });
         self.inode_mut(inode).reading.insert(gap.first, (gap.end(), io));
         self.wbs[b.index()].inflight += 1;
@@ -94,6 +107,38 @@ impl Engine {
         self.stats.read_pages += gap.count;
         self.emit(Action::Read { io, backend: b, inode, first_page: gap.first, pages: gap.count });
         Some(io)
+    }
+
+    /// [`Event::Invalidate`]: the reads in flight over `range` keep none of its pages, nor
+    /// do reads issued until [`Engine::invalidate_done`] of it (module doc).
+    pub(super) fn invalidate(&mut self, inode: InodeId, range: Run) {
+        if self.planted(CoreBug::StaleRead) {
+            return;
+        }
+        let Some(meta) = self.inodes.get_mut(&inode) else { return };
+        meta.invalidating.push(range);
+        let reads: Vec<IoId> = meta
+            .reading
+            .range(..range.first.saturating_add(range.count))
+            .filter(|&(_, &(end, _))| end > range.first)
+            .map(|(_, &(_, io))| io)
+            .collect();
+        for io in reads {
+            if let Some(IoRecord { kind: IoKind::Read { run, stale, .. }, .. }) =
+                self.ios.get_mut(&io)
+            {
+                stale.extend(overlap(*run, range));
+            }
+        }
+    }
+
+    /// [`Event::InvalidateDone`]: the change of `range` announced by [`Engine::invalidate`] is
+    /// in the backend; reads issued from now on read it.
+    pub(super) fn invalidate_done(&mut self, inode: InodeId, range: Run) {
+        let Some(meta) = self.inodes.get_mut(&inode) else { return };
+        if let Some(at) = meta.invalidating.iter().position(|&r| r == range) {
+            meta.invalidating.swap_remove(at);
+        }
     }
 
     pub(super) fn read_done<M: PageMaps>(
@@ -193,6 +238,12 @@ impl Engine {
             self.emit(Action::ReadDone { request, result: state.error.map_or(Ok(()), Err) });
         }
     }
+}
+
+/// The pages of `read` inside `range`.
+fn overlap(read: Run, range: Run) -> std::ops::Range<u64> {
+    let end = range.first.saturating_add(range.count).min(read.end());
+    read.first.max(range.first)..end.max(read.first.max(range.first))
 }
 
 /// Readahead (the kernel's on-demand readahead, simplified): on sequential reads keep a

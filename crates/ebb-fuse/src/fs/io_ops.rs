@@ -149,11 +149,14 @@ impl<N: Namespace> Inner<N> {
         let end = end.ok_or(Errno::EFBIG)?;
         let handle = self.files.handle(fh)?;
         let node = self.node(id)?;
-        if how != Fallocate::Reserve {
-            handle.file.zero_range(offset, length).map_err(to_errno)?;
-        }
         // The backend keeps its size: the size is ebb's to change, through the cache.
-        self.ns.fallocate(&node, offset, length, how).map_err(to_errno)?;
+        let mut in_backend = || self.ns.fallocate(&node, offset, length, how);
+        if how == Fallocate::Reserve {
+            in_backend().map_err(to_errno)?;
+        } else {
+            // No read in flight until the backend's range is changed may install its old bytes.
+            handle.file.zero_range(offset, length, &mut in_backend).map_err(to_errno)?;
+        }
         // The kernel holds the file's inode lock through a fallocate and through every write
         // that extends the file, so the size cannot grow between this check and the set.
         if !keep_size && end > handle.file.len().map_err(to_errno)? {

@@ -10,6 +10,7 @@ mod io;
 mod network_wbt;
 mod nfs;
 mod nonblocking;
+mod racing;
 mod s3;
 mod seeded;
 mod swarm;
