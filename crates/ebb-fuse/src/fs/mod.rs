@@ -518,7 +518,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -531,6 +531,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             reply.error(error);
             return;
         }
+        self.inner.kill_suid_on_write(ino, fh, req.uid());
         let request = write_task::WriteRequest { fh, offset, data, pid: req.pid(), reply };
         write_task::serve(&self.inner, request, &self.write_data, &self.writes);
     }
