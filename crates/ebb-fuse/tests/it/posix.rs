@@ -336,3 +336,20 @@ fn writes_by_another_user_clear_setuid_and_setgid() {
         fx.unmount();
     }
 }
+
+// Over NFS a file unlinked while its last descriptor's RELEASE is still on its way is hidden
+// (renamed to `.ebb-removed-*`): an rmdir of its directory right after must not fail.
+#[test]
+fn rmdir_right_after_unlink_over_nfs() {
+    let Some(mut fx) = Fixture::nfs(None) else { return };
+    for i in 0..200 {
+        let dir = fx.mnt.join(format!("d{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        std::fs::remove_file(dir.join("f")).unwrap();
+        if let Err(error) = std::fs::remove_dir(&dir) {
+            panic!("loop {i}: rmdir right after unlink: {error}");
+        }
+    }
+    fx.unmount();
+}
