@@ -39,6 +39,9 @@ pub(crate) struct Handle {
     pub(crate) file: Box<dyn DataFile>,
     pub(crate) id: FileId,
     pub(crate) times: Arc<FileTimes>,
+    /// A write by a user other than root went through this handle and cleared the file's
+    /// setuid and setgid bits ([`super::Inner::kill_suid_on_write`]): later writes skip it.
+    pub(crate) suid_checked: std::sync::atomic::AtomicBool,
 }
 
 /// The file state of a mount.
@@ -365,7 +368,9 @@ impl Files {
         match self.data.attach(key, open) {
             Ok(file) => {
                 let fh = self.next_handle();
-                self.handles.lock().insert(fh, Arc::new(Handle { file, id, times }));
+                self.handles
+                    .lock()
+                    .insert(fh, Arc::new(Handle { file, id, times, suid_checked: false.into() }));
                 Ok(fh)
             }
             Err(error) => {

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::io;
 
-use ebb_backend::{Credentials, Fallocate, FileKind, Namespace};
+use ebb_backend::{Credentials, Fallocate, FileKind, Namespace, SetAttr};
 use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags};
 
 use super::ops::file_id;
@@ -17,6 +17,39 @@ pub(super) fn open_flags() -> FopenFlags {
 }
 
 impl<N: Namespace> Inner<N> {
+    /// Before a write by `uid` other than root: as the kernel's own filesystems do on a write
+    /// by a caller without `CAP_FSETID`, the file loses its setuid bit, and its setgid bit if
+    /// group execute is set (without it the bit marks mandatory locking, and stays). With
+    /// direct IO the kernel leaves this to the filesystem. Checked at the first such write of
+    /// each handle (a getattr), not at every write; a `chmod u+s` between two writes of one
+    /// descriptor by another user is cleared at the next descriptor's first write.
+    pub(super) fn kill_suid_on_write(&self, id: INodeNo, fh: FileHandle, uid: u32) {
+        use std::sync::atomic::Ordering;
+        if uid == 0 {
+            return;
+        }
+        let Ok(handle) = self.files.handle(fh) else { return };
+        if handle.suid_checked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(node) = self.node(id) else { return };
+        let Ok(attr) = self.ns.getattr(&node) else { return };
+        let mode = u32::from(attr.perm);
+        let mut kill = libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            kill |= libc::S_ISGID;
+        }
+        if mode & kill == 0 {
+            return;
+        }
+        // The filesystem changes the mode, not the caller (who may not own the file).
+        let root = Credentials { uid: 0, gid: 0, groups: Vec::new() };
+        let set = SetAttr { mode: Some(mode & 0o7777 & !kill), ..SetAttr::default() };
+        if self.ns.setattr(&node, &set, &root).is_ok() {
+            self.files.status_changed(handle.id);
+        }
+    }
+
     pub(super) fn open(&self, id: INodeNo, flags: OpenFlags) -> Result<u64, Errno> {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             self.files.check_writable()?;

@@ -30,11 +30,12 @@
 //! instead, removed at the last close, as the kernel's NFS client does with its `.nfs*` names.
 //!
 //! The kernel keeps no copy of the data: files are opened with `FOPEN_DIRECT_IO`, so every
-//! `read(2)` and `write(2)` reaches us. A `MAP_SHARED` `mmap` (even read-only) therefore fails
-//! with `ENODEV` (the kernel refuses it for direct-IO files unless the filesystem asks for
-//! `FUSE_DIRECT_IO_ALLOW_MMAP`, which would bring back a second cache, for mapped files,
-//! whose coherence with direct `read(2)`/`write(2)` we have not verified); private mappings
-//! work from a copy the kernel makes at fault time.
+//! `read(2)` and `write(2)` reaches us. Shared mappings: the kernel refuses `MAP_SHARED` on
+//! direct-IO files with `ENODEV` unless the filesystem asks, at init, for
+//! `FUSE_DIRECT_IO_ALLOW_MMAP` (kernels since 6.6), which ebb does when the kernel offers it:
+//! the mapped pages are then the kernel's, read in with READ requests and written back as
+//! WRITE requests into ebb's cache (programs such as SQLite in WAL mode need this). Where the
+//! kernel does not offer it, init logs it and shared mappings fail with `ENODEV` (docs/mmap.md).
 //!
 //! # Threads
 //!
@@ -67,9 +68,9 @@ use ebb_backend::{
     Attr, BackendFile, Credentials, DirEntries, DirEntry, FileKind, Namespace, SetAttr, SetTime,
 };
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -424,6 +425,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
+        // Shared mappings of direct-IO files (module doc); refused by older kernels.
+        if config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP).is_err() {
+            eprintln!(
+                "ebb: this kernel does not offer FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6 and later \
+                 do): a shared mmap of any file on the mount fails with ENODEV"
+            );
+        }
         Ok(())
     }
 
@@ -591,7 +599,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -604,6 +612,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             reply.error(error);
             return;
         }
+        self.inner.kill_suid_on_write(ino, fh, req.uid());
         let request = write_task::WriteRequest { fh, offset, data, pid: req.pid(), reply };
         write_task::serve(&self.inner, request, &self.write_data, &self.writes);
     }

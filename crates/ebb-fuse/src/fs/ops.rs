@@ -21,6 +21,14 @@ pub(super) fn file_id(attr: &Attr) -> Option<FileId> {
     (attr.kind == FileKind::Regular).then_some((attr.ino, attr.generation))
 }
 
+/// How hidden names of removed files begin (`Inner::hide`).
+const HIDDEN_PREFIX: &str = ".ebb-removed-";
+/// The longest an rmdir waits for the hidden names of files whose last close is on its way
+/// (`Inner::rmdir`). The RELEASE follows the UNLINK by well under a millisecond on an idle
+/// machine; 2 s leaves room for a loaded one, and a directory with a hidden name of a file
+/// still open fails after it, as it did at once before.
+const RMDIR_HIDDEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl<N: Namespace> Inner<N> {
     /// Looks `name` up in `parent`, counting one kernel reference on the result.
     pub(super) fn lookup(&self, parent: INodeNo, name: &OsStr) -> Result<(FileAttr, u64), Errno> {
@@ -204,7 +212,7 @@ impl<N: Namespace> Inner<N> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let hidden = loop {
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let hidden = OsString::from(format!(".ebb-removed-{:x}-{n:x}", file.0));
+            let hidden = OsString::from(format!("{HIDDEN_PREFIX}{:x}-{n:x}", file.0));
             // A rename replaces: never onto a name that exists.
             match self.ns.lookup(dir, &hidden) {
                 Err(error) if error.raw_os_error() == Some(libc::ENOENT) => break hidden,
@@ -228,7 +236,41 @@ impl<N: Namespace> Inner<N> {
     ) -> Result<(), Errno> {
         self.files.check_writable()?;
         let dir = self.node(parent)?;
-        self.ns.rmdir(&dir, name, caller).map_err(to_errno)
+        // A file unlinked just before may still be a hidden name: the kernel sends its RELEASE
+        // (which removes that name) after the UNLINK returns, so an rmdir right after can
+        // find it. Wait a bounded while for such names to go, as long as they are all that is
+        // left; a hidden name of a file still open stays and the rmdir fails as before.
+        let deadline = std::time::Instant::now() + RMDIR_HIDDEN_WAIT;
+        loop {
+            match self.ns.rmdir(&dir, name, caller) {
+                Err(error)
+                    if error.raw_os_error() == Some(libc::ENOTEMPTY)
+                        && std::time::Instant::now() < deadline
+                        && self.only_hidden_names(&dir, name) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                result => return result.map_err(to_errno),
+            }
+        }
+    }
+
+    /// Whether the directory `name` in `dir` holds nothing but hidden names of removed files
+    /// (`hide`), or nothing at all now (the last hidden name went since the rmdir failed).
+    fn only_hidden_names(&self, dir: &N::Node, name: &OsStr) -> bool {
+        let Ok((node, _)) = self.ns.lookup(dir, name) else { return false };
+        let Ok(entries) = self.ns.readdir(&node) else { return false };
+        for entry in entries {
+            let Ok(entry) = entry else { return false };
+            let entry = entry.name.to_string_lossy();
+            if entry == "." || entry == ".." {
+                continue;
+            }
+            if !entry.starts_with(HIDDEN_PREFIX) {
+                return false;
+            }
+        }
+        true
     }
 
     pub(super) fn rename(

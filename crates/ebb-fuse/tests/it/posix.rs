@@ -303,3 +303,53 @@ fn a_removed_open_file_stays_usable_over_nfs() {
     }
     fx.unmount();
 }
+
+// A write by another user clears setuid, and setgid where group execute is set (ext4's rule;
+// with direct IO the kernel leaves it to the filesystem): over a directory (ebb's cache and the
+// passthrough) and over NFS. A setgid file without group execute keeps its bit.
+#[test]
+fn writes_by_another_user_clear_setuid_and_setgid() {
+    let mut fixtures: Vec<Fixture> =
+        modes().into_iter().filter_map(|data| Fixture::new(data, None, &[])).collect();
+    fixtures.extend(Fixture::nfs(None));
+    for mut fx in fixtures {
+        for (name, mode, after) in [
+            ("u", 0o4777, 0o777),
+            ("g", 0o2777, 0o777),
+            ("ug", 0o6777, 0o777),
+            ("l", 0o2766, 0o2766),
+        ] {
+            let path = fx.mnt.join(name);
+            std::fs::write(&path, b"root\n").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(mode_owner(&path).0, mode, "{name}: the mode as set");
+            sh(&fx.mnt, &NOBODY, &format!("echo x >> {name}"));
+            assert_eq!(mode_owner(&path).0, after, "{name} ({mode:o}) after nobody's write");
+            assert_eq!(std::fs::read(&path).unwrap(), b"root\nx\n");
+            // The same for a truncate and an open with O_TRUNC (the kernel's setattr).
+            for change in [format!("truncate -s 1 {name}"), format!(": > {name}")] {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+                sh(&fx.mnt, &NOBODY, &change);
+                assert_eq!(mode_owner(&path).0, after, "{name} ({mode:o}) after {change}");
+            }
+        }
+        fx.unmount();
+    }
+}
+
+// Over NFS a file unlinked while its last descriptor's RELEASE is still on its way is hidden
+// (renamed to `.ebb-removed-*`): an rmdir of its directory right after must not fail.
+#[test]
+fn rmdir_right_after_unlink_over_nfs() {
+    let Some(mut fx) = Fixture::nfs(None) else { return };
+    for i in 0..200 {
+        let dir = fx.mnt.join(format!("d{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        std::fs::remove_file(dir.join("f")).unwrap();
+        if let Err(error) = std::fs::remove_dir(&dir) {
+            panic!("loop {i}: rmdir right after unlink: {error}");
+        }
+    }
+    fx.unmount();
+}
