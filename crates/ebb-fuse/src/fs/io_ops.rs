@@ -235,12 +235,26 @@ pub(super) fn killed(pid: u32) -> bool {
         return true;
     };
     let sigkill = 1u64 << (libc::SIGKILL - 1);
-    status.lines().any(|line| {
+    let pending = status.lines().any(|line| {
         let pending = line.strip_prefix("SigPnd:").or_else(|| line.strip_prefix("ShdPnd:"));
         pending
             .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
             .is_some_and(|mask| mask & sigkill != 0)
-    })
+    });
+    pending || exiting(pid)
+}
+
+/// Whether the thread `pid` is exiting (`PF_EXITING` in the flags, the ninth field of
+/// `/proc/PID/stat`): a killed process closes its files on the way out, after its SIGKILL
+/// was taken, and each close of a file on a flush-on-close backend is a flush that would
+/// otherwise wait for the backend (the process sat in `D` state until it answered). Its
+/// data stays in the cache and is written back as any other.
+fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    // After the command name in parentheses: state, ppid, pgrp, session, tty, tpgid, flags.
+    let flags = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(6));
+    flags.and_then(|flags| flags.parse::<u64>().ok()).is_some_and(|f| f & PF_EXITING != 0)
 }
 
 /// An aligned read around the cache, cut at the size ebb knows. The backend's file may end

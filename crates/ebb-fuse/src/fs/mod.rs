@@ -137,6 +137,8 @@ pub(crate) struct Inner<N: Namespace> {
     nodes: Nodes<N>,
     files: Arc<Files>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<OpenDir>>>>,
+    /// The root's attributes as last read (answered while the backend cannot be reached).
+    root_attr: Mutex<Option<FileAttr>>,
 }
 
 /// The filesystem handed to fuser.
@@ -170,6 +172,7 @@ impl<N: Namespace> EbbFs<N> {
             nodes: Nodes::new(root, &attr),
             files: Arc::clone(&files),
             dirs: Mutex::new(HashMap::new()),
+            root_attr: Mutex::new(None),
         });
         if inner.ns.nodes_hold_storage() {
             let weak = Arc::downgrade(&inner);
@@ -194,7 +197,9 @@ impl<N: Namespace> EbbFs<N> {
 
 /// The errno of an IO error: the OS's if it carries one, else one chosen from its kind.
 pub(crate) fn errno_of(error: &io::Error) -> Errno {
-    if let Some(raw) = error.raw_os_error() {
+    // The backend's errno too (S3's errors carry one without being OS errors): without it a
+    // refused connection's kind mapped to EIO, and no outage was seen as one.
+    if let Some(raw) = ebb_backend::errno_of(error) {
         return Errno::from_i32(raw);
     }
     use io::ErrorKind as K;
@@ -445,6 +450,27 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino == INodeNo::ROOT {
+            // The root's attributes, asked for at every permission check on it (`ebb stat`'s
+            // getxattr included), are tried once: during an outage the last known ones, so
+            // the mount's stats stay readable.
+            let inner = Arc::clone(&self.inner);
+            let op = move |_: &dyn Fn() -> bool| {
+                let result = inner.getattr(ino);
+                let mut known = inner.root_attr.lock();
+                match result {
+                    Ok(attr) => Ok(*known.insert(attr)),
+                    Err(errno) if outage::is_outage(errno) => known.ok_or(Errno::EIO),
+                    Err(errno) => Err(errno),
+                }
+            };
+            let answer = |reply: Option<ReplyAttr>, result| {
+                if let Some(reply) = reply {
+                    reply_attr(reply, result);
+                }
+            };
+            return self.guard.run(req.pid(), reply, op, answer);
+        }
         self.simple(req, reply, move |inner| inner.getattr(ino), reply_attr);
     }
 

@@ -121,11 +121,18 @@ replies!(
 /// A request's reply until someone answers it.
 struct Slot<R>(Mutex<Option<R>>);
 
+/// A request not yet answered: its caller, when it came, the slot of its reply.
+struct Waiting {
+    pid: u32,
+    since: Instant,
+    slot: Arc<dyn Pending>,
+}
+
 /// A slot of any reply type, as the watcher sees it.
 trait Pending: Send + Sync {
     fn answered(&self) -> bool;
-    /// Answers `EINTR` unless already answered.
-    fn interrupt(&self);
+    /// Answers `errno` unless already answered.
+    fn interrupt(&self, errno: Errno);
 }
 
 impl<R: Reply> Pending for Slot<R> {
@@ -133,9 +140,9 @@ impl<R: Reply> Pending for Slot<R> {
         self.0.lock().is_none()
     }
 
-    fn interrupt(&self) {
+    fn interrupt(&self, errno: Errno) {
         if let Some(reply) = self.0.lock().take() {
-            reply.fail(Errno::EINTR);
+            reply.fail(errno);
         }
     }
 }
@@ -143,7 +150,7 @@ impl<R: Reply> Pending for Slot<R> {
 /// The pool guarded requests run on and the list of their callers the watcher checks.
 pub(crate) struct Guard {
     pool: Pool,
-    pending: Mutex<Vec<(u32, Arc<dyn Pending>)>>,
+    pending: Mutex<Vec<Waiting>>,
     /// The backend's `retry_timeout_secs`.
     pub(crate) deadline: Duration,
 }
@@ -173,7 +180,8 @@ impl Guard {
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
         let slot = Arc::new(Slot(Mutex::new(Some(reply))));
-        self.pending.lock().push((pid, Arc::clone(&slot) as Arc<dyn Pending>));
+        let waiting = Waiting { pid, since: Instant::now(), slot: Arc::clone(&slot) as _ };
+        self.pending.lock().push(waiting);
         self.pool.run(move || {
             if slot.answered() {
                 return; // the caller was killed while the request was queued
@@ -185,19 +193,27 @@ impl Guard {
     }
 }
 
-/// Every [`WATCH_EVERY`]: forgets the answered requests and answers `EINTR` to the killed
-/// callers of the others, until the guard is dropped.
+/// Every [`WATCH_EVERY`]: forgets the answered requests, answers `EINTR` to the killed
+/// callers of the others and `EIO` to those waiting longer than the deadline (plus
+/// [`PROBE_MAX`]) in all: a backend call that hangs (a server that accepts and never
+/// answers) may itself outlast the deadline before it fails. Until the guard is dropped.
 fn watch(guard: &Weak<Guard>) {
     while let Some(guard) = guard.upgrade() {
-        let pending: Vec<(u32, Arc<dyn Pending>)> = {
+        let pending: Vec<(u32, Instant, Arc<dyn Pending>)> = {
             let mut pending = guard.pending.lock();
-            pending.retain(|(_, slot)| !slot.answered());
-            pending.clone()
+            pending.retain(|waiting| !waiting.slot.answered());
+            pending.iter().map(|w| (w.pid, w.since, Arc::clone(&w.slot))).collect()
         };
+        let longest = guard.deadline + PROBE_MAX;
         drop(guard);
-        for (pid, slot) in pending {
-            if !slot.answered() && killed(pid) {
-                slot.interrupt();
+        for (pid, since, slot) in pending {
+            if slot.answered() {
+                continue;
+            }
+            if killed(pid) {
+                slot.interrupt(Errno::EINTR);
+            } else if since.elapsed() > longest {
+                slot.interrupt(Errno::EIO);
             }
         }
         std::thread::sleep(WATCH_EVERY);
