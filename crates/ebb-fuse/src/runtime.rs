@@ -42,7 +42,7 @@ pub(crate) fn cache_budget(memory: u64) -> io::Result<u64> {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "a memory budget of {memory} bytes (--memory) cannot hold the mount process's \
+                "a memory budget of {memory} bytes (--memory, or the knob memory_bytes) cannot hold the mount process's \
                  own memory ({process} bytes), its copies of write requests ({copies} bytes) \
                  and a cache; give more"
             ),
