@@ -100,8 +100,8 @@ struct ReproduceArgs {
 struct SimArgs {
     /// The experiment file.
     experiment: PathBuf,
-    /// Output directory.
-    #[arg(long, default_value = "ebb-report")]
+    /// Output directory (not `ebb reproduce`'s, so a single run never replaces its report).
+    #[arg(long, default_value = "ebb-sim")]
     out: PathBuf,
     /// Replace the experiment's seed.
     #[arg(long)]
@@ -196,7 +196,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("ebb: {error:#}");
+            eprintln!("ebb: {}", error_text(&error));
             ExitCode::from(exit_code(&error))
         }
     }
@@ -223,6 +223,22 @@ fn fixed_mmap_threshold() {
             );
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text the message before it already
+/// holds (`cannot read F: No such file` and then `No such file`) is left out.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&said);
+        }
+    }
+    text
 }
 
 /// 2 for configuration and usage errors, 1 for everything else.
@@ -257,7 +273,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(dir) => reproduce::reproduce(dir, &options, progress),
                 None => reproduce::reproduce_embedded(&options, progress),
             })?;
-            Ok(finish(&outcome))
+            Ok(finish(&outcome, args.quick))
         }
         Command::Sim(args) => {
             let options = Options {
@@ -269,7 +285,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let outcome =
                 with_progress(|progress| reproduce::sim(&args.experiment, &options, progress))?;
-            Ok(finish(&outcome))
+            Ok(finish(&outcome, args.quick))
         }
         Command::Mount(args) => mount(*args),
         Command::Bench(command) => bench::run(command),
@@ -321,6 +337,10 @@ fn mount(args: MountArgs) -> anyhow::Result<ExitCode> {
 
 /// `ebb report`: the report of a trace file, and a line of its figures.
 fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    if !args.trace.is_file() {
+        let what = if args.trace.exists() { "not a file" } else { "no such file" };
+        return Err(Usage(format!("{}: {what}", args.trace.display())).into());
+    }
     let report = ebb_sim::report::trace_file::write_trace_report(&args.trace, &args.out)?;
     let metrics = &report.result.metrics;
     let figure = |name: &str| metrics.get(name).copied().unwrap_or(0.0);
@@ -442,8 +462,11 @@ pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
 }
 
 /// Prints the comparison and the report's path; the exit code says whether all checks held.
-fn finish(outcome: &Outcome) -> ExitCode {
-    let text = format!("{}\nreport: {}\n", outcome.text(), outcome.report_html.display());
+fn finish(outcome: &Outcome, quick: bool) -> ExitCode {
+    let mut text = format!("{}\nreport: {}\n", outcome.text(), outcome.report_html.display());
+    if quick {
+        text.push_str(QUICK_NOTE);
+    }
     if let Err(error) = print_out(&text) {
         eprintln!("ebb: {error:#}");
         return ExitCode::FAILURE;
@@ -459,7 +482,12 @@ fn finish(outcome: &Outcome) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Runs `work` with a progress bar on stderr (hidden when stderr is not a terminal).
+/// What `--quick` output ends with (the report's title says it too).
+const QUICK_NOTE: &str = "QUICK runs (each experiment's [quick] section): shortened, so the \
+                          verdicts differ from the full runs'; run without --quick for those.\n";
+
+/// Runs `work` with a progress bar on stderr; when stderr is not a terminal, a line per tenth
+/// of the runs instead (`ebb reproduce: 12/48 runs done, 95 s`).
 fn with_progress<T>(
     work: impl FnOnce(&(dyn Fn(Progress<'_>) + Sync)) -> Result<T, ReproduceError>,
 ) -> anyhow::Result<T> {
@@ -476,6 +504,8 @@ fn with_progress<T>(
     };
     // Per run: fraction done and, while running, its name.
     let state: Mutex<Vec<(f64, Option<String>)>> = Mutex::new(Vec::new());
+    let lines = !std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
     let callback = |event: Progress<'_>| {
         let mut runs = state.lock().unwrap_or_else(|poison| poison.into_inner());
         match event {
@@ -494,6 +524,15 @@ fn with_progress<T>(
             Progress::Finished { index } => {
                 if let Some(entry) = runs.get_mut(index) {
                     *entry = (1.0, None);
+                }
+                let finished = runs.iter().filter(|(f, name)| *f >= 1.0 && name.is_none()).count();
+                let total = runs.len();
+                if lines
+                    && finished > 0
+                    && (finished * 10 / total.max(1) != (finished - 1) * 10 / total.max(1))
+                {
+                    let elapsed = started.elapsed().as_secs_f64();
+                    eprintln!("ebb: {finished}/{total} runs done, {elapsed:.0} s");
                 }
             }
         }
@@ -553,6 +592,39 @@ mod tests {
             Command::Mount(args) => *args,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `ebb --help`'s first line (what `ebb` alone shows first) names every command.
+    #[test]
+    fn help_names_every_command_on_its_first_line() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        let first = help.lines().next().unwrap_or_default();
+        for command in Cli::command().get_subcommands() {
+            assert!(first.contains(command.get_name()), "{first:?} lacks {}", command.get_name());
+        }
+    }
+
+    /// `ebb sim`, `ebb reproduce`, `ebb report` and `ebb swarm` write to folders of their own
+    /// by default, so none replaces another's report.
+    #[test]
+    fn sim_never_replaces_the_reproduce_report() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["ebb"].iter().chain(args).copied());
+        let out = |args: &[&str]| match parse(args).unwrap_or_else(|e| panic!("{e}")).command {
+            Command::Reproduce(args) => args.out,
+            Command::Sim(args) => args.out,
+            Command::Report(args) => args.out,
+            Command::Swarm(args) => args.out().to_owned(),
+            other => panic!("{other:?}"),
+        };
+        let folders = [
+            out(&["reproduce"]),
+            out(&["sim", "x.toml", "--trace"]),
+            out(&["report", "trace.txt"]),
+            out(&["swarm"]),
+        ];
+        let unique: std::collections::BTreeSet<&PathBuf> = folders.iter().collect();
+        assert_eq!(unique.len(), folders.len(), "{folders:?}");
     }
 
     /// Every knob has its flag (dashes or underscores), a flag alone turns a boolean on, the

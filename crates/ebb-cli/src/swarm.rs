@@ -41,6 +41,14 @@ pub(crate) struct SwarmArgs {
     out: PathBuf,
 }
 
+impl SwarmArgs {
+    /// Where reproducers and traces go (`--out`).
+    #[cfg(test)]
+    pub(crate) fn out(&self) -> &std::path::Path {
+        &self.out
+    }
+}
+
 pub(crate) fn run(args: SwarmArgs) -> anyhow::Result<ExitCode> {
     if let Some(policy) = &args.policy
         && !POLICIES.contains(&policy.as_str())
@@ -69,13 +77,16 @@ pub(crate) fn run(args: SwarmArgs) -> anyhow::Result<ExitCode> {
     };
     let started = Instant::now();
     let done = AtomicU64::new(0);
+    // A progress line every tenth of the seeds (at most every 1000), and after the first.
+    let step = (args.seeds / 10).clamp(1, 1000);
     let outcomes = swarm::run_swarm(&options, &|o| {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
         if let Err(f) = &o.result {
             eprintln!("seed {} ({}): {} failed: {}", o.seed, o.policy, f.checker, f.message);
         }
-        if n.is_multiple_of(1000) {
-            eprintln!("{n} seeds, {:.1} s", started.elapsed().as_secs_f64());
+        if n.is_multiple_of(step) || n == 1 {
+            let elapsed = started.elapsed().as_secs_f64();
+            eprintln!("ebb swarm: {n}/{} seeds done, {elapsed:.1} s", args.seeds);
         }
     });
     let elapsed = started.elapsed().as_secs_f64();

@@ -113,3 +113,35 @@ fn output_into_a_closed_pipe_is_not_an_error() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(status.success(), "{status}: {err}");
 }
+
+/// The bad inputs a new user met (issue 38): each exits with 2 (usage), and its message names
+/// the option or file and says the problem once.
+#[test]
+fn usage_errors_exit_2_and_name_the_problem_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let experiment = dir.path().join("tiny.toml");
+    let text = include_str!("../../ebb-sim/tests/swarm/fsync-after-brief-outage.toml")
+        .replace("time_limit = \"301s\"", "time_limit = \"301s\"\nsample_interval = \"1ns\"");
+    std::fs::write(&experiment, text).unwrap();
+    let mnt = dir.path().join("mnt");
+    let (dir, experiment, mnt) =
+        (dir.path().to_str().unwrap(), experiment.to_str().unwrap(), mnt.to_str().unwrap());
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "stream", "--dir", "/proc", "--size", "1M"], "--dir /proc"),
+        (&["bench", "stream", "--dir", dir, "--rounds", "0"], "--rounds"),
+        (&["report", "/nonexistent/trace.txt"], "/nonexistent/trace.txt"),
+        (&["mount", "--backend", dir, mnt, "--knob", "memory_bytes=1000T"], "memory_bytes"),
+        (&["sim", experiment, "--out", dir], "sample_interval"),
+    ];
+    for (args, names) in cases {
+        let out = ebb(args);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains(names), "{args:?} should name {names}: {said}");
+        // Said once: no clause of the message comes twice.
+        let clauses: Vec<&str> =
+            said.split([':', '\n']).map(str::trim).filter(|c| c.len() > 8).collect();
+        let unique: std::collections::BTreeSet<&&str> = clauses.iter().collect();
+        assert_eq!(unique.len(), clauses.len(), "{args:?} repeats itself: {said}");
+    }
+}

@@ -383,7 +383,8 @@ fn all_figures(stat: &serde_json::Value) -> Vec<(String, String, f64)> {
     let name = bdi["name"].as_str().unwrap();
     all.extend(figures_of(bdi, ebb_core::BdiStats::default().figures(), Some(name)));
     for (counter, value) in stat["counters"].as_object().unwrap() {
-        all.push((counter.clone(), format!("ebb_{counter}_total"), value.as_f64().unwrap()));
+        let (metric, divisor) = ebb_runtime::counter_metric(counter);
+        all.push((counter.clone(), metric, value.as_f64().unwrap() / divisor));
     }
     let pauses = &stat["pauses"];
     let metric = "ebb_balance_dirty_pages_pause_seconds_count".to_owned();
@@ -458,10 +459,69 @@ fn metrics_agree_with_ebb_stat_during_writes() {
             })
             .collect();
         assert!(differing.is_empty(), "ebb stat and the metrics differ: {differing:#?}");
-        assert!(metrics["ebb_written_bytes"] >= (128 << 20) as f64);
+        assert!(metrics["ebb_written_bytes_total"] >= (128 << 20) as f64);
         return;
     }
     panic!("ebb stat never held still for a scrape: {differing:?}");
+}
+
+/// `GET /metrics`'s body, as Prometheus would read it.
+fn scrape_text(port: u16) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
+// The metrics of a mount that has written (every counter and gauge non-zero somewhere) pass
+// Prometheus' own linter, `promtool check metrics` (Debian's `prometheus`; scripts/setup
+// installs it): names, types, units and labels by its conventions.
+#[test]
+fn metrics_pass_promtool() {
+    if !fuse_available() {
+        return;
+    }
+    if Command::new("promtool").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "promtool is missing, and CI is set");
+        eprintln!("SKIPPED: promtool is missing (scripts/setup installs Debian's prometheus)");
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let port = free_port();
+    let _running =
+        Running::start(&dir, &mnt, &["--memory", "64MiB", "--metrics", &port.to_string()]);
+    std::fs::write(mnt.join("f"), pattern(16 << 20, 3)).unwrap();
+    let text = scrape_text(port);
+    assert!(text.contains("ebb_written_bytes_total"), "{text}");
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("promtool did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics:\n{said}\n{text}"
+    );
 }
 
 // `ebb mount --trace FILE` records a real run's tracepoints and `ebb report FILE` draws them

@@ -492,3 +492,26 @@ fn only_the_engine_implements_engine() {
     }
     assert!(found.is_empty(), "impl Engine outside ebb-core's engine/:\n{}", found.join("\n"));
 }
+
+/// README.md reads in five minutes (at most 1,500 words), every file it links to exists, and
+/// .ci/run runs scripts/readme-commands, which runs every command of its sh blocks.
+#[test]
+fn readme_reads_in_five_minutes() {
+    let root = workspace_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let words = readme.split_whitespace().count();
+    assert!(words <= 1500, "README.md has {words} words; at most 1,500 (move details to docs/)");
+    let mut rest = readme.as_str();
+    while let Some(start) = rest.find("](") {
+        rest = &rest[start + 2..];
+        let target = &rest[..rest.find(')').expect("a link's closing parenthesis")];
+        if !target.contains("://") {
+            let path = target.split('#').next().unwrap_or_default();
+            assert!(root.join(path).exists(), "README.md links to {target}, which is missing");
+        }
+    }
+    assert!(readme.contains("```sh"), "README.md has no commands");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|l| l.trim() == "scripts/readme-commands"), ".ci/run lacks it");
+    assert!(root.join("scripts/readme-commands").exists());
+}

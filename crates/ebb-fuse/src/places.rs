@@ -42,7 +42,7 @@ pub(crate) fn check_memory(memory: u64) -> io::Result<()> {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "a memory budget of {:.1} GiB (--memory) is more than this machine has \
+                "a memory budget of {:.1} GiB (--memory, or the knob memory_bytes) is more than this machine has \
                  available ({:.1} GiB, MemAvailable in /proc/meminfo); give at most that",
                 gib(memory),
                 gib(available)

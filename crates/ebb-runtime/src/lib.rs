@@ -25,6 +25,11 @@
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
 
+/// docs/library.md's examples (the library's guide), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/library.md")]
+struct LibraryGuideExamples;
+
 mod alarm;
 mod bufpool;
 mod device;
@@ -55,7 +60,7 @@ pub use device::DeviceInfo;
 /// for each other, never for writes.
 pub const READ_THREADS: usize = 4;
 pub use file::{File, Interrupt, ThrottleStats, TryWrite, WriteAt};
-pub use metrics::{MetricsServer, prometheus_name, prometheus_value};
+pub use metrics::{MetricsServer, counter_metric, prometheus_name, prometheus_value};
 pub use pauses::{BUCKETS_US, PauseStats, RecentPauses};
 pub use stats::{DrainProgress, RuntimeStats};
 

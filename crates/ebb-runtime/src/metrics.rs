@@ -4,11 +4,17 @@
 //! The metrics are written from the same figure lists as `ebb stat`'s JSON (the core's
 //! `figures()`), so both always show the same fields: a figure shown as `Dirty` is
 //! `ebb_dirty_bytes`, `BdiWriteBandwidth` is `ebb_bdi_write_bandwidth` (bytes per second), a
-//! backend's figures carry the label `backend`, an engine counter such as `writes` is the
-//! counter `ebb_writes_total`, a backend's own counter such as `write_rpcs` is
-//! `ebb_backend_write_rpcs_total`, and the writers' pauses are the histogram
-//! `ebb_balance_dirty_pages_pause_seconds`. Pages are shown in bytes (4096 per page), rates in
-//! bytes per second, as Prometheus' conventions ask; `ebb stat` shows the same in kB.
+//! backend's figures carry the label `backend`, the cumulative page counts (`Dirtied`,
+//! `Written`, `BdiDirtied`, `BdiWritten`) are counters (`ebb_dirtied_bytes_total`), an engine
+//! counter such as `writes` is the counter `ebb_writes_total` (one in nanoseconds such as
+//! `reclaim_stall_ns` is `ebb_reclaim_stall_seconds_total`, in seconds; `counter` in a name is
+//! `count`), a backend's own
+//! counter such as `write_rpcs` is `ebb_backend_write_rpcs_total`, the writers' pauses are the
+//! histogram `ebb_balance_dirty_pages_pause_seconds`, and their recent median, 99th percentile
+//! and longest are three gauges (`ebb_balance_dirty_pages_recent_pause_p50_seconds`, `_p99_`,
+//! `_max_`). Pages are shown in bytes (4096 per page), rates in bytes per second, times in
+//! seconds, as Prometheus' conventions ask (`promtool check metrics` finds nothing to say);
+//! `ebb stat` shows the same in kB.
 //!
 //! The endpoint answers `GET /metrics` (and `GET /`) with the text format 0.0.4, one request
 //! per connection; it reads the stats as `ebb stat` does (the engine lock for a moment, never
@@ -48,7 +54,28 @@ pub fn prometheus_name(figure: &Figure) -> String {
     if figure.unit == Unit::Pages {
         name.push_str("_bytes");
     }
+    if is_cumulative(figure) {
+        name.push_str("_total");
+    }
     name
+}
+
+/// The figures that only ever grow (pages dirtied and written since the start): counters.
+fn is_cumulative(figure: &Figure) -> bool {
+    matches!(figure.name, "Dirtied" | "Written" | "BdiDirtied" | "BdiWritten")
+}
+
+/// The Prometheus name of the engine counter `ebb stat` shows as `name`, and what its value is
+/// divided by: `writes` is `ebb_writes_total`, `reclaim_stall_ns` is
+/// `ebb_reclaim_stall_seconds_total` (divided by 1e9); `counter` in a name is `count`
+/// (`global_counter_reads` is `ebb_global_count_reads_total`), since Prometheus reserves the
+/// type's name.
+pub fn counter_metric(name: &str) -> (String, f64) {
+    let name = name.replace("counter", "count");
+    match name.strip_suffix("_ns") {
+        Some(stem) => (format!("ebb_{stem}_seconds_total"), 1e9),
+        None => (format!("ebb_{name}_total"), 1.0),
+    }
 }
 
 /// The value Prometheus shows for a figure: pages and pages/s in bytes and bytes/s.
@@ -95,6 +122,11 @@ fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// `counter` for the cumulative figures, `gauge` for the others.
+fn kind(figure: &Figure) -> &'static str {
+    if is_cumulative(figure) { "counter" } else { "gauge" }
+}
+
 fn unit_help(figure: &Figure) -> &'static str {
     match figure.unit {
         Unit::Pages => "bytes",
@@ -109,14 +141,15 @@ impl RuntimeStats {
         let mut out = String::new();
         for (figure, value) in self.meminfo.figures() {
             let name = prometheus_name(&figure);
-            head(&mut out, &name, "gauge", &format!("{} ({}).", figure.name, unit_help(&figure)));
+            let help = format!("{} ({}).", figure.name, unit_help(&figure));
+            head(&mut out, &name, kind(&figure), &help);
             let _ = writeln!(out, "{name} {}", prometheus_value(&figure, value));
         }
         self.write_bdi(&mut out);
         for (figure, value) in self.counters.figures() {
-            let name = format!("ebb_{}_total", figure.name);
+            let (name, divisor) = counter_metric(figure.name);
             head(&mut out, &name, "counter", &format!("The engine's {} counter.", figure.name));
-            let _ = writeln!(out, "{name} {}", prometheus_value(&figure, value));
+            let _ = writeln!(out, "{name} {}", prometheus_value(&figure, value) / divisor);
         }
         self.write_pauses(&mut out);
         out
@@ -128,7 +161,7 @@ impl RuntimeStats {
         let figures: Vec<Vec<(Figure, Value)>> = self.bdi.iter().map(|b| b.figures()).collect();
         for (i, (figure, _)) in figures.first().into_iter().flatten().enumerate() {
             let name = prometheus_name(figure);
-            head(out, &name, "gauge", &format!("{} ({}).", figure.name, unit_help(figure)));
+            head(out, &name, kind(figure), &format!("{} ({}).", figure.name, unit_help(figure)));
             for (bdi, list) in self.bdi.iter().zip(&figures) {
                 let (figure, value) = list[i];
                 let value = prometheus_value(&figure, value);
@@ -160,12 +193,16 @@ impl RuntimeStats {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", p.count);
         let _ = writeln!(out, "{name}_sum {}", seconds(p.sum_us));
         let _ = writeln!(out, "{name}_count {}", p.count);
-        let name = "ebb_balance_dirty_pages_recent_pause_seconds";
-        let help = "Writers' pauses over the last 5 to 10 s: median, 99th percentile, longest.";
-        head(out, name, "gauge", help);
         let r = &p.recent;
-        for (q, us) in [("0.5", r.p50_us), ("0.99", r.p99_us), ("1", r.max_us)] {
-            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", seconds(us));
+        for (which, what, us) in [
+            ("p50", "median", r.p50_us),
+            ("p99", "99th percentile", r.p99_us),
+            ("max", "longest", r.max_us),
+        ] {
+            let name = format!("ebb_balance_dirty_pages_recent_pause_{which}_seconds");
+            let help = format!("The {what} of the writers' pauses over the last 5 to 10 s.");
+            head(out, &name, "gauge", &help);
+            let _ = writeln!(out, "{name} {}", seconds(us));
         }
     }
 }
@@ -358,6 +395,12 @@ mod tests {
         assert_eq!(name("BdiWriteBandwidth", Unit::PagesPerSecond), "ebb_bdi_write_bandwidth");
         assert_eq!(name("WbtTargetUsec", Unit::Number), "ebb_wbt_target_usec");
         assert_eq!(name("DirtyRatelimit", Unit::PagesPerSecond), "ebb_dirty_ratelimit");
+        assert_eq!(name("Written", Unit::Pages), "ebb_written_bytes_total");
+        assert_eq!(name("BdiDirtied", Unit::Pages), "ebb_bdi_dirtied_bytes_total");
+        assert_eq!(
+            counter_metric("reclaim_stall_ns"),
+            ("ebb_reclaim_stall_seconds_total".into(), 1e9)
+        );
     }
 
     /// Every figure appears once with a `# TYPE`, in bytes, backends labelled (a quote in a
@@ -379,7 +422,11 @@ mod tests {
         let unique: std::collections::BTreeSet<&&str> = types.iter().collect();
         assert_eq!(types.len(), unique.len(), "a metric typed twice:\n{text}");
         let figures = stats.meminfo.figures().len() + stats.counters.figures().len();
-        assert_eq!(types.len(), figures + stats.bdi[0].figures().len() + 1 + 2, "{text}");
+        // The pause histogram, its three recent gauges and the backend's write_rpcs counter.
+        assert_eq!(types.len(), figures + stats.bdi[0].figures().len() + 1 + 3 + 1, "{text}");
+        assert!(text.contains("\n# TYPE ebb_dirtied_bytes_total counter\n"), "{text}");
+        assert!(text.contains("\nebb_reclaim_stall_seconds_total 0\n"), "{text}");
+        assert!(!text.contains("quantile"), "{text}");
         assert!(text.contains("\nebb_dirty_bytes 12288\n"), "{text}");
         assert!(text.contains("\nebb_bdi_write_bandwidth{backend=\"a\"} 8192\n"), "{text}");
         assert!(text.contains("\nebb_bdi_write_bandwidth{backend=\"b\\\"c\"} 8192\n"), "{text}");

@@ -427,7 +427,13 @@ pub fn write_reports(
     }
     let report_html = options.out_dir.join("report.html");
     let page = ReportPage {
-        title: "ebb: published results reproduced".to_owned(),
+        title: if options.quick {
+            "ebb: published results reproduced (QUICK runs: shortened, so the verdicts differ \
+             from the full runs')"
+                .to_owned()
+        } else {
+            "ebb: published results reproduced".to_owned()
+        },
         intro: intro(options),
         experiments: sections,
     };

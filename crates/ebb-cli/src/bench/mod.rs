@@ -64,7 +64,7 @@ pub(crate) enum BenchCommand {
         #[arg(long, default_value = "256MiB")]
         memory: String,
         /// Rounds of (raw, ebb); the means are reported.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
         /// At most this many bytes are streamed through the cache before each timed run, until
         /// its bandwidth estimate settles (it converges over several seconds).
@@ -96,7 +96,7 @@ pub(crate) enum BenchCommand {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
         /// Rounds: the modes take turns and each mode's reads of every round are merged.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
         /// Size of the file read at random.
         #[arg(long, default_value = "1GiB")]
@@ -145,7 +145,7 @@ pub(crate) enum BenchCommand {
         #[arg(long, default_value = "2GiB")]
         memory: String,
         /// Rounds; the variants take turns and each variant's figures are averaged.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
         /// A knob for both variants by its kernel name (repeatable; `unstable_accounting` is
         /// set by each variant).
@@ -290,7 +290,19 @@ impl Target {
     fn new(dir: Option<PathBuf>, backend: Option<String>) -> anyhow::Result<Target> {
         match (dir, backend) {
             (Some(dir), None) => match std::fs::metadata(&dir) {
-                Ok(meta) if meta.is_dir() => Ok(Target::Dir(dir)),
+                Ok(meta) if meta.is_dir() => {
+                    // A directory files cannot be made in (`/proc`) is refused now, by name,
+                    // rather than by the first write's bare errno.
+                    let probe = dir.join(".ebb-bench-probe");
+                    std::fs::File::create(&probe).map_err(|error| {
+                        Usage(format!(
+                            "--dir {}: cannot create a file there: {error}",
+                            dir.display()
+                        ))
+                    })?;
+                    let _ = std::fs::remove_file(&probe);
+                    Ok(Target::Dir(dir))
+                }
                 Ok(_) => Err(Usage(format!("--dir {}: not a directory", dir.display())).into()),
                 Err(error) => Err(Usage(format!("--dir {}: {error}", dir.display())).into()),
             },

@@ -13,6 +13,14 @@ use super::schema::{RawBackend, RawCase};
 use super::units::{duration_value, size_value};
 use super::workload::build_workload;
 use super::{Case, DEFAULT_SAMPLE_INTERVAL, ExperimentError};
+
+/// The shortest `sample_interval`: the charts and checks need no finer steps, and every sample
+/// is an event of the simulation.
+const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
+/// The most samples a run may keep (`time_limit / sample_interval`). The longest built-in
+/// experiment takes 200,000 (20000 s at the default 100 ms); `sample_interval = "1ns"` grew
+/// until the machine ran out of memory (3.8 GB and an abort under a 6 GB limit).
+const MAX_SAMPLES: u64 = 2_000_000;
 use crate::device::{self, DeviceParams};
 use crate::run::DeviceSpec;
 
@@ -96,8 +104,17 @@ fn case_times(
     {
         return Err(at.fail("settle_within", format!("{band} is not a fraction in (0, 1)")));
     }
-    if sample_interval == Duration::ZERO {
-        return Err(at.fail("sample_interval", "must be positive".to_owned()));
+    if sample_interval < MIN_SAMPLE_INTERVAL {
+        let reason = format!("{sample_interval} is below the least, {MIN_SAMPLE_INTERVAL}");
+        return Err(at.fail("sample_interval", reason));
+    }
+    let samples = time_limit.as_nanos() / sample_interval.as_nanos();
+    if samples > MAX_SAMPLES {
+        let reason = format!(
+            "{sample_interval} over time_limit {time_limit} is {samples} samples per run, \
+             more than {MAX_SAMPLES} (each sample is kept in memory): take a longer interval"
+        );
+        return Err(at.fail("sample_interval", reason));
     }
     Ok((time_limit, steady_from, sample_interval))
 }

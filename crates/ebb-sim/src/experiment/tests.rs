@@ -94,3 +94,22 @@ fn run_seeds_depend_on_seed_and_name_only() {
     assert_ne!(run_seed(1, "sata"), run_seed(1, "ssd"));
     assert_ne!(run_seed(1, "sata"), run_seed(2, "sata"));
 }
+
+#[test]
+fn absurd_sample_intervals_are_refused() {
+    // Goal: `sample_interval = "1ns"` ran a machine out of memory; now it names the problem.
+    let text = include_str!("../../tests/swarm/fsync-after-brief-outage.toml");
+    let with = |interval: &str| {
+        let case = format!("time_limit = \"301s\"\nsample_interval = \"{interval}\"");
+        Experiment::parse(Path::new("w.toml"), &text.replace("time_limit = \"301s\"", &case))
+    };
+    with("100ms").expect("the default is fine");
+    for (interval, says) in [("1ns", "below the least"), ("100us", "below the least")] {
+        let error = with(interval).expect_err(interval).to_string();
+        assert!(error.contains("sample_interval") && error.contains(says), "{error}");
+    }
+    let long = text
+        .replace("time_limit = \"301s\"", "time_limit = \"100000s\"\nsample_interval = \"1ms\"");
+    let error = Experiment::parse(Path::new("w.toml"), &long).expect_err("1e8 samples").to_string();
+    assert!(error.contains("samples per run"), "{error}");
+}
