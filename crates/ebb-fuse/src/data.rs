@@ -138,6 +138,11 @@ pub(crate) trait DataFile: Send + Sync {
     fn report(&self) -> Option<FileReport> {
         None
     }
+    /// The runtime's file behind this handle, if it is one (`ebb stat` takes the reports
+    /// of many under one engine lock: `crate::runtime::reports`).
+    fn ebb_file(&self) -> Option<&ebb_runtime::File> {
+        None
+    }
     /// Makes the cached bytes of `offset..offset + len` zeros, before the backend's range is
     /// punched or zeroed. Default: nothing (no cache).
     fn zero_range(&self, _offset: u64, _len: u64) -> io::Result<()> {
