@@ -143,6 +143,11 @@ pub(crate) trait DataFile: Send + Sync {
     fn report(&self) -> Option<FileReport> {
         None
     }
+    /// The runtime's file behind this handle, if it is one (`ebb stat` takes the reports
+    /// of many under one engine lock: `crate::runtime::reports`).
+    fn ebb_file(&self) -> Option<&ebb_runtime::File> {
+        None
+    }
     /// Makes the cached bytes of `offset..offset + len` zeros, then calls `backend` (which
     /// punches or zeroes the backend's range); no read in flight meanwhile brings the bytes
     /// from before back into the cache. Default: only `backend` (no cache).

@@ -549,6 +549,16 @@ impl File {
             .map_err(from_io_error)
     }
 
+    /// [`File::errors`] of each of `files` (all of this cache), under one take of the engine
+    /// lock rather than one each: a busy mount listing its thousands of attached files waited
+    /// behind other requests once per file.
+    pub fn errors_of(files: &[&File]) -> Vec<Option<ebb_core::FileErrors>> {
+        let Some(first) = files.first() else { return Vec::new() };
+        first.ebb.inner.shared.enter(|core, maps, _| {
+            files.iter().map(|file| core.engine.file_errors(file.inode(), maps)).collect()
+        })
+    }
+
     /// The file's write errors and the pages they hold (`ebb_core::Engine::file_errors`):
     /// the last error, how many happened, whether a handle has seen it, held and dirty pages.
     pub fn errors(&self) -> Option<ebb_core::FileErrors> {

@@ -161,18 +161,21 @@ impl Files {
         let Ok(serde_json::Value::Object(mut stats)) = serde_json::from_str(&stats) else {
             return stats;
         };
-        let anchors: Vec<(FileId, bool, Arc<Box<dyn DataFile>>)> = self
+        type Attached = (FileId, bool, Arc<Box<dyn DataFile>>);
+        let anchors: Vec<Attached> = self
             .anchors
             .lock()
             .iter()
             .map(|(&id, anchor)| (id, anchor.open_handles > 0, Arc::clone(&anchor.file)))
             .collect();
         let mut files: HashMap<FileId, (bool, FileReport)> = HashMap::with_capacity(anchors.len());
-        for (id, open, file) in anchors {
-            if let Some(report) = file.report()
-                && (open || report.dirty_pages > 0 || report.errors > 0)
+        let handles: Vec<&dyn DataFile> = anchors.iter().map(|(_, _, file)| &***file).collect();
+        let reports = crate::runtime::reports(&handles);
+        for ((id, open, _), report) in anchors.iter().zip(reports) {
+            if let Some(report) = report
+                && (*open || report.dirty_pages > 0 || report.errors > 0)
             {
-                files.insert(id, (open, report));
+                files.insert(*id, (*open, report));
             }
         }
         let handles: Vec<Arc<Handle>> = self.handles.lock().values().cloned().collect();
