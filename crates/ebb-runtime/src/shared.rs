@@ -417,6 +417,21 @@ impl Shared {
         }
     }
 
+    /// The engine forgot `inode` (nothing of it cached, open or in flight): unless a handle is
+    /// being opened on it meanwhile, the file leaves the file table and its key, which closes
+    /// its backend file. Attaching the key again opens the backend file afresh.
+    fn forgotten(&self, core: &mut Core, inode: InodeId) {
+        let mut files = self.files.write();
+        let Some(fs) = files.get(&inode) else { return };
+        if fs.handles.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        if core.keys.get(&fs.key) == Some(&inode) {
+            core.keys.remove(&fs.key);
+        }
+        files.remove(&inode);
+    }
+
     pub(crate) fn file(&self, inode: InodeId) -> Option<Arc<FileState>> {
         self.files.read().get(&inode).cloned()
     }
@@ -496,6 +511,7 @@ impl Shared {
                         slot.set(result);
                     }
                 }
+                Action::Forget { inode } => self.forgotten(core, inode),
             }
         }
         if let Some(t) = core.engine.poll_timeout()
