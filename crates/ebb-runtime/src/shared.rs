@@ -208,6 +208,8 @@ pub(crate) struct Shared {
     reads: Sender<Job>,
     pub(crate) backends: Vec<BackendSlot>,
     pub(crate) draining: AtomicBool,
+    /// Backend files synced by `sync` and `drain` (`Ebb::inner_files_synced`).
+    pub(crate) files_synced: AtomicU64,
     shutdown: AtomicBool,
     ids: AtomicU64,
     /// Serialises opens so two opens of one file share one cache entry.
@@ -287,6 +289,7 @@ impl Shared {
             reads: reads_tx,
             backends,
             draining: AtomicBool::new(false),
+            files_synced: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             ids: AtomicU64::new(1),
             open_lock: Mutex::new(()),
