@@ -109,6 +109,11 @@ impl MapStore {
         self.maps.iter().map(|(&i, m)| (i, m))
     }
 
+    /// Drops the map of `inode` (the engine forgot the file, [`Action::Forget`]).
+    pub fn remove(&mut self, inode: InodeId) {
+        self.maps.remove(&inode);
+    }
+
     /// The map of `inode`, created if missing.
     pub fn get_mut(&mut self, inode: InodeId) -> &mut PageMap {
         self.maps.entry(inode).or_default()
@@ -204,6 +209,9 @@ pub(crate) struct InodeMeta {
     /// Ranges the driver is changing in the backend behind the cache ([`Event::Invalidate`]
     /// to [`Event::InvalidateDone`]): reads bring no page of them into the cache.
     pub(crate) invalidating: Vec<Run>,
+    /// Unstable pages, as folded into the counters (`Engine::account`): while positive the
+    /// file is in its backend's `unstable_files`.
+    pub(crate) unstable: i64,
 }
 
 /// One backend's writeback state (the kernel's `bdi_writeback`).
@@ -235,6 +243,10 @@ pub(crate) struct Wb {
     /// The outage outlasted `retry_timeout_secs`: EIO was recorded on its files, fsync and
     /// close report it, and writers that would be throttled fail.
     pub(crate) outage_reported: bool,
+    /// The files with unstable pages folded into the counters (a superset of those whose page
+    /// map has some: a writer's redirtying folds in later): what a sync commits, found
+    /// without looking at the backend's other files.
+    pub(crate) unstable_files: BTreeSet<InodeId>,
 }
 
 impl Wb {
@@ -261,6 +273,7 @@ impl Wb {
             write_inflight: 0,
             outage_since: None,
             outage_reported: false,
+            unstable_files: BTreeSet::new(),
         }
     }
 }
@@ -320,7 +333,8 @@ pub(crate) struct FsyncState {
 pub(crate) struct SyncState {
     pub(crate) backends_left: u32,
     pub(crate) error: Option<IoError>,
-    pub(crate) err_seq_start: BTreeMap<InodeId, u64>,
+    /// The files that recorded a write error during this sync, with their last error.
+    pub(crate) failed: BTreeMap<InodeId, IoError>,
     /// Backends where a COMMIT redirtied pages (the server restarted) during this sync: their
     /// part is written again before the sync answers.
     pub(crate) rewrite: BTreeSet<BackendId>,
@@ -390,6 +404,16 @@ pub struct Engine {
     /// A bug the swarm's tests planted (`planted.rs`).
     pub(crate) planted: Option<CoreBug>,
     pub(crate) reclaim: crate::reclaim::ReclaimState,
+    /// Files visited by [`Engine::poll_timeout`] (which takes `&self`) since the last event;
+    /// folded into `Stats::files_visited` by the next one.
+    pub(crate) visited: std::cell::Cell<u64>,
+    /// The files' retry deadlines (`InodeMeta::retry_at`, `hold_retry_at`), earliest first:
+    /// the timer finds what is due without looking at every file.
+    pub(crate) retry_timers: BTreeSet<(Instant, InodeId)>,
+    /// Files ever opened. The flusher's flush-all and periodic works are sized by the dirty
+    /// pages plus this (the kernel's `get_nr_dirty_pages` adds its inode count); it is kept as
+    /// it was before files could be forgotten, so no work's size changed.
+    pub(crate) files_opened: u64,
 }
 
 impl Engine {
@@ -436,6 +460,9 @@ impl Engine {
             last_hold: None,
             planted: None,
             reclaim: crate::reclaim::ReclaimState::default(),
+            visited: std::cell::Cell::new(0),
+            retry_timers: BTreeSet::new(),
+            files_opened: 0,
             cfg: config,
         };
         engine.dirty_limit = engine.global_thresholds().thresh;
@@ -483,9 +510,9 @@ impl Engine {
             consider(wb.bw_update_at);
             consider(self.outage_deadline(wb));
         }
-        for meta in self.inodes.values() {
-            consider(meta.retry_at);
-            consider(meta.hold_retry_at);
+        if let Some(&(t, _)) = self.retry_timers.first() {
+            self.visited.set(self.visited.get() + 1);
+            consider(Some(t));
         }
         for state in self.syncs.values() {
             consider(state.retry_at.values().min().copied());
@@ -519,6 +546,17 @@ impl Engine {
     /// Handles one event.
     pub fn handle<M: PageMaps>(&mut self, now: Instant, event: Event, maps: &mut M) {
         self.advance(now);
+        self.stats.events += 1;
+        self.stats.files_visited += self.visited.take();
+        // The file the event may leave with nothing, and whether it was cut to nothing.
+        let touched = match &event {
+            Event::Close { handle, .. } => self.handles.get(handle).map(|&(i, _)| (i, false)),
+            Event::Truncate { inode, first_page } => Some((*inode, *first_page == 0)),
+            Event::WriteDone { io, .. }
+            | Event::CommitDone { io, .. }
+            | Event::ReadDone { io, .. } => self.ios.get(io).map(|r| (r.inode, false)),
+            _ => None,
+        };
         match event {
             Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
             Event::Close { handle, request } => {
@@ -565,10 +603,70 @@ impl Engine {
             Event::Timer => self.timer(maps),
         }
         self.drive_all(maps);
+        if let Some((inode, emptied)) = touched {
+            self.maybe_forget(inode, emptied, maps);
+        }
+    }
+
+    /// Forgets `inode` if nothing of it is left (the kernel evicting an unused inode): no open
+    /// handle, no page cached, no IO in flight, no retry due, no unreported error, no write
+    /// waiting for a sync of the file (unless it was just `emptied`, truncated to nothing with
+    /// no handle open: deleted, or dropped from the cache, whose earlier writes no handle can
+    /// ask about any more), not in the granule gate. The
+    /// driver hears it as [`Action::Forget`] and drops its own state of the file; opening the
+    /// file again starts afresh. So what the engine keeps per file is bounded by the files open
+    /// or cached, not by the files ever seen.
+    fn maybe_forget<M: PageMaps>(&mut self, inode: InodeId, emptied: bool, maps: &mut M) {
+        let Some(meta) = self.inodes.get(&inode) else { return };
+        let b = meta.backend;
+        let unused = meta.handles == 0
+            && meta.inflight.is_empty()
+            && meta.commits_inflight.is_empty()
+            && meta.commit_marks.is_empty()
+            && meta.reading.is_empty()
+            && meta.syncing.is_none()
+            && meta.page_waiters.is_empty()
+            && !meta.err_unseen
+            && meta.retry_at.is_none()
+            && meta.hold_retry_at.is_none()
+            && (emptied || meta.durability.is_empty())
+            && meta.unstable == 0
+            && self.gate.filling(inode).is_none();
+        if !unused || maps.with(inode, |m| m.counts().resident) > 0 {
+            return;
+        }
+        self.inodes.remove(&inode);
+        self.wbs[b.index()].flusher.forget(inode);
+        self.wbs[b.index()].unstable_files.remove(&inode);
+        self.stats.files_forgotten += 1;
+        self.emit(Action::Forget { inode });
+    }
+
+    /// Keeps `retry_timers` in step with the file's retry deadlines after a change from
+    /// `before` (its `retry_at` and `hold_retry_at` then).
+    pub(crate) fn reindex_retry(&mut self, inode: InodeId, before: [Option<Instant>; 2]) {
+        let after = self.retry_deadlines(inode);
+        if before == after {
+            return;
+        }
+        for t in before.into_iter().flatten() {
+            self.retry_timers.remove(&(t, inode));
+        }
+        for t in after.into_iter().flatten() {
+            self.retry_timers.insert((t, inode));
+        }
+    }
+
+    /// The file's retry deadlines, for [`Engine::reindex_retry`].
+    pub(crate) fn retry_deadlines(&self, inode: InodeId) -> [Option<Instant>; 2] {
+        self.inodes.get(&inode).map_or([None, None], |m| [m.retry_at, m.hold_retry_at])
     }
 
     fn open(&mut self, handle: HandleId, inode: InodeId, backend: BackendId) {
         assert!(backend.index() < self.wbs.len(), "open on unknown backend {backend}");
+        if !self.inodes.contains_key(&inode) {
+            self.files_opened += 1;
+        }
         let meta = self.inodes.entry(inode).or_insert_with(|| InodeMeta {
             backend,
             group: GroupId(0),
@@ -594,6 +692,7 @@ impl Engine {
             readahead: 0,
             reading: BTreeMap::new(),
             invalidating: Vec::new(),
+            unstable: 0,
         });
         meta.handles += 1;
         // Errors nobody has seen yet are reported to the next opener too (errseq).
@@ -715,6 +814,7 @@ impl Engine {
                 c.resident += p.new_pages as i64;
                 c.dirtied += p.dirtied;
             }
+            self.fold_unstable(p.inode, -(p.from_unstable as i64));
             if self.cfg.throttle != crate::config::ThrottlePolicy::Ioless {
                 self.dirty_shares.add(&mut w.dirty_share, p.dirtied);
             }
@@ -741,6 +841,23 @@ impl Engine {
             c.resident += delta.resident;
             c.dirtied += delta.dirtied;
             c.written += delta.written;
+        }
+        self.fold_unstable(inode, delta.unstable);
+    }
+
+    /// Adds `delta` to the file's unstable pages, keeping its backend's `unstable_files`.
+    fn fold_unstable(&mut self, inode: InodeId, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        let Some(meta) = self.inodes.get_mut(&inode) else { return };
+        meta.unstable += delta;
+        let (b, listed) = (meta.backend, meta.unstable > 0);
+        let set = &mut self.wbs[b.index()].unstable_files;
+        if listed {
+            set.insert(inode);
+        } else {
+            set.remove(&inode);
         }
     }
 

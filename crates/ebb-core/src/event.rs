@@ -381,6 +381,13 @@ pub enum Action {
         /// Ok, or the error.
         result: Result<(), IoError>,
     },
+    /// The engine forgot `inode` (no handle open, nothing cached, in flight or unreported):
+    /// the driver drops what it keeps of the file (its page map, its backend file). Opening
+    /// the file again is a new [`Event::Open`].
+    Forget {
+        /// The file.
+        inode: InodeId,
+    },
 }
 
 /// What a writer must do after a throttle check.

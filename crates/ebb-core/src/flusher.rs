@@ -236,6 +236,14 @@ impl Flusher {
     }
 
     /// Whether `inode` is on one of the lists.
+    /// Takes a file the engine forgets (nothing dirty, not being written) off its list and
+    /// drops its place (the kernel's eviction takes an inode off the writeback lists).
+    pub(crate) fn forget(&mut self, inode: InodeId) {
+        debug_assert_ne!(self.active, Some(inode), "forgetting the file being written");
+        self.unlist(inode);
+        self.places.remove(&inode);
+    }
+
     pub(crate) fn is_listed(&self, inode: InodeId) -> bool {
         self.places.get(&inode).is_some_and(|p| p.list != List::None)
     }

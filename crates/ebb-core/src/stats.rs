@@ -117,6 +117,15 @@ pub struct Stats {
     pub throttle_checks: u64,
     /// Reads of shared counter blocks (the global domain or a backend) by throttle checks.
     pub global_counter_reads: u64,
+    /// Files the engine looked at while handling events and computing its next timer: the
+    /// entries of its deadline and unstable-file indexes it visited, not every file it knows.
+    /// Per event ([`Stats::events`]) it does not grow with the number of files known.
+    pub files_visited: u64,
+    /// Events handled ([`crate::Engine::handle`]).
+    pub events: u64,
+    /// Files the engine forgot ([`crate::Action::Forget`]): deleted, or closed with nothing
+    /// cached, in flight or unreported.
+    pub files_forgotten: u64,
     /// Throttle calls that made the writer wait.
     pub throttled_calls: u64,
     /// Pages written back by writers themselves (legacy policy only).

@@ -582,6 +582,13 @@ impl Ebb {
         drain(self.shared(), deadline, progress)
     }
 
+    /// Backend files `sync` and `drain` synced so far (for tests that they visit only the
+    /// files written since their last sync).
+    #[doc(hidden)]
+    pub fn inner_files_synced(&self) -> u64 {
+        self.shared().files_synced.load(Ordering::Relaxed)
+    }
+
     /// Direct-read events waiting for the engine (for tests of the bound).
     #[doc(hidden)]
     pub fn inner_direct_read_queue_len(&self) -> usize {
@@ -664,12 +671,26 @@ fn drain(
     result
 }
 
-/// Trims and syncs every written backend file after the engine's sync answered `engine`;
-/// returns the first error of either.
+/// Trims and syncs every backend file written since its last sync after the engine's sync
+/// answered `engine`; returns the first error of either. A file not written since has nothing
+/// to trim (only a write takes a backend file past its logical size) and nothing to sync, so
+/// the work is proportional to the files written, not to the files cached (the issue's
+/// mount took 14-20 s to drain 11,700 clean files, a size check and a sync mark for each).
+/// A file another thread is syncing is visited too: this sync waits for that one.
 fn sync_files(shared: &Shared, engine: io::Result<()>) -> io::Result<()> {
-    let files: Vec<Arc<FileState>> = shared.files.read().values().cloned().collect();
+    let files: Vec<Arc<FileState>> = shared
+        .files
+        .read()
+        .values()
+        .filter(|fs| {
+            (fs.needs_sync.load(Ordering::Acquire) || fs.sync_lock.is_locked())
+                && !fs.discarded.load(Ordering::Acquire)
+        })
+        .cloned()
+        .collect();
+    shared.files_synced.fetch_add(files.len() as u64, Ordering::Relaxed);
     let mut first_err = engine.err();
-    for fs in files.iter().filter(|fs| !fs.discarded.load(Ordering::Acquire)) {
+    for fs in &files {
         if let Err(e) = file::sync_backend_file(shared, fs) {
             first_err.get_or_insert(e);
         }

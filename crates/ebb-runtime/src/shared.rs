@@ -208,6 +208,8 @@ pub(crate) struct Shared {
     reads: Sender<Job>,
     pub(crate) backends: Vec<BackendSlot>,
     pub(crate) draining: AtomicBool,
+    /// Backend files synced by `sync` and `drain` (`Ebb::inner_files_synced`).
+    pub(crate) files_synced: AtomicU64,
     shutdown: AtomicBool,
     ids: AtomicU64,
     /// Serialises opens so two opens of one file share one cache entry.
@@ -287,6 +289,7 @@ impl Shared {
             reads: reads_tx,
             backends,
             draining: AtomicBool::new(false),
+            files_synced: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             ids: AtomicU64::new(1),
             open_lock: Mutex::new(()),
@@ -417,6 +420,21 @@ impl Shared {
         }
     }
 
+    /// The engine forgot `inode` (nothing of it cached, open or in flight): unless a handle is
+    /// being opened on it meanwhile, the file leaves the file table and its key, which closes
+    /// its backend file. Attaching the key again opens the backend file afresh.
+    fn forgotten(&self, core: &mut Core, inode: InodeId) {
+        let mut files = self.files.write();
+        let Some(fs) = files.get(&inode) else { return };
+        if fs.handles.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        if core.keys.get(&fs.key) == Some(&inode) {
+            core.keys.remove(&fs.key);
+        }
+        files.remove(&inode);
+    }
+
     pub(crate) fn file(&self, inode: InodeId) -> Option<Arc<FileState>> {
         self.files.read().get(&inode).cloned()
     }
@@ -496,6 +514,7 @@ impl Shared {
                         slot.set(result);
                     }
                 }
+                Action::Forget { inode } => self.forgotten(core, inode),
             }
         }
         if let Some(t) = core.engine.poll_timeout()

@@ -156,6 +156,7 @@ impl Engine {
     ) {
         let mut inode_idle = false;
         let held_left = ok && maps.with(inode, |m| m.counts().held) > 0;
+        let before = self.retry_deadlines(inode);
         if let Some(meta) = self.inodes.get_mut(&inode) {
             meta.inflight.remove(&io);
             inode_idle = meta.inflight.is_empty();
@@ -169,6 +170,7 @@ impl Engine {
                 self.start_all(b);
             }
         }
+        self.reindex_retry(inode, before);
         // The inode's writeback ended: a bandwidth update 200 ms later (BANDWIDTH_INTERVAL), so
         // that inodes finishing together share one. A pending one is not moved.
         let wb = &mut self.wbs[b.index()];
@@ -224,6 +226,9 @@ impl Engine {
             meta.err_seq += 1;
             meta.err = Some(e);
             meta.err_unseen = true;
+            for state in self.syncs.values_mut() {
+                state.failed.insert(inode, e);
+            }
         }
     }
 
@@ -233,6 +238,7 @@ impl Engine {
     /// rewrites all of them).
     pub(super) fn schedule_retry(&mut self, inode: InodeId, class: ErrorClass) {
         let now = self.now;
+        let before = self.retry_deadlines(inode);
         let Some(meta) = self.inodes.get_mut(&inode) else { return };
         let first = if class == ErrorClass::Hold { HOLD_BACKOFF_MIN } else { RETRY_BACKOFF_MIN };
         meta.retry_backoff = if meta.retry_backoff == Duration::ZERO {
@@ -249,6 +255,7 @@ impl Engine {
         } else {
             meta.retry_at = Some(at);
         }
+        self.reindex_retry(inode, before);
     }
 
     /// A write or commit to `b` succeeded: any outage is over.

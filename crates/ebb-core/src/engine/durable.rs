@@ -26,6 +26,11 @@ pub(crate) struct Durability {
 }
 
 impl Durability {
+    /// Whether no stable write waits for a sync of the file.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.unsynced.is_empty()
+    }
+
     /// Pages `first..end` were cleaned by a stable write.
     pub(crate) fn cleaned(&mut self, first: u64, end: u64) {
         if let Some(last) = self.unsynced.back_mut()

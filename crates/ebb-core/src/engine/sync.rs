@@ -186,13 +186,12 @@ impl Engine {
     }
 
     pub(super) fn sync_start<M: PageMaps>(&mut self, request: RequestId, maps: &mut M) {
-        let err_seq_start = self.inodes.iter().map(|(&i, m)| (i, m.err_seq)).collect();
         self.syncs.insert(
             request,
             SyncState {
                 backends_left: self.wbs.len() as u32,
                 error: None,
-                err_seq_start,
+                failed: BTreeMap::new(),
                 rewrite: BTreeSet::new(),
                 outage: BTreeSet::new(),
                 retry_at: BTreeMap::new(),
@@ -220,11 +219,11 @@ impl Engine {
         };
         for request in done {
             // Writes done: commit every file of this backend with unstable pages.
-            let unstable: Vec<InodeId> = self
-                .inodes
+            let listed = &self.wbs[b.index()].unstable_files;
+            self.stats.files_visited += listed.len() as u64;
+            let unstable: Vec<InodeId> = listed
                 .iter()
-                .filter(|(_, m)| m.backend == b)
-                .map(|(&i, _)| i)
+                .copied()
                 .filter(|&i| maps.with(i, |m| m.counts().unstable > 0))
                 .collect();
             let pending_commit =
@@ -265,12 +264,9 @@ impl Engine {
             state.backends_left -= 1;
             if state.backends_left == 0 {
                 let state = self.syncs.remove(&request).expect("sync");
-                let error = state.error.or_else(|| {
-                    self.inodes
-                        .iter()
-                        .find(|(i, m)| m.err_seq > state.err_seq_start.get(i).copied().unwrap_or(0))
-                        .and_then(|(_, m)| m.err)
-                });
+                // A file that failed during the sync, the first in file order, with its last
+                // error.
+                let error = state.error.or_else(|| state.failed.values().next().copied());
                 self.emit(Action::SyncDone { request, result: error.map_or(Ok(()), Err) });
             }
         }

@@ -23,16 +23,13 @@ impl Engine {
         for b in 0..self.wbs.len() {
             self.wbs[b].flusher.tick(now);
         }
-        let due: Vec<InodeId> = self
-            .inodes
-            .iter()
-            .filter(|(_, m)| {
-                m.retry_at.is_some_and(|t| t <= now) || m.hold_retry_at.is_some_and(|t| t <= now)
-            })
-            .map(|(&i, _)| i)
-            .collect();
+        // The files with a retry due, in file order (as a scan of every file found them).
+        let due: BTreeSet<InodeId> =
+            self.retry_timers.range(..=(now, InodeId(u64::MAX))).map(|&(_, i)| i).collect();
+        self.stats.files_visited += due.len() as u64;
         for inode in due {
             let held = maps.with(inode, |m| m.counts().held);
+            let before = self.retry_deadlines(inode);
             let meta = self.inode_mut(inode);
             if meta.retry_at.is_some_and(|t| t <= now) {
                 meta.retry_at = None;
@@ -44,6 +41,7 @@ impl Engine {
             // the backend still refuses them they are held again, with a longer backoff).
             meta.retry_held = held > 0 && meta.hold_retry_at.is_none();
             let b = meta.backend;
+            self.reindex_retry(inode, before);
             // Retry: make sure the file is queued and the flusher runs.
             self.mark_inode_dirty(inode);
             self.start_all(b);

@@ -42,6 +42,7 @@ impl Engine {
         );
         // Truncating away held pages is how a user gives up on data a permanent error keeps.
         let (dirty, held) = maps.with(inode, |m| (m.counts().dirty, m.counts().held));
+        let before = self.retry_deadlines(inode);
         let meta = self.inode_mut(inode);
         if dirty == 0 {
             meta.retry_at = None;
@@ -49,5 +50,6 @@ impl Engine {
         if held == 0 {
             meta.hold_retry_at = None;
         }
+        self.reindex_retry(inode, before);
     }
 }

@@ -380,7 +380,7 @@ impl Engine {
 
     fn pick_work(&mut self, b: BackendId) -> bool {
         let interval = self.writeback_interval();
-        let nr_dirty = self.global.dirty() + self.inodes.len() as u64;
+        let nr_dirty = self.global.dirty() + self.files_opened;
         let over_bg = self.over_bg_thresh(b);
         let now = self.now;
         let Some(work) = self.wbs[b.index()].flusher.pick_work(now, interval, nr_dirty, over_bg)

@@ -83,6 +83,8 @@ pub struct Harness {
     pub poll_early: bool,
     /// Every sleep a verdict asked for: (writer, from, until).
     pub sleeps: Vec<(usize, Instant, Instant)>,
+    /// Files the engine forgot ([`Action::Forget`]).
+    pub forgotten: u64,
 }
 
 impl Harness {
@@ -117,6 +119,7 @@ impl Harness {
             write_actions: Vec::new(),
             poll_early: false,
             sleeps: Vec::new(),
+            forgotten: 0,
         }
     }
 
@@ -195,6 +198,10 @@ impl Harness {
                 | Action::CloseDone { request, result }
                 | Action::ReadDone { request, result } => {
                     self.done_requests.insert(request, result);
+                }
+                Action::Forget { inode } => {
+                    self.maps.remove(inode);
+                    self.forgotten += 1;
                 }
             }
         }

@@ -121,6 +121,7 @@ impl Driver {
                         "{request} answered twice"
                     );
                 }
+                Action::Forget { .. } => {}
             }
         }
     }

@@ -14,4 +14,5 @@ mod invariants;
 mod nonblocking;
 mod reclaim;
 mod requests;
+mod scale;
 mod seeded;

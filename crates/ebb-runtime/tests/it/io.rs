@@ -532,3 +532,31 @@ fn zero_range_zeroes_cached_pages() {
     let on_backend = crate::io::backend_bytes(&*backend, "z");
     assert!(on_backend[12288..] == expected[12288..], "the dirty page wrote back its zeros");
 }
+
+/// A drain with many clean files cached syncs only the files written since their last sync
+/// (the mount drained 11,700 clean files for 14-20 s, visiting each).
+#[test]
+fn drain_syncs_only_the_files_written_since_the_last_sync() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = Builder::new().memory(64 << 20).backend("mem", backend.clone()).build().unwrap();
+    let write = |i: usize, byte: u8| {
+        let f = ebb.open(&format!("f{i}"), CREATE).unwrap();
+        f.write_at(&[byte; 4096], 0).unwrap();
+        f.close().unwrap();
+    };
+    // Closed files stay cached (up to 512, `CLOSED_CACHED`).
+    for i in 0..500 {
+        write(i, 1);
+    }
+    ebb.sync().unwrap();
+    let before = ebb.inner_files_synced();
+    assert!(before >= 500, "the first sync synced {before} files");
+    for i in 0..5 {
+        write(i, 2);
+    }
+    ebb.drain(std::time::Duration::from_secs(30), &mut |_| {}).unwrap();
+    let synced = ebb.inner_files_synced() - before;
+    assert!(synced <= 5, "the drain synced {synced} files; 5 were written");
+    assert_eq!(backend_bytes(&*backend, "f0"), vec![2u8; 4096]);
+    assert_eq!(backend_bytes(&*backend, "f9"), vec![1u8; 4096]);
+}

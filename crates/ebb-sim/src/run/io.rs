@@ -71,6 +71,7 @@ impl Sim<'_> {
                         check.sync_answered(request);
                     }
                 }
+                Action::Forget { inode } => self.maps.remove(inode),
             }
         }
         if let Some(t) = self.engine.poll_timeout()
