@@ -295,9 +295,9 @@ pub fn judge(
     };
     let below_floor = |share: Option<f64>| {
         format!(
-            "same direction, but {} of the published effect (direction-only needs {}): {size}",
+            "same direction, but {} of the published effect (direction-only needs {:.0}%): {size}",
             share.map_or(String::new(), |share| format!("{:.0}%", share * 100.0)),
-            format!("{:.0}%", EFFECT_FLOOR * 100.0)
+            EFFECT_FLOOR * 100.0
         )
     };
     if !failed_checks.is_empty() {
