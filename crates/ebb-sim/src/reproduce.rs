@@ -188,6 +188,8 @@ pub struct ExperimentOutcome {
     pub name: String,
     /// Its title.
     pub title: String,
+    /// ebb's own experiment (its rows are tallied apart from the postings' numbers).
+    pub own: bool,
     /// Where its `summary.json` is.
     pub summary_path: PathBuf,
     /// Metrics of each run.
@@ -199,9 +201,9 @@ pub struct ExperimentOutcome {
 }
 
 impl ExperimentOutcome {
-    /// Whether every check passed.
+    /// Whether every check passed (level checks are reported, not required).
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(|check| check.pass)
+        self.checks.iter().all(|check| check.pass || check.level)
     }
 }
 
@@ -212,6 +214,8 @@ pub struct Outcome {
     pub experiments: Vec<ExperimentOutcome>,
     /// Where `report.html` is.
     pub report_html: PathBuf,
+    /// Whether the runs were shortened (`--quick`): the verdicts are then not the report's.
+    pub quick: bool,
 }
 
 impl Outcome {
@@ -224,13 +228,21 @@ impl Outcome {
     pub fn failed_checks(&self) -> Vec<(&str, &CheckOutcome)> {
         self.experiments
             .iter()
-            .flat_map(|e| e.checks.iter().filter(|c| !c.pass).map(move |c| (e.name.as_str(), c)))
+            .flat_map(|e| {
+                e.checks.iter().filter(|c| !c.pass && !c.level).map(move |c| (e.name.as_str(), c))
+            })
             .collect()
     }
 
-    /// How many published rows got each verdict, over every experiment.
-    pub fn verdict_counts(&self) -> BTreeMap<Verdict, u64> {
-        count_verdicts(self.experiments.iter().flat_map(|e| e.published.iter().map(|r| &r.verdict)))
+    /// How many rows got each verdict: over the postings' experiments (`own` false) or over
+    /// ebb's own (`own` true).
+    pub fn verdict_counts(&self, own: bool) -> BTreeMap<Verdict, u64> {
+        count_verdicts(
+            self.experiments
+                .iter()
+                .filter(|e| e.own == own)
+                .flat_map(|e| e.published.iter().map(|r| &r.verdict)),
+        )
     }
 
     /// Per experiment, the published figures beside ours with the ratio and verdict (and why,
@@ -238,14 +250,19 @@ impl Outcome {
     /// of each verdict. Lines fit [`TEXT_WIDTH`] columns.
     pub fn text(&self) -> String {
         let mut text = String::new();
+        if self.quick {
+            text.push_str(QUICK_NOTE);
+            text.push_str("\n\n");
+        }
         for experiment in &self.experiments {
-            text.push_str(&format!("{}: {}\n", experiment.name, experiment.title));
+            let origin = if experiment.own { " (ebb's own experiment)" } else { "" };
+            text.push_str(&format!("{}: {}{origin}\n", experiment.name, experiment.title));
             let rows: Vec<Vec<String>> =
                 experiment.published.iter().enumerate().map(published_text_row).collect();
             text.push_str(&format_wrapped_table(
-                &["claim", "published", "ours", "ratio", "verdict"],
+                &["claim", "published", "ours", "ratio", "tol.", "verdict"],
                 &rows,
-                &[30, 26, 32, 6, 14],
+                &[28, 24, 30, 6, 6, 14],
             ));
             for line in notes(&experiment.published) {
                 text.push_str(&line);
@@ -262,7 +279,12 @@ impl Outcome {
                         e.name.clone(),
                         check.what.clone(),
                         check.values(),
-                        if check.pass { "pass" } else { "FAIL" }.to_owned(),
+                        match (check.pass, check.level) {
+                            (true, _) => "pass",
+                            (false, false) => "FAIL",
+                            (false, true) => "off",
+                        }
+                        .to_owned(),
                     ]
                 })
             })
@@ -278,19 +300,34 @@ impl Outcome {
         text
     }
 
-    /// `published numbers: N reproduced, N direction-only, ...; checks: K of L hold`.
+    /// Three lines, `N postings' numbers: N reproduced, ...`, `M rows of ebb's own
+    /// experiments: ...` and `checks: K of L hold`, after a `QUICK RUN` line when the runs were
+    /// shortened.
     pub fn counts_line(&self) -> String {
-        let counts = self.verdict_counts();
-        let total: u64 = counts.values().sum();
-        let checks: Vec<&CheckOutcome> = self.experiments.iter().flat_map(|e| &e.checks).collect();
+        let postings = self.verdict_counts(false);
+        let own = self.verdict_counts(true);
+        let all: Vec<&CheckOutcome> = self.experiments.iter().flat_map(|e| &e.checks).collect();
+        let (levels, checks): (Vec<&CheckOutcome>, Vec<&CheckOutcome>) =
+            all.into_iter().partition(|check| check.level);
         let passed = checks.iter().filter(|check| check.pass).count();
+        let levels_held = levels.iter().filter(|check| check.pass).count();
         format!(
-            "{total} published numbers: {}; checks: {passed} of {} hold",
-            counts_text(&counts),
-            checks.len()
+            "{}{} postings' numbers: {}\n{} rows of ebb's own experiments: {}\nchecks: {passed} \
+             of {} hold; level checks (regime figures): {levels_held} of {} hold",
+            if self.quick { "QUICK RUN (not the full run's verdicts)\n" } else { "" },
+            postings.values().sum::<u64>(),
+            counts_text(&postings),
+            own.values().sum::<u64>(),
+            counts_text(&own),
+            checks.len(),
+            levels.len()
         )
     }
 }
+
+/// Said at the top of the terminal output and the report of a `--quick` run.
+pub const QUICK_NOTE: &str = "QUICK RUN: workloads are shortened as each experiment's [quick] \
+                              says; the verdicts below are not the full run's.";
 
 /// `N reproduced, N direction-only, N not-reproduced, N not-compared`.
 pub fn counts_text(counts: &BTreeMap<Verdict, u64>) -> String {
@@ -340,6 +377,7 @@ fn published_text_row((index, row): (usize, &PublishedOutcome)) -> Vec<String> {
         row.published.clone(),
         row.ours.clone(),
         row.ratio.map_or(String::new(), format_number),
+        row.tolerance.clone(),
         row.verdict.name().to_owned(),
     ]
 }
@@ -438,7 +476,7 @@ pub fn write_reports(
         experiments: sections,
     };
     write_html(&page, &report_html)?;
-    Ok(Outcome { experiments: outcomes, report_html })
+    Ok(Outcome { experiments: outcomes, report_html, quick: options.quick })
 }
 
 fn expand_options(experiment: &Experiment, options: &Options) -> ExpandOptions {
@@ -465,7 +503,8 @@ fn intro(options: &Options) -> String {
                      each table are what must hold in ours."
         .to_owned();
     if options.quick {
-        intro.push_str("\nQuick mode: workloads are shortened as each experiment's [quick] says.");
+        intro.push('\n');
+        intro.push_str(QUICK_NOTE);
     }
     if let Some(seed) = options.seed {
         intro.push_str(&format!("\nSeed {seed}."));

@@ -9,7 +9,7 @@ use super::check::{Check, CompareOp, Template};
 use super::expr::Expr;
 use super::schema::{RawCheck, RawExperiment, RawPublished, RawQuick, RawReference};
 use super::units::{duration_value, size_value};
-use super::verdict::{PublishedValue, Tolerance};
+use super::verdict::{PublishedValue, Rule, Tolerance};
 use super::{Case, DEFAULT_SEED, Experiment, ExperimentError, Published, Quick, Variant, run_name};
 use ebb_core::Duration;
 use ebb_core::config;
@@ -45,8 +45,16 @@ pub(super) fn build(path: &Path, raw: RawExperiment) -> Result<Experiment, Exper
         let key = format!("published[{i}]");
         published.push(build_published(path, &key, row, &checks, &run_names)?);
     }
+    let own = match raw.origin.as_deref() {
+        None | Some("posting") => false,
+        Some("ebb") => true,
+        Some(other) => {
+            return fail(path, "origin", format!("{other:?}: write \"posting\" or \"ebb\""));
+        }
+    };
     Ok(Experiment {
         path: path.to_owned(),
+        own,
         name,
         title: raw.title,
         description: raw.description,
@@ -228,40 +236,109 @@ fn build_published(
         None => None,
         Some(text) => Some(Tolerance::parse(text).map_err(|reason| fail("tolerance", reason))?),
     };
-    let (ours_value, tolerance) = match (value, ours_value, tolerance) {
-        (None, None, None) => (None, None),
-        (Some(_), Some(expr), Some(tolerance)) => (Some(expr), Some(tolerance)),
-        (None, _, _) => {
+    let rule = match (value, ours_value.is_some()) {
+        (None, false) => {
+            if row.tolerance.is_some() || row.kind.is_some() || row.neutral.is_some() {
+                return Err(fail(
+                    "value",
+                    "tolerance, kind and neutral judge a value; give the posting's value"
+                        .to_owned(),
+                ));
+            }
+            None
+        }
+        (None, true) => {
             return Err(fail(
                 "value",
-                "ours_value and tolerance compare ours with a value; give the posting's value"
-                    .to_owned(),
+                "ours_value compares ours with a value; give the posting's value".to_owned(),
             ));
         }
-        (Some(_), None, _) => {
+        (Some(_), false) => {
             return Err(fail("ours_value", "a row with a value needs ours_value".to_owned()));
         }
-        (Some(_), Some(_), None) => {
-            return Err(fail("tolerance", "a row with a value needs a tolerance".to_owned()));
+        (Some(value), true) => {
+            Some(build_rule(value, tolerance, &row).map_err(|(f, r)| fail(f, r))?)
         }
     };
-    if let Some(neutral) = row.neutral
-        && (value.is_none() || !neutral.is_finite())
-    {
-        return Err(fail("neutral", "needs a value, and must be a finite number".to_owned()));
-    }
     Ok(Published {
+        line: row.line.clone(),
         claim: row.claim,
         published: row.published,
         ours,
-        value,
+        rule,
         ours_value,
-        tolerance,
-        neutral: row.neutral,
         checks: row.checks,
         why: row.why,
         analysis: row.analysis,
     })
+}
+
+/// The rule of a compared row: its kind (a change needs `neutral`, a level refuses it), its
+/// tolerance (a range is its own; `noise` replaces the tolerance). Errors name the field.
+fn build_rule(
+    value: PublishedValue,
+    tolerance: Option<Tolerance>,
+    row: &RawPublished,
+) -> Result<Rule, (&'static str, String)> {
+    let neutral = match (row.kind.as_deref(), row.neutral) {
+        (Some("change"), Some(neutral)) if neutral.is_finite() => Some(neutral),
+        (Some("change"), Some(_)) => return Err(("neutral", "must be a finite number".to_owned())),
+        (Some("change"), None) => {
+            return Err((
+                "neutral",
+                "a change row needs neutral (1 for a before/after factor, 0 for a change), \
+                 so that its direction is checked"
+                    .to_owned(),
+            ));
+        }
+        (Some("level"), None) => None,
+        (Some("level"), Some(_)) => {
+            return Err((
+                "neutral",
+                "a level row has no direction; make it kind = \"change\" or drop neutral"
+                    .to_owned(),
+            ));
+        }
+        (Some(other), _) => {
+            return Err(("kind", format!("{other:?}: write \"change\" or \"level\"")));
+        }
+        (None, _) => {
+            return Err((
+                "kind",
+                "a row with a value needs kind = \"change\" (with neutral) or \"level\"".to_owned(),
+            ));
+        }
+    };
+    let noise = match row.noise {
+        Some(noise) if !(noise.is_finite() && noise > 0.0) => {
+            return Err(("noise", "must be a positive number".to_owned()));
+        }
+        noise => noise,
+    };
+    let tolerance = match (value, tolerance, noise) {
+        (_, Some(_), Some(_)) => {
+            return Err((
+                "tolerance",
+                "a row with noise is judged within +-noise; drop tolerance".to_owned(),
+            ));
+        }
+        (_, None, Some(noise)) => Tolerance::Absolute(noise),
+        (PublishedValue::Range(_), None | Some(Tolerance::Range), None) => Tolerance::Range,
+        (PublishedValue::Range(_), Some(_), None) => {
+            return Err((
+                "tolerance",
+                "a range is its own tolerance (ours must be inside it); drop tolerance".to_owned(),
+            ));
+        }
+        (PublishedValue::Single(_), Some(Tolerance::Range), None) => {
+            return Err(("tolerance", "range needs a [low, high] value".to_owned()));
+        }
+        (PublishedValue::Single(_), Some(tolerance), None) => tolerance,
+        (PublishedValue::Single(_), None, None) => {
+            return Err(("tolerance", "a row with a value needs a tolerance".to_owned()));
+        }
+    };
+    Ok(Rule { value, tolerance, neutral, noise })
 }
 
 /// A published value: a number or a `[low, high]` array of two numbers, low first.
@@ -323,7 +400,11 @@ pub(super) fn build_check(
     };
     let left = expr("left", &raw.left)?;
     let right = expr("right", &raw.right)?;
-    Ok(Check { id: raw.id, what: raw.what, left, op, right })
+    let level = raw.level.unwrap_or(false);
+    if level && raw.id.is_none() {
+        return Err(fail("id", "a level check needs an id for rows to name".to_owned()));
+    }
+    Ok(Check { id: raw.id, what: raw.what, left, op, right, level })
 }
 
 pub(super) fn check_references<'a>(

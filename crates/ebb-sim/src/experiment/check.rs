@@ -81,6 +81,10 @@ pub struct Check {
     pub op: CompareOp,
     /// Right side.
     pub right: Expr,
+    /// A level check (`level = true`): a regime figure of ours that the posting's numbers
+    /// depend on. Failing, it does not fail the run, but a row that names it cannot be
+    /// `reproduced`.
+    pub level: bool,
 }
 
 /// A check evaluated on results.
@@ -100,6 +104,8 @@ pub struct CheckOutcome {
     pub right: Option<f64>,
     /// Whether it holds; false when a side has no value.
     pub pass: bool,
+    /// A level check: reported, but not failing the run.
+    pub level: bool,
     /// Why a side has no value.
     pub error: Option<String>,
 }
@@ -140,6 +146,7 @@ impl Check {
             left,
             right,
             pass,
+            level: self.level,
             error,
         }
     }

@@ -53,11 +53,17 @@
 //! right = "0.25 * sata/ioless:pause_ms_mean"
 //!
 //! [[published]]
-//! result = "pause per throttle call, after"
+//! claim = "pause per throttle call, after"
 //! published = "~32 ms, steady"
 //! ours = "{sata/ioless:pause_ms_mean} ms +- {sata/ioless:pause_ms_stddev} ms"
+//! value = 32                                # optional: without it, not compared
+//! kind = "level"                            # "level", or "change" with neutral = 1 or 0
+//! ours_value = "sata/ioless:pause_ms_mean"
+//! tolerance = "x2"                          # "+-3"; a [low, high] value takes none
 //! checks = ["ioless-steady"]
 //! ```
+//!
+//! The rules of the verdict are in `verdict.rs` and docs/verdicts.md.
 //!
 //! # Values
 //!
@@ -156,7 +162,7 @@ pub use error::ExperimentError;
 pub use expr::{EvalError, Expr};
 pub use faults::{ERRNO_NAMES, errno_name};
 pub use units::parse_duration;
-pub use verdict::{PublishedValue, Tolerance, Verdict, judge};
+pub use verdict::{PublishedValue, Rule, Tolerance, Verdict, judge};
 
 use crate::run::{Crash, DeviceSpec, Fault, RunSpec, Workload};
 use build::is_plain_name;
@@ -180,6 +186,9 @@ pub struct Experiment {
     pub description: String,
     /// The posting it reproduces.
     pub reproduces: String,
+    /// ebb's own experiment (file `origin = "ebb"`): its rows are not a posting's numbers and
+    /// are tallied apart.
+    pub own: bool,
     /// The knob whose values are compared.
     pub compare: &'static Knob,
     /// The values compared, in file order.
@@ -283,16 +292,15 @@ pub struct Published {
     pub claim: String,
     /// The published figure as text.
     pub published: String,
+    /// The posting's line the number is read from, verbatim, when the file gives it.
+    pub line: Option<String>,
     /// Our figure: text with `{expression}` holes.
     pub ours: Template,
-    /// The posting's number; `None`: the row is not compared.
-    pub value: Option<PublishedValue>,
-    /// Ours, the number compared with `value`.
+    /// How the row is judged (the posting's number, tolerance, neutral point, noise);
+    /// `None`: the posting gives no number and the row is not compared.
+    pub rule: Option<Rule>,
+    /// Ours, the number compared with the rule's value.
     pub ours_value: Option<Expr>,
-    /// How close ours must be to reproduce `value`.
-    pub tolerance: Option<Tolerance>,
-    /// The point that gives `value` a direction, if it has one.
-    pub neutral: Option<f64>,
     /// Ids of checks that must also hold for `reproduced`.
     pub checks: Vec<String>,
     /// Why ours differs, shown when the row is not reproduced.
@@ -308,6 +316,8 @@ pub struct PublishedOutcome {
     pub claim: String,
     /// The published figure.
     pub published: String,
+    /// The posting's line the number is read from, when the file gives it.
+    pub line: Option<String>,
     /// Our figure, rendered.
     pub ours: String,
     /// The posting's number.
@@ -316,8 +326,14 @@ pub struct PublishedOutcome {
     pub ours_value: Option<f64>,
     /// Ours over the value's nearest point.
     pub ratio: Option<f64>,
-    /// The tolerance as written (`x2`, `+-3`), empty when not compared.
+    /// The tolerance as written (`x2`, `+-3`, `range`), empty when not compared.
     pub tolerance: String,
+    /// How the row was judged (`None`: not compared).
+    pub rule: Option<Rule>,
+    /// The ids of the checks the row names.
+    pub checks: Vec<String>,
+    /// Those of them that do not hold.
+    pub failed_checks: Vec<String>,
     /// The computed verdict.
     pub verdict: Verdict,
     /// Why: the computed reason, then the file's explanation (empty when reproduced).
@@ -340,12 +356,9 @@ impl Published {
             .cloned()
             .collect();
         let ours_value = self.ours_value.as_ref().map(|expr| expr.eval(metrics).map_err(|e| e.0));
-        let tolerance = self.tolerance.unwrap_or(Tolerance::Factor(1.0));
         let judgement = judge(
-            self.value,
+            self.rule.as_ref(),
             ours_value.clone().unwrap_or(Err("no ours_value".to_owned())),
-            tolerance,
-            self.neutral,
             &failed,
         );
         let mut why = judgement.reason;
@@ -365,11 +378,15 @@ impl Published {
         PublishedOutcome {
             claim: self.claim.clone(),
             published: self.published.clone(),
+            line: self.line.clone(),
             ours: self.ours.render(metrics),
-            value: self.value,
+            value: self.rule.map(|rule| rule.value),
             ours_value: ours_value.and_then(Result::ok),
             ratio: judgement.ratio,
-            tolerance: self.tolerance.map_or(String::new(), |t| t.to_string()),
+            tolerance: self.rule.map_or(String::new(), |rule| rule.tolerance.to_string()),
+            rule: self.rule,
+            checks: self.checks.clone(),
+            failed_checks: failed,
             verdict: judgement.verdict,
             why,
             explanation: self

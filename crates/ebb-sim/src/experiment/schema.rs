@@ -16,6 +16,9 @@ pub(super) struct RawExperiment {
     pub(super) description: String,
     pub(super) reproduces: String,
     pub(super) compare: String,
+    /// `"posting"` (the default: the rows are a posting's numbers) or `"ebb"` (ebb's own
+    /// experiment, tallied apart).
+    pub(super) origin: Option<String>,
     pub(super) variants: Vec<toml::Value>,
     pub(super) seed: Option<u64>,
     #[serde(rename = "case")]
@@ -142,14 +145,22 @@ pub(super) struct RawPublished {
     pub(super) claim: String,
     pub(super) published: String,
     pub(super) ours: String,
+    /// The posting's line this number is read from, verbatim.
+    pub(super) line: Option<String>,
     /// The posting's number (or `[low, high]`); without it the row is not compared.
     pub(super) value: Option<toml::Value>,
     /// Ours, as an expression over the runs' metrics.
     pub(super) ours_value: Option<toml::Value>,
-    /// `x2` or `+-3`.
+    /// `x2`, `+-3` or `range`.
     pub(super) tolerance: Option<String>,
-    /// The point that gives the value its direction (1 for a before/after factor).
+    /// `"change"` (a before/after effect, with `neutral`) or `"level"` (an absolute figure);
+    /// required on every row with a value.
+    pub(super) kind: Option<String>,
+    /// The point that gives a change its direction (1 for a before/after factor).
     pub(super) neutral: Option<f64>,
+    /// The posting's own noise on this number (its standard deviation, or what it calls not
+    /// significant), in the value's unit; the row is then judged within `+-noise`.
+    pub(super) noise: Option<f64>,
     #[serde(default)]
     pub(super) checks: Vec<String>,
     /// Why ours differs, shown when the row is not reproduced.
@@ -166,6 +177,8 @@ pub(super) struct RawCheck {
     pub(super) left: toml::Value,
     pub(super) op: String,
     pub(super) right: toml::Value,
+    /// A regime figure (a level check): reported, not failing the run.
+    pub(super) level: Option<bool>,
 }
 
 pub(super) fn deserialize(path: &Path, text: &str) -> Result<RawExperiment, ExperimentError> {

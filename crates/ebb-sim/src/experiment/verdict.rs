@@ -1,23 +1,30 @@
 //! Verdicts on published numbers: each `[[published]]` row that gives a number is compared
 //! with ours and judged, never asserted.
 //!
-//! A row names the posting's number (`value`, one number or a `[low, high]` range), the
-//! expression that gives ours (`ours_value`), a tolerance (`"x2"`: within a factor of two;
-//! `"+-3"`: within 3 of the value, in its unit) and optionally the neutral point that gives a
-//! number its direction (`neutral = 1` for a before/after factor: above 1 means "more"). The
-//! verdict is the product brief's:
+//! A compared row is one of two kinds. A *change* (a before/after factor, a percentage
+//! change) has a neutral point (`neutral = 1` for a factor, 0 for a change) and so a
+//! direction, which is always checked; a *level* (an absolute figure of one run) has none.
+//! Its [`Rule`] names the posting's number (`value`, one number or a `[low, high]` range), the
+//! tolerance (`"x2"`: within a factor of two; `"+-3"`: within 3 of the value, in its unit;
+//! `"range"`: inside the range, no more), the neutral point of a change and, when the posting
+//! states the noise of its own measurement (its standard deviations, or what it calls not
+//! significant), that noise. The verdict:
 //!
-//! - `reproduced`: ours is within the tolerance of the value (inside the range, or within the
-//!   tolerance of its nearest bound), on the same side of the neutral point when one is given,
+//! - `reproduced`: ours is within the tolerance of the value (inside a range: a range carries
+//!   no further factor), on the same side of the neutral point when the value has a direction,
 //!   and every check the row names holds;
-//! - `direction-only`: ours is on the same side of the neutral point as the value, but outside
-//!   the tolerance (or a named check fails);
+//! - `direction-only`: a change whose ours is on the same side of the neutral point as the
+//!   value, with at least half of the published effect (the effect floor, [`EFFECT_FLOOR`]),
+//!   but outside the tolerance (or a named check fails);
 //! - `not-reproduced`: neither, or ours has no value;
 //! - `not-compared`: the posting gave no number for it.
 //!
+//! An effect the posting reports inside its own noise (`|value - neutral| <= noise`) has no
+//! direction: it is judged against that noise (`+-noise`), not against a factor.
+//!
 //! The ratio shown is ours over the value (over the nearest bound of a range, 1 inside it).
-//! [`within`] is the one definition of "inside the tolerance"; the test suite re-applies it to
-//! every `summary.json` so that no row can claim `reproduced` outside its tolerance.
+//! [`judge`] reads nothing but its arguments, which summary.json carries whole (the rule, ours
+//! and the named checks' results), so the test suite re-judges every row from the file.
 
 use std::fmt;
 
@@ -68,12 +75,17 @@ pub enum Tolerance {
     Factor(f64),
     /// Within this distance, in the value's unit: `+-3`.
     Absolute(f64),
+    /// Inside the published range, with nothing added: `range`.
+    Range,
 }
 
 impl Tolerance {
-    /// Parses `x2` (a factor, at least 1) or `+-3` (a distance, at least 0).
+    /// Parses `x2` (a factor, at least 1), `+-3` (a distance, at least 0) or `range`.
     pub fn parse(text: &str) -> Result<Tolerance, String> {
         let text = text.trim();
+        if text == "range" {
+            return Ok(Tolerance::Range);
+        }
         let number = |rest: &str| {
             rest.trim().parse::<f64>().ok().filter(|value| value.is_finite() && *value >= 0.0)
         };
@@ -87,7 +99,7 @@ impl Tolerance {
                 format!("{text:?}: a distance is +- followed by a number of 0 or more")
             });
         }
-        Err(format!("{text:?}: write a factor (x2) or a distance (+-3)"))
+        Err(format!("{text:?}: write a factor (x2), a distance (+-3) or range"))
     }
 }
 
@@ -96,6 +108,7 @@ impl fmt::Display for Tolerance {
         match self {
             Tolerance::Factor(factor) => write!(f, "x{}", super::format_number(*factor)),
             Tolerance::Absolute(distance) => write!(f, "+-{}", super::format_number(*distance)),
+            Tolerance::Range => f.write_str("range"),
         }
     }
 }
@@ -136,15 +149,20 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// Whether `ours` is within `tolerance` of `value`: inside a range, or within the factor or
-/// distance of the value's nearest point. A factor needs both on the same side of zero (a
-/// published 0 is matched only by 0).
+/// Whether `ours` is within `tolerance` of `value`. A range is its own tolerance: ours must be
+/// inside it, whatever the tolerance says (no factor is stacked on a range). A single value:
+/// within the factor or distance (`range` on a single value: equal). A factor needs both on
+/// the same side of zero (a published 0 is matched only by 0).
 pub fn within(value: PublishedValue, ours: f64, tolerance: Tolerance) -> bool {
     if !ours.is_finite() {
         return false;
     }
     let nearest = value.nearest(ours);
+    if matches!(value, PublishedValue::Range(_)) {
+        return nearest == ours;
+    }
     match tolerance {
+        Tolerance::Range => ours == nearest,
         Tolerance::Absolute(distance) => (ours - nearest).abs() <= distance,
         Tolerance::Factor(factor) => {
             if nearest == 0.0 || ours == 0.0 {
@@ -176,6 +194,63 @@ pub fn same_direction(value: PublishedValue, ours: f64, neutral: f64) -> Option<
     Some((ours - neutral) * side > 0.0)
 }
 
+/// Direction-only needs at least this share of the published effect (ours' distance from the
+/// neutral point over the value's nearest bound's): half, so that a same-sign change a tenth of
+/// the posting's is not counted as its direction.
+pub const EFFECT_FLOOR: f64 = 0.5;
+
+/// Everything a compared row is judged by, besides ours and its checks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rule {
+    /// The posting's number.
+    pub value: PublishedValue,
+    /// How close ours must be.
+    pub tolerance: Tolerance,
+    /// A change's neutral point; `None` for a level.
+    pub neutral: Option<f64>,
+    /// The posting's own noise on this number, when it states one.
+    pub noise: Option<f64>,
+}
+
+impl Rule {
+    /// The direction of ours against the value: `None` for a level, a value touching the
+    /// neutral point, or an effect inside the posting's noise.
+    pub fn direction(&self, ours: f64) -> Option<bool> {
+        let neutral = self.neutral?;
+        if self.inside_noise() {
+            return None;
+        }
+        same_direction(self.value, ours, neutral)
+    }
+
+    /// Whether the published effect is inside the posting's own noise.
+    pub fn inside_noise(&self) -> bool {
+        match (self.neutral, self.noise) {
+            (Some(neutral), Some(noise)) => self.published_effect(neutral) <= noise,
+            _ => false,
+        }
+    }
+
+    /// The smallest distance of the value from `neutral` (0 when it touches or straddles it).
+    fn published_effect(&self, neutral: f64) -> f64 {
+        let [low, high] = self.value.bounds();
+        if low > neutral {
+            low - neutral
+        } else if high < neutral {
+            neutral - high
+        } else {
+            0.0
+        }
+    }
+
+    /// Ours' effect over the published effect, for a change whose value has one.
+    pub fn effect_share(&self, ours: f64) -> Option<f64> {
+        let neutral = self.neutral?;
+        let published = self.published_effect(neutral);
+        (published > 0.0).then(|| (ours - neutral).abs() / published)
+    }
+}
+
 /// What a row's comparison gave.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Judgement {
@@ -187,16 +262,15 @@ pub struct Judgement {
     pub reason: String,
 }
 
-/// Judges ours against the value; `failed_checks` are the ids of the row's checks that do not
-/// hold. `ours` is `Err` with the reason when our number could not be computed.
+/// Judges ours against the rule (`None`: the posting gave no number); `failed_checks` are the
+/// ids of the row's checks that do not hold. `ours` is `Err` with the reason when our number
+/// could not be computed.
 pub fn judge(
-    value: Option<PublishedValue>,
+    rule: Option<&Rule>,
     ours: Result<f64, String>,
-    tolerance: Tolerance,
-    neutral: Option<f64>,
     failed_checks: &[String],
 ) -> Judgement {
-    let Some(value) = value else {
+    let Some(rule) = rule else {
         return Judgement {
             verdict: Verdict::NotCompared,
             ratio: None,
@@ -208,32 +282,53 @@ pub fn judge(
         Ok(_) => return not_reproduced(None, "ours has no finite value".to_owned()),
         Err(reason) => return not_reproduced(None, format!("ours has no value: {reason}")),
     };
+    let value = rule.value;
+    let tolerance = rule.tolerance;
     let ratio = ratio(value, ours);
     let inside = within(value, ours, tolerance);
-    let direction = neutral.and_then(|neutral| same_direction(value, ours, neutral));
+    let direction = rule.direction(ours);
+    let share = rule.effect_share(ours);
+    let above_floor = share.is_none_or(|share| share >= EFFECT_FLOOR);
     let size = match (ratio, tolerance) {
         (Some(ratio), Tolerance::Factor(_)) => format!("ours is {}x the posting's", fmt(ratio)),
         _ => format!("ours {} against the posting's {value}", super::format_number(ours)),
     };
+    let below_floor = |share: Option<f64>| {
+        format!(
+            "same direction, but {} of the published effect (direction-only needs {:.0}%): {size}",
+            share.map_or(String::new(), |share| format!("{:.0}%", share * 100.0)),
+            EFFECT_FLOOR * 100.0
+        )
+    };
     if !failed_checks.is_empty() {
         let checks = failed_checks.join(", ");
-        let verdict =
-            if direction == Some(true) { Verdict::DirectionOnly } else { Verdict::NotReproduced };
+        let verdict = if direction == Some(true) && above_floor {
+            Verdict::DirectionOnly
+        } else {
+            Verdict::NotReproduced
+        };
         return Judgement { verdict, ratio, reason: format!("check {checks} fails; {size}") };
     }
     if inside && direction != Some(false) {
         return Judgement { verdict: Verdict::Reproduced, ratio, reason: String::new() };
     }
     match direction {
-        Some(true) => Judgement {
+        Some(true) if above_floor => Judgement {
             verdict: Verdict::DirectionOnly,
             ratio,
             reason: format!("same direction, size outside {tolerance}: {size}"),
         },
-        Some(false) if Some(ours) == neutral => {
+        Some(true) => not_reproduced(ratio, below_floor(share)),
+        Some(false) if Some(ours) == rule.neutral => {
             not_reproduced(ratio, format!("ours shows no change: {size}"))
         }
         Some(false) => not_reproduced(ratio, format!("opposite direction: {size}")),
+        None if rule.inside_noise() => not_reproduced(
+            ratio,
+            format!(
+                "the posting's effect is inside its noise; ours is outside it ({tolerance}): {size}"
+            ),
+        ),
         None => not_reproduced(ratio, format!("outside {tolerance}: {size}")),
     }
 }
@@ -252,28 +347,42 @@ mod tests {
 
     const X2: Tolerance = Tolerance::Factor(2.0);
 
+    fn change(value: PublishedValue, tolerance: Tolerance, neutral: f64) -> Rule {
+        Rule { value, tolerance, neutral: Some(neutral), noise: None }
+    }
+
+    fn level(value: f64, tolerance: Tolerance) -> Rule {
+        Rule { value: PublishedValue::Single(value), tolerance, neutral: None, noise: None }
+    }
+
     #[test]
-    fn tolerance_parses_factors_and_distances() {
-        // Goal: the two written forms, and clear refusals.
+    fn tolerance_parses_factors_distances_and_ranges() {
+        // Goal: the three written forms, and clear refusals.
         assert_eq!(Tolerance::parse("x2"), Ok(Tolerance::Factor(2.0)));
         assert_eq!(Tolerance::parse(" +-3.5 "), Ok(Tolerance::Absolute(3.5)));
+        assert_eq!(Tolerance::parse("range"), Ok(Tolerance::Range));
         for bad in ["2", "x0.5", "x", "+-", "+--1", "xNaN", "within 2"] {
             assert!(Tolerance::parse(bad).is_err(), "{bad} accepted");
+        }
+        for tolerance in [X2, Tolerance::Absolute(3.0), Tolerance::Range] {
+            assert_eq!(Tolerance::parse(&tolerance.to_string()), Ok(tolerance));
         }
     }
 
     #[test]
     fn within_a_factor_and_a_range() {
-        // Goal: factor bounds are inclusive both ways, ranges count as exact inside.
+        // Goal: factor bounds are inclusive both ways; a range is its own tolerance, with no
+        // factor stacked on it (issue 35: [2000, 10000] with x2 accepted 1,000-20,000).
         let single = PublishedValue::Single(324.0);
         assert!(within(single, 648.0, X2));
         assert!(within(single, 162.0, X2));
         assert!(!within(single, 649.0, X2));
         assert!(!within(single, -324.0, X2));
         let range = PublishedValue::Range([2000.0, 10000.0]);
-        assert!(within(range, 5000.0, Tolerance::Factor(1.0)));
-        assert!(within(range, 1000.0, X2));
-        assert!(!within(range, 999.0, X2));
+        assert!(within(range, 5000.0, Tolerance::Range));
+        assert!(within(range, 2000.0, X2));
+        assert!(!within(range, 1999.0, X2));
+        assert!(!within(range, 10001.0, Tolerance::Absolute(100.0)));
         assert_eq!(ratio(range, 1000.0), Some(0.5));
         assert_eq!(ratio(range, 3000.0), Some(1.0));
         assert!(within(PublishedValue::Single(0.0), 0.0, X2));
@@ -285,21 +394,71 @@ mod tests {
     #[test]
     fn verdicts_follow_size_direction_and_checks() {
         // Goal: each verdict from the numbers alone.
-        let factor = PublishedValue::Single(4.05);
-        let judge1 = |ours: f64| judge(Some(factor), Ok(ours), X2, Some(1.0), &[]);
-        assert_eq!(judge1(3.0).verdict, Verdict::Reproduced);
-        assert_eq!(judge1(15.0).verdict, Verdict::DirectionOnly);
-        assert_eq!(judge1(0.5).verdict, Verdict::NotReproduced);
-        assert_eq!(judge(None, Ok(1.0), X2, None, &[]).verdict, Verdict::NotCompared);
+        let rule = change(PublishedValue::Single(4.05), X2, 1.0);
+        let judge1 = |ours: f64| judge(Some(&rule), Ok(ours), &[]).verdict;
+        assert_eq!(judge1(3.0), Verdict::Reproduced);
+        assert_eq!(judge1(15.0), Verdict::DirectionOnly);
+        assert_eq!(judge1(0.5), Verdict::NotReproduced);
+        assert_eq!(judge(None, Ok(1.0), &[]).verdict, Verdict::NotCompared);
         let failed = ["tail".to_owned()];
-        let with_failed_check = judge(Some(factor), Ok(4.0), X2, Some(1.0), &failed);
+        let with_failed_check = judge(Some(&rule), Ok(4.0), &failed);
         assert_eq!(with_failed_check.verdict, Verdict::DirectionOnly);
         assert!(with_failed_check.reason.contains("tail"));
-        let no_direction = judge(Some(PublishedValue::Single(324.0)), Ok(1219.0), X2, None, &[]);
+        let no_direction = judge(Some(&level(324.0, X2)), Ok(1219.0), &[]);
         assert_eq!(no_direction.verdict, Verdict::NotReproduced);
         assert!(no_direction.reason.contains("3.76x"), "{}", no_direction.reason);
-        let missing = judge(Some(factor), Err("no such metric".to_owned()), X2, None, &[]);
+        let missing = judge(Some(&rule), Err("no such metric".to_owned()), &[]);
         assert_eq!(missing.verdict, Verdict::NotReproduced);
+    }
+
+    #[test]
+    fn direction_is_checked_on_every_change_within_tolerance() {
+        // Goal: a change within +-10 points but the other way is not reproduced (issue 35:
+        // kswapd-efficiency rows reproduced with ours going the opposite way).
+        let rule = change(PublishedValue::Single(4.0), Tolerance::Absolute(10.0), 0.0);
+        let opposite = judge(Some(&rule), Ok(-3.0), &[]);
+        assert_eq!(opposite.verdict, Verdict::NotReproduced);
+        assert!(opposite.reason.contains("opposite direction"), "{}", opposite.reason);
+        assert_eq!(judge(Some(&rule), Ok(0.0), &[]).verdict, Verdict::NotReproduced);
+        assert_eq!(judge(Some(&rule), Ok(5.0), &[]).verdict, Verdict::Reproduced);
+        // A published change of 0 has no direction: size alone decides.
+        let zero = change(PublishedValue::Single(0.0), Tolerance::Absolute(10.0), 0.0);
+        assert_eq!(judge(Some(&zero), Ok(-3.0), &[]).verdict, Verdict::Reproduced);
+    }
+
+    #[test]
+    fn direction_only_needs_half_the_published_effect() {
+        // Goal: the effect floor: 0.04% against 12.7% is not a direction (issue 35).
+        let rule = change(PublishedValue::Single(12.7), Tolerance::Absolute(3.0), 0.0);
+        let tiny = judge(Some(&rule), Ok(0.04), &[]);
+        assert_eq!(tiny.verdict, Verdict::NotReproduced);
+        assert!(tiny.reason.contains("0% of the published effect"), "{}", tiny.reason);
+        assert_eq!(judge(Some(&rule), Ok(6.35), &[]).verdict, Verdict::DirectionOnly);
+        assert_eq!(judge(Some(&rule), Ok(6.3), &[]).verdict, Verdict::NotReproduced);
+        // A factor: the effect is the distance from 1.
+        let factor = change(PublishedValue::Single(5.0), Tolerance::Factor(1.5), 1.0);
+        assert_eq!(judge(Some(&factor), Ok(3.0), &[]).verdict, Verdict::DirectionOnly);
+        assert_eq!(judge(Some(&factor), Ok(2.9), &[]).verdict, Verdict::NotReproduced);
+        // A failed check cannot lift a small effect to direction-only either.
+        let failed = ["regime".to_owned()];
+        assert_eq!(judge(Some(&rule), Ok(1.0), &failed).verdict, Verdict::NotReproduced);
+    }
+
+    #[test]
+    fn an_effect_inside_the_postings_noise_is_judged_against_that_noise() {
+        // Goal: a published +1.2% with a stated noise of 2% has no direction; ours reproduces
+        // it within +-2, whatever its sign, and never as direction-only.
+        let rule = Rule {
+            value: PublishedValue::Single(1.2),
+            tolerance: Tolerance::Absolute(2.0),
+            neutral: Some(0.0),
+            noise: Some(2.0),
+        };
+        assert!(rule.inside_noise());
+        assert_eq!(judge(Some(&rule), Ok(-0.5), &[]).verdict, Verdict::Reproduced);
+        let outside = judge(Some(&rule), Ok(9.0), &[]);
+        assert_eq!(outside.verdict, Verdict::NotReproduced);
+        assert!(outside.reason.contains("inside its noise"), "{}", outside.reason);
     }
 
     #[test]
@@ -307,7 +466,8 @@ mod tests {
         // Goal: a range that spans the neutral point cannot give direction-only.
         let range = PublishedValue::Range([-2.6, 0.3]);
         assert_eq!(same_direction(range, 1.0, 0.0), None);
-        let outside = judge(Some(range), Ok(5.0), Tolerance::Absolute(1.0), Some(0.0), &[]);
-        assert_eq!(outside.verdict, Verdict::NotReproduced);
+        let rule = change(range, Tolerance::Range, 0.0);
+        assert_eq!(judge(Some(&rule), Ok(5.0), &[]).verdict, Verdict::NotReproduced);
+        assert_eq!(judge(Some(&rule), Ok(-1.0), &[]).verdict, Verdict::Reproduced);
     }
 }

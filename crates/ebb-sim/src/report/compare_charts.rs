@@ -8,7 +8,8 @@
 //!   quarter decade wide on a log axis; a zero pause is counted in the lowest bin, 0.1 ms);
 //! - the verdict chart: each compared published number of the experiment at its distance from
 //!   the posting's, in tolerances (0: equal; 1: at the edge of the tolerance; a factor
-//!   tolerance is measured in log ratio), colored by verdict, clamped to +-4.
+//!   tolerance is measured in log ratio; outside a range, 1 plus the log2 ratio to its nearest
+//!   bound), colored by verdict, clamped to +-4.
 
 use crate::experiment::verdict::{PublishedValue, Tolerance};
 use crate::experiment::{PublishedOutcome, Reference, Verdict};
@@ -187,6 +188,13 @@ pub fn distance_in_tolerances(row: &PublishedOutcome) -> Option<f64> {
                 (ours / nearest).ln() / factor.ln()
             }
         }
+        // Inside the range is 0; outside, 1 at its edge plus the log ratio in octaves.
+        Tolerance::Range if ours == nearest => 0.0,
+        Tolerance::Range if nearest > 0.0 && ours > 0.0 => {
+            let octaves = (ours / nearest).log2();
+            octaves.signum() * (1.0 + octaves.abs())
+        }
+        Tolerance::Range => DISTANCE_MAX * (ours - nearest).signum(),
         Tolerance::Absolute(width) if width > 0.0 => (ours - nearest) / width,
         Tolerance::Absolute(_) => {
             if ours == nearest {
@@ -253,11 +261,15 @@ mod tests {
         PublishedOutcome {
             claim: "c".to_owned(),
             published: String::new(),
+            line: None,
             ours: String::new(),
             value: Some(PublishedValue::Single(value)),
             ours_value: Some(ours),
             ratio: Some(ours / value),
             tolerance: tolerance.to_owned(),
+            rule: None,
+            checks: Vec::new(),
+            failed_checks: Vec::new(),
             verdict,
             why: String::new(),
             explanation: None,

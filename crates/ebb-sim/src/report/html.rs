@@ -57,6 +57,8 @@ pub struct ExperimentSection {
     pub verdict_plot: Option<PlotRef>,
     /// The posting it reproduces (title, author, date), for the overview.
     pub reproduces: String,
+    /// ebb's own experiment: its rows are tallied apart from the postings' numbers.
+    pub own: bool,
 }
 
 /// A published result beside ours, with the computed verdict.
@@ -135,8 +137,16 @@ fn page_value(page: &ReportPage) -> Value {
             "has_comparisons",
             Value::from(page.experiments.iter().any(|e| !e.comparisons.is_empty())),
         ),
-        ("verdicts", verdicts_value(page.experiments.iter().flat_map(|e| &e.comparisons))),
+        ("verdicts", verdicts_value(comparisons(page, false))),
+        ("own_verdicts", verdicts_value(comparisons(page, true))),
+        ("posting_rows", Value::from(comparisons(page, false).count())),
+        ("own_rows", Value::from(comparisons(page, true).count())),
     ])
+}
+
+/// The rows of the postings' experiments (`own` false) or of ebb's own.
+fn comparisons(page: &ReportPage, own: bool) -> impl Iterator<Item = &Comparison> {
+    page.experiments.iter().filter(move |e| e.own == own).flat_map(|e| &e.comparisons)
 }
 
 /// `[{name, count}]` for every verdict, in report order.
@@ -276,6 +286,7 @@ mod tests {
                     ],
                     verdict_plot: None,
                     reproduces: String::new(),
+                    own: false,
                 },
                 ExperimentSection {
                     name: "<script>alert(1)</script>".to_owned(),
@@ -288,6 +299,7 @@ mod tests {
                     }],
                     verdict_plot: None,
                     reproduces: String::new(),
+                    own: false,
                 },
             ],
         }

@@ -11,9 +11,13 @@
 //!  "verdicts": {"reproduced": <integer>, "direction-only": <integer>, ...}}
 //! ```
 //!
-//! Each `published` entry also carries the numbers the verdict was computed from
-//! (`published_value`: a number or `[low, high]`; `ours_value`) and, when there is one, the
-//! `analysis` it links to, so a reader (or a test) can recompute every verdict from the file.
+//! Each `published` entry also carries everything the verdict was computed from
+//! (`published_value`: a number or `[low, high]`; `ours_value`; `tolerance`; `kind`, `change`
+//! or `level`; a change's `neutral`; the posting's `noise` when it states one; the `checks`
+//! the row names and the `failed_checks` among them) and, when there is one, the `analysis` it
+//! links to, so a reader (or a test, [`PublishedSummary::rejudge`]) can recompute every verdict
+//! from the file alone. `origin` says whose numbers the rows are: `posting` or `ebb` (ebb's own
+//! experiment, tallied apart); `quick` whether the runs were shortened.
 //!
 //! Run names are `<case>/<variant>`; metric names carry their unit last (`write_mb_s`,
 //! `pause_ms_p99`). Metrics are kept in a `BTreeMap` so the file lists them sorted and two runs
@@ -34,7 +38,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::{PublishedValue, Verdict};
+use crate::experiment::verdict::Judgement;
+use crate::experiment::{PublishedValue, Rule, Tolerance, Verdict, judge};
 use crate::report::ReportError;
 
 /// The contents of one experiment's `summary.json`.
@@ -42,6 +47,12 @@ use crate::report::ReportError;
 pub struct Summary {
     /// The experiment's name, the file stem of its TOML (`ioless-throttling`).
     pub experiment: String,
+    /// `posting` (the rows are a posting's numbers) or `ebb` (ebb's own experiment).
+    #[serde(default = "posting")]
+    pub origin: String,
+    /// Whether the runs were shortened (`--quick`).
+    #[serde(default)]
+    pub quick: bool,
     /// One entry per run, in the order the experiment ran them.
     pub runs: Vec<RunSummary>,
     /// The posting's numbers, ours, and the verdict on each.
@@ -59,6 +70,9 @@ pub struct PublishedSummary {
     pub claim: String,
     /// The posting's figure, as text.
     pub published: String,
+    /// The posting's line it is read from, verbatim, when the experiment gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<String>,
     /// Ours, as text.
     pub ours: String,
     /// The posting's number compared (absent: not compared).
@@ -67,8 +81,23 @@ pub struct PublishedSummary {
     pub ours_value: Option<f64>,
     /// Ours over the posting's (nearest bound of a range).
     pub ratio: Option<f64>,
-    /// `x2` (a factor) or `+-3` (a distance), empty when not compared.
+    /// `x2` (a factor), `+-3` (a distance) or `range`, empty when not compared.
     pub tolerance: String,
+    /// `change` (with `neutral`) or `level`; absent when not compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// A change's neutral point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neutral: Option<f64>,
+    /// The posting's own noise on the number, when it states one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f64>,
+    /// The checks the row names.
+    #[serde(default)]
+    pub checks: Vec<String>,
+    /// Those of them that failed.
+    #[serde(default)]
+    pub failed_checks: Vec<String>,
     /// The computed verdict.
     pub verdict: Verdict,
     /// Why, when not reproduced.
@@ -76,6 +105,31 @@ pub struct PublishedSummary {
     /// Where the analysis is, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<String>,
+}
+
+fn posting() -> String {
+    "posting".to_owned()
+}
+
+impl PublishedSummary {
+    /// The rule the row was judged by, rebuilt from the file's fields (`None`: not compared).
+    pub fn rule(&self) -> Result<Option<Rule>, String> {
+        let Some(value) = self.published_value else { return Ok(None) };
+        let tolerance = Tolerance::parse(&self.tolerance)?;
+        let neutral = match self.kind.as_deref() {
+            Some("change") => Some(self.neutral.ok_or("a change without neutral")?),
+            Some("level") => None,
+            other => return Err(format!("kind {other:?}")),
+        };
+        Ok(Some(Rule { value, tolerance, neutral, noise: self.noise }))
+    }
+
+    /// Judges the row again from the file's fields alone.
+    pub fn rejudge(&self) -> Result<Judgement, String> {
+        let rule = self.rule()?;
+        let ours = self.ours_value.ok_or_else(|| "no ours_value".to_owned());
+        Ok(judge(rule.as_ref(), ours, &self.failed_checks))
+    }
 }
 
 /// Counts of each verdict over `rows`, every verdict present.
@@ -172,6 +226,8 @@ mod tests {
         metrics.insert("pause_ms_p99".to_owned(), 0.1);
         Summary {
             experiment: "ioless-throttling".to_owned(),
+            origin: "posting".to_owned(),
+            quick: false,
             runs: vec![
                 RunSummary {
                     name: "sata/ioless".to_owned(),
@@ -187,11 +243,17 @@ mod tests {
             published: vec![PublishedSummary {
                 claim: "pause, before".to_owned(),
                 published: "0 .. 324 ms".to_owned(),
+                line: None,
                 ours: "0 .. 1219 ms".to_owned(),
                 published_value: Some(PublishedValue::Single(324.0)),
                 ours_value: Some(1219.0),
                 ratio: Some(1219.0 / 324.0),
                 tolerance: "x2".to_owned(),
+                kind: Some("level".to_owned()),
+                neutral: None,
+                noise: None,
+                checks: Vec::new(),
+                failed_checks: Vec::new(),
                 verdict: Verdict::NotReproduced,
                 why: "outside x2".to_owned(),
                 analysis: Some("docs/throttling.md#pauses".to_owned()),
@@ -211,6 +273,8 @@ mod tests {
         assert_eq!(back, summary);
         assert_eq!(back.run("sata/ioless").and_then(|r| r.metric("pause_ms_p99")), Some(0.1));
         assert_eq!(back.run("nope"), None);
+        // The row is judged again from the file alone, to the same verdict.
+        assert_eq!(back.published[0].rejudge().expect("rule").verdict, Verdict::NotReproduced);
     }
 
     #[test]
@@ -224,7 +288,11 @@ mod tests {
         assert!(text.ends_with("}\n"));
         let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         let top = value.as_object().expect("object");
-        assert_eq!(top.keys().collect::<Vec<_>>(), ["experiment", "published", "runs", "verdicts"]);
+        assert_eq!(
+            top.keys().collect::<Vec<_>>(),
+            ["experiment", "origin", "published", "quick", "runs", "verdicts"]
+        );
+        assert_eq!(top["published"][0]["kind"], "level");
         assert_eq!(top["verdicts"]["not-reproduced"].as_u64(), Some(1));
         assert_eq!(top["verdicts"]["reproduced"].as_u64(), Some(0));
         assert_eq!(top["published"][0]["verdict"], "not-reproduced");

@@ -309,6 +309,7 @@ fn page(name: &str, result: &RunResult, plots: Vec<PlotRef>) -> ReportPage {
             plots,
             verdict_plot: None,
             reproduces: String::new(),
+            own: false,
         }],
     }
 }

@@ -43,10 +43,12 @@ pub(super) fn report_experiment(
         plots,
         verdict_plot,
         reproduces: experiment.reproduces.clone(),
+        own: experiment.own,
     };
     let outcome = ExperimentOutcome {
         name: experiment.name.clone(),
         title: experiment.title.clone(),
+        own: experiment.own,
         summary_path,
         metrics,
         checks,
@@ -65,6 +67,8 @@ fn summarize_runs(
     let mut metrics = RunMetrics::new();
     let mut summary = Summary {
         experiment: experiment.name.clone(),
+        origin: if experiment.own { "ebb" } else { "posting" }.to_owned(),
+        quick,
         runs: Vec::new(),
         published: Vec::new(),
         verdicts: BTreeMap::new(),
@@ -125,11 +129,19 @@ fn published_summary(row: &PublishedOutcome) -> PublishedSummary {
     PublishedSummary {
         claim: row.claim.clone(),
         published: row.published.clone(),
+        line: row.line.clone(),
         ours: row.ours.clone(),
         published_value: row.value,
         ours_value: row.ours_value,
         ratio: row.ratio,
         tolerance: row.tolerance.clone(),
+        kind: row
+            .rule
+            .map(|rule| if rule.neutral.is_some() { "change" } else { "level" }.to_owned()),
+        neutral: row.rule.and_then(|rule| rule.neutral),
+        noise: row.rule.and_then(|rule| rule.noise),
+        checks: row.checks.clone(),
+        failed_checks: row.failed_checks.clone(),
         verdict: row.verdict,
         why: row.why.clone(),
         analysis: row.analysis.clone(),
@@ -216,7 +228,12 @@ fn checks_table(checks: &[CheckOutcome]) -> Table {
                 check.what.clone(),
                 check.expression.clone(),
                 check.values(),
-                if check.pass { "pass" } else { "FAIL" }.to_owned(),
+                match (check.pass, check.level) {
+                    (true, _) => "pass",
+                    (false, false) => "FAIL",
+                    (false, true) => "off (level check: rows naming it are not reproduced)",
+                }
+                .to_owned(),
             ]
         })
         .collect();

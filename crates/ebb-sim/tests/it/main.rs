@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ebb_core::{ThrottlePolicy, WbtMode};
-use ebb_sim::experiment::verdict::{PublishedValue, Tolerance, within};
+use ebb_sim::experiment::verdict::within;
 use ebb_sim::experiment::{
     EMBEDDED_FILES, ExpandOptions, Experiment, ExperimentError, RunMetrics, Verdict, run_seed,
 };
+use ebb_sim::report::summary::Summary;
 use ebb_sim::reproduce::{self, Options, Progress};
 use ebb_sim::run::{RunResult, TimeSeries, Workload};
 
@@ -145,6 +146,7 @@ claim = "x"
 published = "y"
 ours = "{sata/ioless:write_mb_s} MB/s"
 value = 60
+kind = "level"
 ours_value = "sata/ioless:write_mb_s"
 tolerance = "x2"
 checks = ["c"]
@@ -380,6 +382,85 @@ fn published_rows_are_checked() {
     assert_refused("value = 60", "", "published[0].value", "give the posting's value");
 }
 
+/// Every `[[published]]` row of every experiment, `<experiment> | <claim>`, one a line, in file
+/// order (issue 35: every number a posting publishes is a row).
+const PUBLISHED_ROWS: &str = include_str!("published_rows.txt");
+
+#[test]
+fn every_published_number_stays_a_row() {
+    // Goal: a row that disappears (or is renamed) from an experiment fails here, listing it;
+    // a row added must be added to published_rows.txt too. Also prints the count per posting.
+    let mut present = Vec::new();
+    for name in EMBEDDED_FILES.iter().map(|(name, _)| name.trim_end_matches(".toml")) {
+        let experiment = load(name);
+        for row in &experiment.published {
+            present.push(format!("{name} | {}", row.claim));
+        }
+        if let Some(line) = experiment.published.iter().find_map(|row| row.line.as_ref()) {
+            assert!(!line.trim().is_empty(), "{name}: an empty line");
+        }
+    }
+    let listed: Vec<String> = PUBLISHED_ROWS.lines().map(str::to_owned).collect();
+    let missing: Vec<&String> = listed.iter().filter(|row| !present.contains(row)).collect();
+    let unlisted: Vec<&String> = present.iter().filter(|row| !listed.contains(row)).collect();
+    assert!(missing.is_empty(), "rows gone from experiments/: {missing:#?}");
+    assert!(unlisted.is_empty(), "rows not in published_rows.txt: {unlisted:#?}");
+}
+
+#[test]
+fn every_compared_row_states_its_kind_and_a_change_its_neutral_point() {
+    // Goal: issue 35's rules at load time: a row with a value says whether it is a change
+    // (and then gives its neutral point, so its direction is always checked) or a level; a
+    // range carries no tolerance of its own; noise replaces the tolerance.
+    assert_refused("kind = \"level\"\n", "", "published[0].kind", "needs kind");
+    assert_refused("kind = \"level\"", "kind = \"delta\"", "published[0].kind", "\"delta\"");
+    assert_refused(
+        "kind = \"level\"",
+        "kind = \"change\"",
+        "published[0].neutral",
+        "a change row needs neutral",
+    );
+    assert_refused(
+        "kind = \"level\"",
+        "kind = \"level\"\nneutral = 1",
+        "published[0].neutral",
+        "no direction",
+    );
+    assert_refused(
+        "value = 60",
+        "value = [50, 70]",
+        "published[0].tolerance",
+        "a range is its own tolerance",
+    );
+    assert_refused(
+        "kind = \"level\"",
+        "kind = \"level\"\nnoise = 2",
+        "published[0].tolerance",
+        "drop tolerance",
+    );
+    assert_refused(
+        "kind = \"level\"",
+        "kind = \"level\"\nnoise = -1",
+        "published[0].noise",
+        "positive",
+    );
+    assert_refused("compare = ", "origin = \"mine\"\ncompare = ", "origin", "\"ebb\"");
+    let (_, result) = load_text(
+        "changes",
+        &VALID.replacen("kind = \"level\"", "kind = \"change\"\nneutral = 1", 1),
+    );
+    let experiment = result.unwrap_or_else(|error| panic!("{error}"));
+    let rule = experiment.published[0].rule.expect("compared");
+    assert_eq!(rule.neutral, Some(1.0));
+    assert!(!experiment.own);
+    // A level check needs an id (rows name it); it loads as a level check.
+    assert_refused("id = \"c\"\n", "level = true\n", "check[0].id", "level check needs an id");
+    let (_, result) =
+        load_text("levels", &VALID.replacen("id = \"c\"", "id = \"c\"\nlevel = true", 1));
+    let experiment = result.unwrap_or_else(|error| panic!("{error}"));
+    assert!(experiment.checks[0].level);
+}
+
 #[test]
 fn name_must_be_the_file_stem() {
     // Goal: summary.json's experiment name is the file stem; a different `name` is refused.
@@ -402,7 +483,7 @@ fn ioless_metrics(legacy_max: f64, ioless_stddev: f64, ioless_mb_s: f64) -> RunM
     };
     let mut m = metrics(&[
         ("sata/legacy", &[("pause_ms_max", legacy_max), ("pause_ms_min", 0.0)]),
-        ("sata/bandwidth-2010", &[]),
+        ("sata/bandwidth-2010", &[("pause_ms_mean", 32.0), ("pause_ms_stddev", 4.0)]),
         ("sata/ioless", &[("pause_ms_mean", 32.0), ("pause_ms_stddev", ioless_stddev)]),
     ]);
     let extra = [
@@ -434,10 +515,11 @@ fn checks_evaluate_on_hand_made_results() {
     assert_eq!(published[0].ours, "0 .. 324 ms");
     assert_eq!(published[0].verdict, Verdict::Reproduced, "{published:?}");
     assert_eq!(published[0].ratio, Some(1.0));
-    // 32 ms mean: the posting's "around 32 ms".
+    // 32 ms mean of the posting's own variant (bandwidth-2010): its "around 32 ms"; the
+    // ioless (3.2) design is a context row, not compared.
     assert_eq!(published[1].verdict, Verdict::Reproduced);
-    assert_eq!(published[3].verdict, Verdict::NotCompared);
-    assert_eq!(published[3].ratio, None);
+    assert_eq!(published[2].verdict, Verdict::NotCompared);
+    assert_eq!(published[2].ratio, None);
     // Ours at 4x the posting's longest pause: outside x2, and legacy pauses have no direction.
     let long = experiment.evaluate_published(
         &ioless_metrics(1296.0, 4.0, 60.5),
@@ -459,6 +541,7 @@ fn checks_evaluate_on_hand_made_results() {
     // A metric a run did not report fails the check, with the reason, and the published row.
     let mut missing = good.clone();
     missing.get_mut("sata/ioless").expect("run").remove("pause_ms_mean");
+    missing.get_mut("sata/bandwidth-2010").expect("run").remove("pause_ms_mean");
     let outcomes = experiment.evaluate_checks(&missing);
     let steady = outcomes.iter().find(|o| o.id.as_deref() == Some("ioless-steady")).expect("id");
     assert!(!steady.pass);
@@ -467,6 +550,7 @@ fn checks_evaluate_on_hand_made_results() {
     let published = experiment.evaluate_published(&missing, &outcomes);
     assert_eq!(published[1].verdict, Verdict::NotReproduced);
     assert!(published[1].ours.contains("n/a"), "{}", published[1].ours);
+    assert!(published[2].ours.contains("n/a"), "{}", published[2].ours);
 }
 
 #[test]
@@ -618,12 +702,25 @@ fn quick_experiments_hold() {
         assert!(out.path().join(chart).is_file(), "{chart} missing");
         assert!(html.contains(&chart.replace('/', "&#x2f;")), "{chart} not in report.html");
     }
-    // The terminal, report.html and summary.json give the same counts.
-    for (verdict, count) in &totals {
-        assert!(html.contains(&format!("<li><b>{count}</b> {verdict}</li>")), "{verdict}");
-        assert!(outcome.text().contains(&format!("{count} {verdict}")), "{verdict}");
-    }
+    // The terminal, report.html and summary.json give the same counts, in two tallies: the
+    // postings' numbers and ebb's own experiments.
+    let [postings, own] = &totals;
     let text = outcome.text();
+    let line = outcome.counts_line();
+    let (postings_part, own_part) = line.split_once("ebb's own").expect("two tallies");
+    for (verdict, count) in postings {
+        assert!(html.contains(&format!("<li><b>{count}</b> {verdict}</li>")), "{verdict}");
+        assert!(postings_part.contains(&format!("{count} {verdict}")), "{verdict}: {line}");
+    }
+    for (verdict, count) in own {
+        assert!(html.contains(&format!("<li><b>{count}</b> {verdict} (ebb's own)</li>")));
+        assert!(own_part.contains(&format!("{count} {verdict}")), "{verdict}: {line}");
+    }
+    assert!(own.values().sum::<u64>() > 0, "ebb's own experiments are tallied apart");
+    // A quick run says so, in the terminal and the report.
+    assert!(text.starts_with("QUICK RUN") && line.starts_with("QUICK RUN"), "{line}");
+    assert!(html.contains("QUICK RUN"));
+    assert!(text.contains("tol."), "tolerance column");
     assert!(text.lines().all(|line| line.chars().count() <= 120), "wider than 120:\n{text}");
     let names: Vec<&str> = outcome.experiments.iter().map(|e| e.name.as_str()).collect();
     for posting in [
@@ -637,11 +734,13 @@ fn quick_experiments_hold() {
     }
 }
 
-/// Re-checks every `summary.json` under `dir`: a row says `reproduced` only within its
-/// tolerance, `not-compared` only without a published value, and the counts are integers
-/// that match the rows. Returns the counts summed over every experiment.
-fn assert_verdicts_consistent(dir: &Path) -> BTreeMap<String, u64> {
-    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+/// Re-judges every row of every `summary.json` under `dir` from the file alone (its rule,
+/// ours and its checks' results) and fails if a verdict differs; also checks that a row says
+/// `reproduced` only within its tolerance, that a change's `reproduced` or `direction-only`
+/// lies on the posting's side of its neutral point, and that the counts match the rows.
+/// Returns the counts summed over the postings' experiments and over ebb's own.
+fn assert_verdicts_consistent(dir: &Path) -> [BTreeMap<String, u64>; 2] {
+    let mut totals: [BTreeMap<String, u64>; 2] = Default::default();
     let mut files = 0;
     for entry in std::fs::read_dir(dir).expect("out dir") {
         let path = entry.expect("entry").path().join("summary.json");
@@ -649,38 +748,37 @@ fn assert_verdicts_consistent(dir: &Path) -> BTreeMap<String, u64> {
             continue;
         }
         files += 1;
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        let summary = Summary::read_json(&path).unwrap_or_else(|error| panic!("{error}"));
         let mut counted: BTreeMap<String, u64> = BTreeMap::new();
-        for row in summary["published"].as_array().expect("published rows") {
-            let verdict = row["verdict"].as_str().expect("verdict").to_owned();
-            *counted.entry(verdict.clone()).or_default() += 1;
-            let value: Option<PublishedValue> =
-                serde_json::from_value(row["published_value"].clone()).expect("value");
-            if verdict == "not-compared" {
-                assert!(value.is_none(), "{}: not-compared with a value", row["claim"]);
+        for row in &summary.published {
+            let name = format!("{}: {}", summary.experiment, row.claim);
+            *counted.entry(row.verdict.name().to_owned()).or_default() += 1;
+            let again = row.rejudge().unwrap_or_else(|error| panic!("{name}: {error}"));
+            assert_eq!(again.verdict, row.verdict, "{name}: re-judged from summary.json");
+            let Some(rule) = row.rule().expect("rule") else {
+                assert_eq!(row.verdict, Verdict::NotCompared, "{name}");
                 continue;
-            }
-            let value =
-                value.unwrap_or_else(|| panic!("{}: compared without a value", row["claim"]));
-            let tolerance = Tolerance::parse(row["tolerance"].as_str().expect("tolerance"))
-                .expect("tolerance parses");
-            if verdict == "reproduced" {
-                let ours = row["ours_value"].as_f64().expect("ours_value");
-                assert!(
-                    within(value, ours, tolerance),
-                    "{}: {}: reproduced outside {tolerance}: ours {ours}",
-                    path.display(),
-                    row["claim"]
-                );
+            };
+            if row.verdict == Verdict::Reproduced {
+                let ours = row.ours_value.expect("ours_value");
+                assert!(within(rule.value, ours, rule.tolerance), "{name}: outside tolerance");
+                assert!(row.failed_checks.is_empty(), "{name}: reproduced with failed checks");
             } else {
-                assert!(!row["why"].as_str().unwrap_or_default().is_empty(), "{}", row["claim"]);
+                assert!(!row.why.is_empty(), "{name}: no why");
+            }
+            if matches!(row.verdict, Verdict::Reproduced | Verdict::DirectionOnly) {
+                let ours = row.ours_value.expect("ours_value");
+                assert_ne!(rule.direction(ours), Some(false), "{name}: other direction");
+            }
+            if row.kind.as_deref() == Some("change") {
+                assert!(row.neutral.is_some(), "{name}: change without neutral");
             }
         }
+        let tally = &mut totals[usize::from(summary.origin == "ebb")];
         for verdict in Verdict::ALL {
-            let count = summary["verdicts"][verdict.name()].as_u64().expect("integer count");
+            let count = summary.verdicts.get(&verdict).copied().unwrap_or(0);
             assert_eq!(count, counted.get(verdict.name()).copied().unwrap_or(0), "{verdict}");
-            *totals.entry(verdict.name().to_owned()).or_default() += count;
+            *tally.entry(verdict.name().to_owned()).or_default() += count;
         }
     }
     assert!(files >= 6, "only {files} summary.json files");
