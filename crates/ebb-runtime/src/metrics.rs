@@ -346,7 +346,8 @@ mod tests {
     /// wait for their timeouts one after the other (issue 34).
     #[test]
     fn idle_and_trickling_clients_do_not_hold_up_a_scrape() {
-        let ebb = crate::Builder::new().memory(8 << 20).build().unwrap();
+        let backend = Arc::new(ebb_backend::MemBackend::new());
+        let ebb = crate::Builder::new().memory(8 << 20).backend("mem", backend).build().unwrap();
         let server = ebb.serve_metrics("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = server.local_addr();
         let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
