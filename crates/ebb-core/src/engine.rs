@@ -51,7 +51,9 @@ pub(crate) const OUTAGE_PROBE_MAX: Duration = Duration::from_secs(2);
 
 mod completion;
 mod durable;
+mod forget;
 mod kswapd;
+mod maps;
 mod planted;
 mod read;
 mod reclaim;
@@ -64,6 +66,7 @@ mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+pub use maps::{MapStore, PageMaps};
 pub use planted::CoreBug;
 
 use crate::bandwidth::Rates;
@@ -73,7 +76,7 @@ use crate::flusher::{Flusher, Submissions, Submitter};
 use crate::fprop::{EventProportions, Local, Proportions};
 use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
 use crate::memory::{List, Memory};
-use crate::pagemap::{CommitBatch, PageMap, Run, WriteEnd};
+use crate::pagemap::{CommitBatch, Run, WriteEnd};
 use crate::stats::{BdiStats, FileErrors, MemInfo, Stats};
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
@@ -81,51 +84,6 @@ use crate::writer::Writer;
 
 /// Buckets of [`Engine::writepages_sizes`]: up to 2^31 pages per call.
 pub const WRITEPAGES_SIZE_BUCKETS: usize = 32;
-/// Gives the engine access to the page maps the driver keeps.
-pub trait PageMaps {
-    /// Runs `f` on the page map of `inode`, creating an empty one if the file has none yet.
-    fn with<R>(&mut self, inode: InodeId, f: impl FnOnce(&mut PageMap) -> R) -> R;
-}
-
-/// Page maps in an ordered map: the simplest [`PageMaps`], used by the simulator and tests.
-#[derive(Default)]
-pub struct MapStore {
-    maps: BTreeMap<InodeId, PageMap>,
-}
-
-impl MapStore {
-    /// An empty store.
-    pub fn new() -> MapStore {
-        MapStore::default()
-    }
-
-    /// The map of `inode`, if it has one.
-    pub fn get(&self, inode: InodeId) -> Option<&PageMap> {
-        self.maps.get(&inode)
-    }
-
-    /// Every map.
-    pub fn iter(&self) -> impl Iterator<Item = (InodeId, &PageMap)> {
-        self.maps.iter().map(|(&i, m)| (i, m))
-    }
-
-    /// Drops the map of `inode` (the engine forgot the file, [`Action::Forget`]).
-    pub fn remove(&mut self, inode: InodeId) {
-        self.maps.remove(&inode);
-    }
-
-    /// The map of `inode`, created if missing.
-    pub fn get_mut(&mut self, inode: InodeId) -> &mut PageMap {
-        self.maps.entry(inode).or_default()
-    }
-}
-
-impl PageMaps for MapStore {
-    fn with<R>(&mut self, inode: InodeId, f: impl FnOnce(&mut PageMap) -> R) -> R {
-        f(self.maps.entry(inode).or_default())
-    }
-}
-
 /// Page counts by state, signed: between throttle checks a writer's batch is not yet folded in,
 /// so a count may dip below zero briefly (the kernel's per-CPU counter error). Reads clamp.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -606,60 +564,6 @@ impl Engine {
         if let Some((inode, emptied)) = touched {
             self.maybe_forget(inode, emptied, maps);
         }
-    }
-
-    /// Forgets `inode` if nothing of it is left (the kernel evicting an unused inode): no open
-    /// handle, no page cached, no IO in flight, no retry due, no unreported error, no write
-    /// waiting for a sync of the file (unless it was just `emptied`, truncated to nothing with
-    /// no handle open: deleted, or dropped from the cache, whose earlier writes no handle can
-    /// ask about any more), not in the granule gate. The
-    /// driver hears it as [`Action::Forget`] and drops its own state of the file; opening the
-    /// file again starts afresh. So what the engine keeps per file is bounded by the files open
-    /// or cached, not by the files ever seen.
-    fn maybe_forget<M: PageMaps>(&mut self, inode: InodeId, emptied: bool, maps: &mut M) {
-        let Some(meta) = self.inodes.get(&inode) else { return };
-        let b = meta.backend;
-        let unused = meta.handles == 0
-            && meta.inflight.is_empty()
-            && meta.commits_inflight.is_empty()
-            && meta.commit_marks.is_empty()
-            && meta.reading.is_empty()
-            && meta.syncing.is_none()
-            && meta.page_waiters.is_empty()
-            && !meta.err_unseen
-            && meta.retry_at.is_none()
-            && meta.hold_retry_at.is_none()
-            && (emptied || meta.durability.is_empty())
-            && meta.unstable == 0
-            && self.gate.filling(inode).is_none();
-        if !unused || maps.with(inode, |m| m.counts().resident) > 0 {
-            return;
-        }
-        self.inodes.remove(&inode);
-        self.wbs[b.index()].flusher.forget(inode);
-        self.wbs[b.index()].unstable_files.remove(&inode);
-        self.stats.files_forgotten += 1;
-        self.emit(Action::Forget { inode });
-    }
-
-    /// Keeps `retry_timers` in step with the file's retry deadlines after a change from
-    /// `before` (its `retry_at` and `hold_retry_at` then).
-    pub(crate) fn reindex_retry(&mut self, inode: InodeId, before: [Option<Instant>; 2]) {
-        let after = self.retry_deadlines(inode);
-        if before == after {
-            return;
-        }
-        for t in before.into_iter().flatten() {
-            self.retry_timers.remove(&(t, inode));
-        }
-        for t in after.into_iter().flatten() {
-            self.retry_timers.insert((t, inode));
-        }
-    }
-
-    /// The file's retry deadlines, for [`Engine::reindex_retry`].
-    pub(crate) fn retry_deadlines(&self, inode: InodeId) -> [Option<Instant>; 2] {
-        self.inodes.get(&inode).map_or([None, None], |m| [m.retry_at, m.hold_retry_at])
     }
 
     fn open(&mut self, handle: HandleId, inode: InodeId, backend: BackendId) {

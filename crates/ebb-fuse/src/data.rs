@@ -144,7 +144,7 @@ pub(crate) trait DataFile: Send + Sync {
         None
     }
     /// The runtime's file behind this handle, if it is one (`ebb stat` takes the reports
-    /// of many under one engine lock: `crate::runtime::reports`).
+    /// of many under one engine lock: [`reports`]).
     fn ebb_file(&self) -> Option<&ebb_runtime::File> {
         None
     }
@@ -233,4 +233,37 @@ impl DataFile for PassthroughFile {
     fn close(self: Box<Self>) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// A file's line in `ebb stat` from its errors and pages (`File::errors`) and its handle's
+/// throttle pauses.
+pub(crate) fn report_of(
+    file: &ebb_runtime::File,
+    errors: Option<ebb_core::FileErrors>,
+) -> FileReport {
+    let errors = errors.unwrap_or_default();
+    let throttle = file.throttle_stats();
+    FileReport {
+        error: errors.error.map(|e| io::Error::from_raw_os_error(e.errno).to_string()),
+        errors: errors.count,
+        error_unseen: errors.unseen,
+        dirty_pages: errors.dirty_pages,
+        held_pages: errors.held_pages,
+        pauses: throttle.pauses,
+        pause_us_p50: throttle.pause_us_p50,
+        pause_us_p99: throttle.pause_us_p99,
+        pause_us_max: throttle.pause_us_max,
+        stalled_us: throttle.stalled_us,
+    }
+}
+
+/// The reports of `files` (`DataFile::report`), those of the runtime's files taken under one
+/// engine lock.
+pub(crate) fn reports(files: &[&dyn DataFile]) -> Vec<Option<FileReport>> {
+    let ebb: Vec<&ebb_runtime::File> = files.iter().filter_map(|file| file.ebb_file()).collect();
+    if ebb.len() != files.len() {
+        return files.iter().map(|file| file.report()).collect();
+    }
+    let errors = ebb_runtime::File::errors_of(&ebb);
+    ebb.iter().zip(errors).map(|(file, errors)| Some(report_of(file, errors))).collect()
 }

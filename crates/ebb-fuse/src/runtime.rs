@@ -11,7 +11,7 @@ use ebb_core::BackendConfig;
 use ebb_runtime::{Builder, DeviceInfo, DrainProgress, Ebb, File, MetricsServer};
 
 use crate::MountConfig;
-use crate::data::{DataFile, DataPath, FileReport, Interrupt, Opener};
+use crate::data::{DataFile, DataPath, FileReport, Interrupt, Opener, report_of};
 
 /// ebb's cache and writeback in front of the backend's files.
 pub(crate) struct EbbData {
@@ -270,34 +270,4 @@ impl DataFile for EbbFile {
     fn flush(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
         self.0.flush_interruptible(interrupted)
     }
-}
-
-/// A file's line in `ebb stat` from its errors and pages (`File::errors`) and its handle's
-/// throttle pauses.
-fn report_of(file: &File, errors: Option<ebb_core::FileErrors>) -> FileReport {
-    let errors = errors.unwrap_or_default();
-    let throttle = file.throttle_stats();
-    FileReport {
-        error: errors.error.map(|e| io::Error::from_raw_os_error(e.errno).to_string()),
-        errors: errors.count,
-        error_unseen: errors.unseen,
-        dirty_pages: errors.dirty_pages,
-        held_pages: errors.held_pages,
-        pauses: throttle.pauses,
-        pause_us_p50: throttle.pause_us_p50,
-        pause_us_p99: throttle.pause_us_p99,
-        pause_us_max: throttle.pause_us_max,
-        stalled_us: throttle.stalled_us,
-    }
-}
-
-/// The reports of `files` (`DataFile::report`), those of the runtime's files taken under one
-/// engine lock.
-pub(crate) fn reports(files: &[&dyn DataFile]) -> Vec<Option<FileReport>> {
-    let ebb: Vec<&File> = files.iter().filter_map(|file| file.ebb_file()).collect();
-    if ebb.len() != files.len() {
-        return files.iter().map(|file| file.report()).collect();
-    }
-    let errors = File::errors_of(&ebb);
-    ebb.iter().zip(errors).map(|(file, errors)| Some(report_of(file, errors))).collect()
 }

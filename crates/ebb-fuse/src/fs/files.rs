@@ -170,7 +170,7 @@ impl Files {
             .collect();
         let mut files: HashMap<FileId, (bool, FileReport)> = HashMap::with_capacity(anchors.len());
         let handles: Vec<&dyn DataFile> = anchors.iter().map(|(_, _, file)| &***file).collect();
-        let reports = crate::runtime::reports(&handles);
+        let reports = crate::data::reports(&handles);
         for ((id, open, _), report) in anchors.iter().zip(reports) {
             if let Some(report) = report
                 && (*open || report.dirty_pages > 0 || report.errors > 0)
