@@ -4,23 +4,15 @@
 //! detaches the mount, so nothing is left mounted. A machine without `/dev/fuse` skips these
 //! tests with a message (and fails them when `CI` is set).
 
+mod support;
+use support::{fuse_available, is_mounted};
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const EBB: &str = env!("CARGO_BIN_EXE_ebb");
-
-/// Whether FUSE can be mounted here; if not, the test says SKIPPED and returns early, except
-/// under CI (the environment variable `CI` set), where a skip would count as a pass: it fails.
-fn fuse_available() -> bool {
-    let available = Path::new("/dev/fuse").exists();
-    if !available {
-        assert!(std::env::var_os("CI").is_none(), "/dev/fuse is missing, and CI is set");
-        eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
-    }
-    available
-}
 
 /// Fresh backend and mountpoint directories.
 fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -29,12 +21,6 @@ fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     std::fs::create_dir(&dir).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     (root, dir, mnt)
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let target = mnt.to_str().unwrap();
-    mountinfo.lines().any(|line| line.split(' ').nth(4) == Some(target))
 }
 
 /// A running `ebb mount`; killed and detached on drop if still there.

@@ -3,6 +3,9 @@
 //! client's counters; SIGTERM drains everything before unmounting; SIGKILL after fsync keeps
 //! what was fsync'ed.
 
+mod support;
+use support::is_mounted;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,11 +29,6 @@ fn available() -> bool {
         }
     }
     true
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo.lines().any(|line| line.split(' ').nth(4) == Some(mnt.to_str().unwrap()))
 }
 
 /// A running `ebb mount` of the server's export; killed and detached on drop.

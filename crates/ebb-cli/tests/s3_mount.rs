@@ -3,6 +3,9 @@
 //! before unmounting; SIGKILL after fsync keeps what was fsync'ed, shows nothing partial, and
 //! the next start leaves no multipart upload behind.
 
+mod support;
+use support::{fuse_available, is_mounted};
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,20 +16,6 @@ use ebb_backend::{Backend, OpenOptions, S3Backend};
 
 const EBB: &str = env!("CARGO_BIN_EXE_ebb");
 const MIB: usize = 1 << 20;
-
-fn fuse_available() -> bool {
-    let available = Path::new("/dev/fuse").exists();
-    if !available {
-        assert!(std::env::var_os("CI").is_none(), "/dev/fuse is missing, and CI is set");
-        eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
-    }
-    available
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo.lines().any(|line| line.split(' ').nth(4) == Some(mnt.to_str().unwrap()))
-}
 
 /// A running `ebb mount` of the server's bucket; killed and detached on drop.
 struct Running {

@@ -8,6 +8,10 @@
 
 mod proxy;
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::{fuse_available, is_mounted};
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,20 +47,6 @@ struct Fixture {
     root: tempfile::TempDir,
     mnt: PathBuf,
     mount: Option<Child>,
-}
-
-fn fuse_available() -> bool {
-    let available = Path::new("/dev/fuse").exists();
-    if !available {
-        assert!(std::env::var_os("CI").is_none(), "/dev/fuse is missing, and CI is set");
-        eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
-    }
-    available
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo.lines().any(|line| line.split(' ').nth(4) == Some(mnt.to_str().unwrap()))
 }
 
 impl Fixture {
