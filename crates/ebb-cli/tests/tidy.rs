@@ -493,6 +493,55 @@ fn only_the_engine_implements_engine() {
     assert!(found.is_empty(), "impl Engine outside ebb-core's engine/:\n{}", found.join("\n"));
 }
 
+/// The policy enums, whose variants are compared only inside their own module (ebb-core's
+/// config), by exhaustive matches: everywhere else asks them a question (a method), so that a
+/// new variant is a compile error wherever something must decide what it does.
+const POLICY_ENUMS: &[&str] =
+    &["ThrottlePolicy", "ReclaimPolicy", "UnstableAccounting", "CounterReads", "WbtMode"];
+
+/// Whether `line` compares a value with a policy enum's variant by `==` or `!=`.
+fn compares_a_policy(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or("");
+    let is_variant =
+        |token: &str| POLICY_ENUMS.iter().any(|name| token.contains(&format!("{name}::")));
+    let operands = code.split("==").flat_map(|part| part.split("!=")).collect::<Vec<_>>();
+    operands.windows(2).any(|pair| {
+        let before = pair[0].split_whitespace().next_back().unwrap_or("");
+        let after = pair[1].split_whitespace().next().unwrap_or("");
+        is_variant(before) || is_variant(after)
+    })
+}
+
+#[test]
+fn policies_are_matched_not_compared() {
+    assert!(compares_a_policy("if self.cfg.throttle == crate::config::ThrottlePolicy::Ioless {"));
+    assert!(compares_a_policy("let max = (t != ebb_core::ThrottlePolicy::Ioless).then("));
+    assert!(!compares_a_policy("assert_eq!(c.throttle, ThrottlePolicy::Legacy);"));
+    assert!(!compares_a_policy("ThrottlePolicy::Ioless => a == b,"));
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for (_, dir) in crates(&root) {
+        for file in rust_files(&dir.join("src")) {
+            let path = relative(&root, &file);
+            if path.ends_with("ebb-core/src/config/mod.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("read source");
+            let code = text.split("\n#[cfg(test)]").next().unwrap_or(&text);
+            for (index, line) in code.lines().enumerate() {
+                if compares_a_policy(line) {
+                    found.push(format!("{path}:{}: {}", index + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "policy enums compared with ==/!= (use a method):\n{}",
+        found.join("\n")
+    );
+}
+
 /// README.md reads in five minutes (at most 1,500 words), every file it links to exists, and
 /// .ci/run runs scripts/readme-commands, which runs every command of its sh blocks.
 #[test]

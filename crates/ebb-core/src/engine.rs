@@ -719,7 +719,7 @@ impl Engine {
                 c.dirtied += p.dirtied;
             }
             self.fold_unstable(p.inode, -(p.from_unstable as i64));
-            if self.cfg.throttle != crate::config::ThrottlePolicy::Ioless {
+            if self.cfg.throttle.tracks_task_dirty_shares() {
                 self.dirty_shares.add(&mut w.dirty_share, p.dirtied);
             }
         }

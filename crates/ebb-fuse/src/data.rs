@@ -36,6 +36,11 @@ pub(crate) trait DataPath: Send + Sync {
     fn write_errors(&self) -> u64 {
         0
     }
+    /// The engine's configuration as built (knobs, backend settings); `None` for a data path
+    /// without ebb's cache.
+    fn engine_config(&self) -> Option<ebb_core::Config> {
+        None
+    }
     /// The backing file attached under `key` was deleted and nothing has it open: drop its
     /// cached data (dirty data included) instead of writing it back.
     fn discard(&self, _key: u64) {}

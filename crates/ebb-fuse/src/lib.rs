@@ -248,6 +248,12 @@ impl Mount {
         self.files.data.write_errors()
     }
 
+    /// The engine's configuration as the mount built it: the knobs and the backend's writeback
+    /// settings (`None` with the passthrough data path, which has no cache).
+    pub fn engine_config(&self) -> Option<ebb_core::Config> {
+        self.files.data.engine_config()
+    }
+
     /// What is not yet written to the backend, one line.
     pub fn unwritten(&self) -> String {
         self.files.data.unwritten()

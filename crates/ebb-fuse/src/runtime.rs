@@ -174,6 +174,10 @@ impl DataPath for EbbData {
         self.ebb.stats().counters.write_errors
     }
 
+    fn engine_config(&self) -> Option<ebb_core::Config> {
+        Some(self.ebb.config())
+    }
+
     fn stats_json(&self) -> String {
         serde_json::to_string_pretty(&self.ebb.stats())
             .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"))

@@ -80,9 +80,6 @@ struct AddedBackend {
     name: String,
     backend: Arc<dyn Backend>,
     config: BackendConfig,
-    /// Its requests wait in its own client's queue, without limit, as an NFS client's wait in
-    /// its RPC layer: its `queue_depth` is not lowered to the IO threads (see `build`).
-    client_queue: bool,
 }
 
 impl Default for Builder {
@@ -157,7 +154,7 @@ impl Builder {
             config.declared_write_bandwidth.or_else(|| backend.write_bandwidth());
         config.name = name.to_owned();
         let name = name.to_owned();
-        self.backends.push(AddedBackend { name, backend, config, client_queue: false });
+        self.backends.push(AddedBackend { name, backend, config });
         self
     }
 
@@ -217,11 +214,7 @@ impl Builder {
     pub fn nfs_backend(self, name: &str, backend: ebb_backend::NfsBackend) -> Builder {
         let mut config = BackendConfig::new(name);
         backend.writeback_settings(&mut config);
-        let mut builder = self.backend_with(name, Arc::new(backend), config);
-        if let Some(added) = builder.backends.last_mut() {
-            added.client_queue = true;
-        }
-        builder
+        self.backend_with(name, Arc::new(backend), config)
     }
 
     /// IO worker threads (default 8): the most writes and commits in flight to the backends.
@@ -250,13 +243,15 @@ impl Builder {
         // nr_requests) only lowers this. A `queue_depth` knob below still overrides it. Not
         // for a backend whose client queues requests itself (NFS): there a writepages call
         // hands over all its WRITEs at once and returns, as the kernel's NFS client does, and
-        // the job queue is its RPC layer's queue.
+        // the job queue is its RPC layer's queue. The backend declares this itself
+        // (`BackendConfig::client_queue`), so every way of adding it (`nfs`, `backend_with`
+        // with its `writeback_settings`, a mount's namespace) gives the engine the same depth.
         let slots_max = u32::try_from(self.io_threads).unwrap_or(u32::MAX);
         let mut configs = Vec::with_capacity(self.backends.len());
         let mut slots = Vec::with_capacity(self.backends.len());
         for added in self.backends {
             let mut backend_config = added.config;
-            if !added.client_queue {
+            if !backend_config.client_queue {
                 backend_config.queue_depth = backend_config.queue_depth.min(slots_max);
             }
             configs.push(backend_config);

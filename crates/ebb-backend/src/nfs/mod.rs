@@ -303,6 +303,7 @@ impl NfsBackend {
         let page = crate::PAGE_SIZE as u64;
         settings.max_write_pages = (self.shared.capabilities.max_io_bytes / page) as u32;
         settings.queue_depth = 65_536;
+        settings.client_queue = true;
         crate::network_writeback_throttling(settings);
         settings.wbt = ebb_core::WbtMode::Off;
         // Close writes the file back and commits it (the NFS client's close-to-open

@@ -260,6 +260,11 @@ declare_knobs! {
             /// the simulator's device model's sustained write rate, or what a runtime backend
             /// declares. Not a knob: `initial_write_bandwidth = auto` starts there.
             declared_write_bandwidth: Option<u64> = None,
+            /// The backend's client queues its requests itself, without limit (an NFS client's
+            /// RPC layer), so a driver hands it every write at once and keeps `queue_depth` as
+            /// the backend declared it rather than lowering it to the driver's own IO threads.
+            /// Declared by the backend with its other writeback settings; not a knob.
+            client_queue: bool = false,
         }
     }
 }

@@ -241,6 +241,99 @@ named_enum!(WbtMode, "wbt", Off => "off", On => "on", Ebb => "ebb");
 named_enum!(IoPriority, "io_thread_ioprio", Inherit => "inherit", BestEffortLow => "best-effort-7", Idle => "idle");
 named_enum!(CounterReads, "throttle_counter_reads", Pre2009 => "pre-2009", Reordered => "reordered");
 
+// What each policy does, asked by the engine and the drivers as questions rather than `==` on
+// a variant, so that a new variant is a compile error at every place that must decide for it.
+
+impl ThrottlePolicy {
+    /// Whether each writer's share of the recent dirtying is tracked, for the per-task dirty
+    /// limit of the designs before the IO-less one (the 3.2 design dropped it).
+    pub fn tracks_task_dirty_shares(self) -> bool {
+        match self {
+            ThrottlePolicy::Legacy | ThrottlePolicy::Bandwidth2010 => true,
+            ThrottlePolicy::Ioless => false,
+        }
+    }
+
+    /// Whether the flusher gives up its file and backs off while the backend's queue is full
+    /// (pdflush's nonblocking writes, before 2.6.36); later flushers wait for a slot.
+    pub fn flusher_backs_off_when_congested(self) -> bool {
+        match self {
+            ThrottlePolicy::Legacy => true,
+            ThrottlePolicy::Bandwidth2010 | ThrottlePolicy::Ioless => false,
+        }
+    }
+
+    /// Whether the design has position and rate control: its flusher sizes chunks from the
+    /// bandwidth estimate, its pauses are bounded by `position::MAX_PAUSE`, and its runs chart
+    /// the setpoint and the ratelimits.
+    pub fn has_position_control(self) -> bool {
+        match self {
+            ThrottlePolicy::Ioless => true,
+            ThrottlePolicy::Legacy | ThrottlePolicy::Bandwidth2010 => false,
+        }
+    }
+}
+
+impl ReclaimPolicy {
+    /// Whether direct reclaim that scanned over 1.5 times its target wakes the flushers for as
+    /// many pages as it scanned (2.6.3x-3.x).
+    pub fn wakes_flushers_after_overscan(self) -> bool {
+        match self {
+            ReclaimPolicy::Legacy => true,
+            ReclaimPolicy::FlusherOnly => false,
+        }
+    }
+
+    /// Whether reclaim that met only dirty pages already under writeback waits a jiffy for the
+    /// congested LRU (`reclaim_throttle`), since it never writes them itself.
+    pub fn throttles_when_congested(self) -> bool {
+        match self {
+            ReclaimPolicy::FlusherOnly => true,
+            ReclaimPolicy::Legacy => false,
+        }
+    }
+}
+
+impl UnstableAccounting {
+    /// Whether unstable pages count as reclaimable (before v5.8), so that they start
+    /// background writeback, rather than with the pages under writeback.
+    pub fn unstable_is_reclaimable(self) -> bool {
+        match self {
+            UnstableAccounting::Legacy2020 => true,
+            UnstableAccounting::Fixed => false,
+        }
+    }
+}
+
+impl CounterReads {
+    /// Whether the check reads the global counters again for the limits and after its loop
+    /// (2.6.31, before Kennedy's reorder), rather than reusing one read per pass.
+    pub fn rereads_global_counters(self) -> bool {
+        match self {
+            CounterReads::Pre2009 => true,
+            CounterReads::Reordered => false,
+        }
+    }
+}
+
+impl WbtMode {
+    /// Whether writeback throttling runs at all.
+    pub fn is_on(self) -> bool {
+        match self {
+            WbtMode::Off => false,
+            WbtMode::On | WbtMode::Ebb => true,
+        }
+    }
+
+    /// Whether it is ebb's variant (learned target, smaller or paced writes beside reads).
+    pub fn is_ebb(self) -> bool {
+        match self {
+            WbtMode::Ebb => true,
+            WbtMode::Off | WbtMode::On => false,
+        }
+    }
+}
+
 /// A setting that cannot be honoured, with the knob that holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
@@ -311,7 +404,7 @@ impl BackendConfig {
 
     /// The effective wbt latency target in microseconds; 0 means disabled.
     pub fn wbt_target_usec(&self) -> u64 {
-        if self.wbt == WbtMode::Off {
+        if !self.wbt.is_on() {
             return 0;
         }
         match self.wbt_lat_usec {
@@ -324,7 +417,7 @@ impl BackendConfig {
     /// Whether `wbt = ebb` paces background writes while reads are active (`wbt_min_duty`
     /// under 100).
     pub fn wbt_paces(&self) -> bool {
-        self.wbt == WbtMode::Ebb && self.wbt_min_duty < 100 && self.wbt_target_usec() > 0
+        self.wbt.is_ebb() && self.wbt_min_duty < 100 && self.wbt_target_usec() > 0
     }
 
     /// The largest write the engine issues to this backend, pages: `max_write_pages`, or

@@ -81,7 +81,7 @@ impl Engine {
         }
         self.stats.direct_scanned += shrink.scanned;
         self.stats.direct_reclaimed += shrink.reclaimed;
-        if self.cfg.reclaim == ReclaimPolicy::Legacy && 2 * shrink.scanned > 3 * target {
+        if self.cfg.reclaim.wakes_flushers_after_overscan() && 2 * shrink.scanned > 3 * target {
             // 2.6.3x-3.x `do_try_to_free_pages`: direct reclaim that scanned more than 1.5 times
             // what it wanted wakes the flushers to write as many pages as it scanned
             // (docs/mechanisms.md#6-reclaim, older history). `flusher-only` wakes them by the batch
@@ -95,7 +95,7 @@ impl Engine {
             }
         }
         let dirty = shrink.unqueued_dirty + shrink.writeback;
-        if self.cfg.reclaim == ReclaimPolicy::FlusherOnly
+        if self.cfg.reclaim.throttles_when_congested()
             && dirty > 0
             && dirty == shrink.immediate
             && !self.write_pending_small()

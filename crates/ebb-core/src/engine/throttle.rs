@@ -53,7 +53,7 @@
 //! `global_counter_reads`, `throttled_calls`, `writer_writeback_pages`.
 
 use crate::bandwidth::{RATELIMIT_CALC_SHIFT, bandwidth_interval_jiffies};
-use crate::config::{CounterReads, PAGE_SIZE, ThrottlePolicy};
+use crate::config::{PAGE_SIZE, ThrottlePolicy};
 use crate::engine::{Engine, PageMaps, WaitReason};
 use crate::event::{Action, IoError, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
@@ -122,7 +122,7 @@ impl Engine {
         self.stats.global_counter_reads += 1;
         let t = self.global_thresholds();
         let g = &self.global;
-        let legacy = self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
+        let legacy = self.cfg.unstable_accounting.unstable_is_reclaimable();
         Global {
             dirty: g.writable() + g.writeback() + g.unstable(),
             reclaimable: g.writable() + if legacy { g.unstable() } else { 0 },
@@ -385,7 +385,7 @@ impl Engine {
         pause: u64,
     ) -> Verdict {
         let g = self.read_global();
-        if self.cfg.throttle_counter_reads == CounterReads::Pre2009 {
+        if self.cfg.throttle_counter_reads.rereads_global_counters() {
             // 2.6.31 read the global counters again for the limits it then clipped the
             // backend's share with; the values are the same in a step of virtual time, only
             // the reads count (docs/throttling.md, Kennedy 2009).
@@ -556,7 +556,7 @@ impl Engine {
     /// reclaimable pages (dirty and unstable, as 2.6.3x counted them) exceed `bg_thresh`, and
     /// set the entry ratelimit: `ratelimit_pages`, or 8 pages while the backend is over its limit.
     fn end_legacy_call(&mut self, w: &mut Writer, b: BackendId, bg_thresh: u64) {
-        if self.cfg.throttle_counter_reads == CounterReads::Pre2009 {
+        if self.cfg.throttle_counter_reads.rereads_global_counters() {
             // 2.6.31 re-read the global counters for the background test after the loop;
             // since Kennedy's reorder the loop's copies are reused.
             self.read_global();

@@ -181,7 +181,7 @@ impl Engine {
                 // the queue was congested, releasing the file; later flushers block holding it.
                 let wait_slot = sub.chunk_left == 0
                     && full
-                    && self.cfg.throttle == crate::config::ThrottlePolicy::Legacy;
+                    && self.cfg.throttle.flusher_backs_off_when_congested();
                 self.wbs[b.index()].flusher.chunk_done(sub.written, committed, wait_slot);
             }
             Issuer::Writer(w) => {
@@ -281,7 +281,7 @@ impl Engine {
     /// Whether background writeback should run (the kernel's `wb_over_bg_thresh`).
     pub(crate) fn over_bg_thresh(&self, b: BackendId) -> bool {
         let t = self.global_thresholds();
-        let legacy = self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
+        let legacy = self.cfg.unstable_accounting.unstable_is_reclaimable();
         let global = self.global.writable() + if legacy { self.global.unstable() } else { 0 };
         if global > t.bg_thresh {
             return true;
@@ -413,7 +413,7 @@ impl Engine {
     }
 
     fn start_chunk<M: PageMaps>(&mut self, b: BackendId, inode: InodeId, maps: &mut M) {
-        let ioless = self.cfg.throttle == crate::config::ThrottlePolicy::Ioless;
+        let ioless = self.cfg.throttle.has_position_control();
         let bw = self.wbs[b.index()].rates.avg_write_bandwidth;
         let f = &self.wbs[b.index()].flusher;
         let chunk = f.chunk_size(ioless, bw, self.dirty_limit);

@@ -169,6 +169,28 @@ fn random_operations_match_the_model_over_nfs() {
     random_operations_over_nfs(5, 2000);
 }
 
+// A mount of an NFS export gives the engine the writeback settings the library's
+// `Builder::nfs` gives it: the backend declares them (the RPC layer's queue depth included,
+// which the builder once set only on its own NFS path, capping a mount's at the IO threads).
+#[test]
+fn an_nfs_mount_and_the_library_give_the_engine_the_same_backend_settings() {
+    let Some(mut fx) = Fixture::nfs(None) else { return };
+    let mounted = fx.mount.as_ref().unwrap().engine_config().expect("ebb's data path");
+    let url = fx._server.as_ref().unwrap().url().to_owned();
+    let library = ebb_runtime::Builder::new().nfs(&url).unwrap().build().unwrap();
+    let mut expected = library.config().backends[0].clone();
+    let mut got = mounted.backends[0].clone();
+    assert!(got.client_queue && got.queue_depth > 8, "the RPC layer's queue: {got:?}");
+    expected.name = String::new();
+    got.name = String::new();
+    // The speed a backend declares is measured at connect; each connection measures its own.
+    expected.declared_write_bandwidth = None;
+    got.declared_write_bandwidth = None;
+    assert_eq!(got, expected);
+    drop(library);
+    fx.unmount();
+}
+
 #[test]
 fn random_operations_match_the_model_through_passthrough() {
     random_operations(DataMode::Passthrough, 3, 2000, None);

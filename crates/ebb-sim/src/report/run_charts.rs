@@ -19,7 +19,7 @@ fn shown_name(name: &str) -> String {
 /// The charts of one run that have data: (file name, chart). `throttle` is the run's writer
 /// throttling policy.
 pub fn charts(result: &RunResult, throttle: ThrottlePolicy) -> Vec<(&'static str, Chart)> {
-    let ioless = throttle == ThrottlePolicy::Ioless;
+    let ioless = throttle.has_position_control();
     let line_chart = |title: &str, y_label: Option<&str>, names: &[&str]| {
         line_chart(result, ioless, title, y_label, names)
     };

@@ -202,7 +202,7 @@ pub fn run_checked(
     planted: Option<PlantedBug>,
 ) -> Result<(RunResult, CheckReport), SimError> {
     let mut sim = Sim::new(spec)?;
-    let max_sleep = (spec.config.throttle == ebb_core::ThrottlePolicy::Ioless).then(|| {
+    let max_sleep = spec.config.throttle.has_position_control().then(|| {
         ebb_core::position::MAX_PAUSE + Duration::from_nanos(1_000_000_000 / spec.config.hz)
     });
     if let Some(PlantedBug::Core(bug)) = planted

@@ -91,8 +91,7 @@ impl Engine {
     /// threshold, with global dirty under the background threshold and no periodic writeback,
     /// throttled forever (swarm seed 155).
     fn wake_past_freerun(&mut self, b: BackendId, g: &Global, wbd: Option<&Backend>) {
-        let legacy_accounting =
-            self.cfg.unstable_accounting == crate::config::UnstableAccounting::Legacy2020;
+        let legacy_accounting = self.cfg.unstable_accounting.unstable_is_reclaimable();
         let wb_over = wbd.is_some_and(|d| {
             let c = &self.wbs[b.index()].counters;
             c.writable() + if legacy_accounting { c.unstable() } else { 0 } > d.thresh
