@@ -426,7 +426,7 @@ impl File {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
         }
-        let _g = fs.size_lock.lock();
+        let _g = fs.size_lock.write();
         fs.file.set_size(fs.size.load(Ordering::Acquire))?;
         drop(changing);
         fs.needs_sync.store(true, Ordering::Release);
@@ -619,7 +619,8 @@ impl File {
 /// tells the engine what the sync made durable (`Event::FileSynced`).
 pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
     {
-        let _g = fs.size_lock.lock();
+        // Exclusive: no write of the file lands between the look at the sizes and the trim.
+        let _g = fs.size_lock.write();
         let size = fs.size.load(Ordering::Acquire);
         if fs.file.size()? > size {
             fs.file.set_size(size)?;
