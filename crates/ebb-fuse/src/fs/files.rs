@@ -265,7 +265,10 @@ impl Files {
         // The backend has the cache's size, or its last page whole (trimmed at fsync).
         let changed = |file: &dyn DataFile| {
             let len = file.len()?;
-            let moved = mtime != expected || size < len || size > len.next_multiple_of(4096);
+            let moved = mtime != expected
+                || size < len
+                || size > len.next_multiple_of(4096)
+                || times.changed_underneath();
             Ok((moved, file.is_clean()))
         };
         let verdict = match anchor {
