@@ -235,7 +235,14 @@ impl<N: Namespace> Inner<N> {
             let file = (attr.ino, attr.generation);
             let times = self.files.file_times(file);
             let open = self.opener(node, &times);
-            self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open);
+            if self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open) {
+                // Closing the cache may have changed the backend's file (an S3 object gets
+                // a trimmed size then): its attributes from before are out of date.
+                if let Ok(fresh) = self.ns.getattr(node) {
+                    times.saw(fresh.mtime);
+                    (size, mtime, ctime) = (fresh.size, fresh.mtime, fresh.ctime);
+                }
+            }
             if let Some(kept) = times.get() {
                 (mtime, ctime) = (kept.mtime, kept.ctime);
             }
