@@ -398,6 +398,11 @@ impl File {
         let mut changing = None;
         if size < old {
             let keep = size.div_ceil(PAGE_SIZE);
+            // From the partial last page on, before its cached copy is zeroed: a read of it in
+            // flight holds the bytes past the new end, which must not come back when the file
+            // grows again (seen through the mount by tests/it/racing.rs in ebb-fuse).
+            let first = size / PAGE_SIZE;
+            changing = Some(self.invalidating(first, u64::MAX - first));
             if !size.is_multiple_of(PAGE_SIZE) {
                 let map = fs.map.lock();
                 if let Some(p) = map.page(size / PAGE_SIZE) {
@@ -406,7 +411,6 @@ impl File {
                 }
             }
             let inode = self.inode();
-            changing = Some(self.invalidating(keep, u64::MAX - keep));
             self.ebb.inner.shared.enter(|core, maps, now| {
                 core.engine.handle(now, Event::Truncate { inode, first_page: keep }, maps)
             });
