@@ -721,3 +721,44 @@ fn a_too_small_memory_names_the_smallest_that_works() {
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"works");
     drop(running);
 }
+
+// Close-to-open with both kinds of pages (issue 33, defect 2): a file written and fsynced
+// through the mount is reopened and its page 0 rewritten (dirty, page 1 clean in the cache);
+// meanwhile page 1 is rewritten in the backing directory. After an fsync through the mount
+// and a reopen, the mount reads the new page 0 (ebb's) and the backing file's new page 1: only
+// data ebb has not written wins. Before the fix it read the stale cached page 1 (ebb's own
+// write-back put the backing file's mtime back, hiding the change).
+#[test]
+fn a_file_changed_underneath_with_dirty_pages_drops_its_stale_clean_pages() {
+    use std::os::unix::fs::FileExt;
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
+    let (old, page0, page1) = (pattern(8192, 1), pattern(4096, 2), pattern(4096, 3));
+    {
+        let f = std::fs::File::create(mnt.join("f")).unwrap();
+        f.write_all_at(&old, 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    // Page 1 is cached clean by reading it through the mount.
+    assert!(std::fs::read(mnt.join("f")).unwrap() == old, "the file as written");
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(mnt.join("f")).unwrap();
+        f.write_all_at(&page0, 0).unwrap();
+        let backing = std::fs::OpenOptions::new().write(true).open(dir.join("f")).unwrap();
+        backing.write_all_at(&page1, 4096).unwrap();
+        backing.sync_all().unwrap();
+        drop(backing);
+        f.sync_all().unwrap();
+    }
+    let mut want = page0.clone();
+    want.extend_from_slice(&page1);
+    assert!(std::fs::read(dir.join("f")).unwrap() == want, "the backing file after the fsync");
+    let got = std::fs::read(mnt.join("f")).unwrap();
+    assert_eq!(got.len(), 8192);
+    assert!(got[..4096] == page0[..], "page 0 is not ebb's write");
+    assert!(got[4096..] == page1[..], "page 1 is the stale cached page, not the backing file's");
+    drop(running);
+}

@@ -301,3 +301,68 @@ fn s3_mount_keeps_a_removed_open_file_usable() {
     }
     assert_eq!(objects, Vec::<PathBuf>::new(), "objects left in the bucket");
 }
+
+/// `truncate(2)` of `path` (no descriptor: coreutils' `truncate` opens the file), by a child
+/// process, killed if it has not ended within a minute.
+fn truncate_path(path: &Path, size: u64) {
+    let mut child = Command::new("perl")
+        .args(["-e", "truncate($ARGV[0], $ARGV[1]) or die \"truncate: $!\\n\""])
+        .arg(path)
+        .arg(size.to_string())
+        .spawn()
+        .expect("perl runs truncate(2)");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("truncate of {} did not end within a minute", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "truncate of {} to {size}", path.display());
+}
+
+// `truncate(path, size)` without a descriptor (issue 33, defect 5): the size shows at once,
+// through stat and a read, for a file cached after its close and for one never opened by this
+// mount, and the object holds it once the file is closed again. Before the fix the setattr's
+// answer carried the object's old size, which the kernel kept for its attribute timeout.
+#[test]
+fn s3_mount_truncate_by_path_shows_the_new_size_at_once() {
+    let Some((server, root, mnt)) = setup("ebb-mount-truncate") else { return };
+    let state = root.path().join("state");
+    let data = pattern(3 * MIB, 5);
+    // "old": written through an earlier mount, so this one never opened it.
+    let mut earlier = Running::start(&server, &state, &mnt);
+    std::fs::write(mnt.join("old"), &data).unwrap();
+    earlier.signal("-TERM");
+    let (status, stderr) = earlier.wait();
+    assert!(status.success(), "{stderr}");
+    let mut running = Running::start(&server, &state, &mnt);
+    std::fs::write(mnt.join("cached"), &data).unwrap();
+    // The last size grows "old" again: zeros past 5000 bytes.
+    let mut old = data[..5000].to_vec();
+    old.resize(MIB, 0);
+    let steps = [("cached", MIB + 100), ("old", 5000), ("cached", 0), ("old", MIB)];
+    for (i, (name, size)) in steps.into_iter().enumerate() {
+        let path = mnt.join(name);
+        truncate_path(&path, size as u64);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size as u64, "stat of {name}");
+        let read = std::fs::read(&path).unwrap();
+        assert_eq!(read.len(), size, "read of {name}");
+        let want = if i == 3 { &old[..] } else { &data[..size] };
+        assert!(read[..] == want[..], "{name} after its truncate to {size} bytes");
+    }
+    // Past the kernel's attribute timeout (1 s) the sizes come from getattr, still right.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(std::fs::metadata(mnt.join("cached")).unwrap().len(), 0, "getattr of cached");
+    assert_eq!(std::fs::metadata(mnt.join("old")).unwrap().len(), MIB as u64, "getattr of old");
+    running.signal("-TERM");
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(on_server(&server, &state, "cached").unwrap(), Vec::<u8>::new());
+    assert!(on_server(&server, &state, "old").unwrap() == old, "the object old");
+}

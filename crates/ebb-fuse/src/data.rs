@@ -44,6 +44,11 @@ pub(crate) trait DataPath: Send + Sync {
     /// The backing file attached under `key` was deleted and nothing has it open: drop its
     /// cached data (dirty data included) instead of writing it back.
     fn discard(&self, _key: u64) {}
+    /// Plants `bug` in the cache's engine (tests of checkers; ebb-core's `planted-bugs`
+    /// feature): whether it was planted.
+    fn plant(&self, _bug: ebb_core::CoreBug) -> bool {
+        false
+    }
     /// How long a request may wait for the backend before `EIO` (the backend's
     /// `retry_timeout_secs`; see [`crate::fs::outage`]).
     fn retry_timeout(&self) -> Duration {

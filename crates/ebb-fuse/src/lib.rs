@@ -215,6 +215,13 @@ impl Mount {
         })
     }
 
+    /// Plants `bug` in the cache's engine, for a test that checks its checker finds it:
+    /// whether it was planted (only with ebb-core's `planted-bugs` feature, and ebb's data
+    /// path).
+    pub fn plant(&self, bug: ebb_core::CoreBug) -> bool {
+        self.files.data.plant(bug)
+    }
+
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint

@@ -134,6 +134,10 @@ fn describe(progress: &DrainProgress) -> String {
 }
 
 impl DataPath for EbbData {
+    fn plant(&self, bug: ebb_core::CoreBug) -> bool {
+        self.ebb.plant(bug)
+    }
+
     fn retry_timeout(&self) -> Duration {
         let config = self.ebb.config();
         let backend = config.backends.iter().find(|backend| backend.name == self.backend);

@@ -13,6 +13,15 @@
 //! it keeps ([`TimedFile`], through the namespace's `setattr`), so the backend shows the right
 //! mtime once written (its ctime is the time of that last write-back: ctime cannot be set).
 //!
+//! Putting the mtime back hides a change made by someone else between two write-backs (the
+//! backend's mtime moved, then ebb set it back), which the next open must see (close-to-open:
+//! `Files::drop_if_changed`). So, as an NFS client compares a WRITE's pre-operation attributes
+//! with the ones it cached, a write-back that no other write-back of the file overlaps first
+//! reads the backend's mtime and compares it with the one ebb last left there; a difference
+//! marks the file changed underneath ([`FileTimes::changed_underneath`]), which the next open
+//! answers by dropping the file's clean pages. That costs one `getattr` of the backend's file
+//! per write-back of a file written through the mount (a local `stat`, an NFS GETATTR).
+//!
 //! A [`FileTimes`] lives as long as anything holds it: the cached file's [`TimedFile`] (so as
 //! long as the runtime caches the file) and the filesystem's open handles and anchors. A file
 //! never written through the mount keeps none and reports the backend's times.
@@ -20,6 +29,7 @@
 use std::fmt;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::SystemTime;
 
 use ebb_backend::{Attr, BackendFile, CommitReply, WriteReply};
@@ -38,6 +48,12 @@ pub(crate) struct Times {
 pub(crate) struct FileTimes {
     times: Mutex<Option<Times>>,
     seen: Mutex<Option<SystemTime>>,
+    /// The backend's mtime as ebb last left it (seen, or put back after a write-back);
+    /// `None` when unknown (a backend that could not set it).
+    left: Mutex<Option<SystemTime>>,
+    /// A write-back found the backend's mtime moved since ebb last left it: someone else
+    /// changed the file.
+    changed: AtomicBool,
 }
 
 impl FileTimes {
@@ -57,6 +73,26 @@ impl FileTimes {
     pub(crate) fn saw(&self, mtime: SystemTime) {
         *self.times.lock() = None;
         *self.seen.lock() = Some(mtime);
+        *self.left.lock() = Some(mtime);
+        self.changed.store(false, Ordering::Release);
+    }
+
+    /// Whether a write-back found that someone else changed the backend's file since ebb
+    /// last left it (module doc).
+    pub(crate) fn changed_underneath(&self) -> bool {
+        self.changed.load(Ordering::Acquire)
+    }
+
+    /// Before a write-back or trim that no other overlaps: compares the backend's mtime
+    /// (`stat`) with the one ebb left there, if ebb puts it back after its writes.
+    fn check(&self, stat: &Stat) {
+        let times = self.times.lock();
+        let left = *self.left.lock();
+        if let (Some(_), Some(left)) = (*times, left)
+            && stat().is_ok_and(|mtime| mtime != left)
+        {
+            self.changed.store(true, Ordering::Release);
+        }
     }
 
     /// The file's data or size changed through the mount just now.
@@ -83,6 +119,7 @@ impl FileTimes {
         } else {
             *self.seen.lock() = Some(attr.mtime);
         }
+        *self.left.lock() = Some(attr.mtime);
         Ok(attr)
     }
 
@@ -92,19 +129,44 @@ impl FileTimes {
     fn restore(&self, restore: &Restore) {
         let times = self.times.lock();
         if let Some(times) = *times {
-            let _ = restore(times.mtime);
+            *self.left.lock() = restore(times.mtime).ok();
         }
     }
 }
 
-/// Sets the backend file's mtime (the namespace's `setattr`).
-pub(crate) type Restore = dyn Fn(SystemTime) -> io::Result<()> + Send + Sync;
+/// Sets the backend file's mtime (the namespace's `setattr`), returning the mtime it has then.
+pub(crate) type Restore = dyn Fn(SystemTime) -> io::Result<SystemTime> + Send + Sync;
+
+/// The backend file's mtime now (the namespace's `getattr`).
+pub(crate) type Stat = dyn Fn() -> io::Result<SystemTime> + Send + Sync;
 
 /// A backend file whose mtime is set back to the kept one after each write and trim.
 pub(crate) struct TimedFile {
     pub(crate) inner: Arc<dyn BackendFile>,
     pub(crate) times: Arc<FileTimes>,
     pub(crate) restore: Box<Restore>,
+    pub(crate) stat: Box<Stat>,
+    /// Write-backs and trims of the file in flight (only one alone checks the mtime).
+    pub(crate) inflight: AtomicU32,
+}
+
+/// One write-back or trim in flight through a [`TimedFile`].
+struct InFlight<'a>(&'a AtomicU32);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl TimedFile {
+    /// Before a write-back or trim: the mtime check (module doc) if no other is in flight.
+    fn begin(&self) -> InFlight<'_> {
+        if self.inflight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.times.check(&*self.stat);
+        }
+        InFlight(&self.inflight)
+    }
 }
 
 impl fmt::Debug for TimedFile {
@@ -119,12 +181,14 @@ impl BackendFile for TimedFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply> {
+        let _busy = self.begin();
         let reply = self.inner.write_at(buf, offset)?;
         self.times.restore(&self.restore);
         Ok(reply)
     }
 
     fn write_extent(&self, offset: u64, len: u64, runs: &[(u64, &[u8])]) -> io::Result<WriteReply> {
+        let _busy = self.begin();
         let reply = self.inner.write_extent(offset, len, runs)?;
         self.times.restore(&self.restore);
         Ok(reply)
@@ -140,6 +204,7 @@ impl BackendFile for TimedFile {
         offset: u64,
         valid: std::ops::Range<usize>,
     ) -> io::Result<WriteReply> {
+        let _busy = self.begin();
         let reply = self.inner.write_unit_in_place(buf, offset, valid)?;
         self.times.restore(&self.restore);
         Ok(reply)
@@ -150,6 +215,12 @@ impl BackendFile for TimedFile {
         offset: u64,
         source: &dyn ebb_backend::WriteSource,
     ) -> Option<io::Result<WriteReply>> {
+        if self.inner.write_unit(offset, offset + source.len() as u64).is_none() {
+            // Only a backend that writes units (S3 parts) writes from the frames; the others
+            // answer `None` and the write comes again as `write_at`, checked there.
+            return self.inner.write_from(offset, source);
+        }
+        let _busy = self.begin();
         let reply = self.inner.write_from(offset, source)?;
         if reply.is_ok() {
             self.times.restore(&self.restore);
@@ -170,6 +241,7 @@ impl BackendFile for TimedFile {
     }
 
     fn set_size(&self, size: u64) -> io::Result<()> {
+        let _busy = self.begin();
         self.inner.set_size(size)?;
         self.times.restore(&self.restore);
         Ok(())

@@ -398,6 +398,11 @@ impl File {
         let mut changing = None;
         if size < old {
             let keep = size.div_ceil(PAGE_SIZE);
+            // From the partial last page on, before its cached copy is zeroed: a read of it in
+            // flight holds the bytes past the new end, which must not come back when the file
+            // grows again (seen through the mount by tests/it/racing.rs in ebb-fuse).
+            let first = size / PAGE_SIZE;
+            changing = Some(self.invalidating(first, u64::MAX - first));
             if !size.is_multiple_of(PAGE_SIZE) {
                 let map = fs.map.lock();
                 if let Some(p) = map.page(size / PAGE_SIZE) {
@@ -406,7 +411,6 @@ impl File {
                 }
             }
             let inode = self.inode();
-            changing = Some(self.invalidating(keep, u64::MAX - keep));
             self.ebb.inner.shared.enter(|core, maps, now| {
                 core.engine.handle(now, Event::Truncate { inode, first_page: keep }, maps)
             });
@@ -426,7 +430,7 @@ impl File {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
         }
-        let _g = fs.size_lock.lock();
+        let _g = fs.size_lock.write();
         fs.file.set_size(fs.size.load(Ordering::Acquire))?;
         drop(changing);
         fs.needs_sync.store(true, Ordering::Release);
@@ -619,7 +623,8 @@ impl File {
 /// tells the engine what the sync made durable (`Event::FileSynced`).
 pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
     {
-        let _g = fs.size_lock.lock();
+        // Exclusive: no write of the file lands between the look at the sizes and the trim.
+        let _g = fs.size_lock.write();
         let size = fs.size.load(Ordering::Acquire);
         if fs.file.size()? > size {
             fs.file.set_size(size)?;

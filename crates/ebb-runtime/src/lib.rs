@@ -49,7 +49,7 @@ use std::sync::atomic::Ordering;
 use ebb_backend::{Backend, BackendFile, DirBackend, OpenOptions};
 use ebb_core::config::Setting;
 use ebb_core::{BackendConfig, BackendId, Config, ConfigError, Engine, Event, PAGE_SIZE, WriterId};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 pub use device::DeviceInfo;
 
@@ -495,7 +495,7 @@ impl Ebb {
                     file,
                     map: Mutex::new(ebb_core::PageMap::new()),
                     size: size.into(),
-                    size_lock: Mutex::new(()),
+                    size_lock: RwLock::new(()),
                     truncate_lock: Mutex::new(()),
                     needs_sync: false.into(),
                     key: (b, key),

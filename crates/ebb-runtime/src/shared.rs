@@ -8,7 +8,8 @@
 //! its own lock: writers dirty pages and copy bytes under it alone (ebb-core's writer path), and
 //! the engine takes it through [`PageMaps`] while it holds `core`. The order is always
 //! `core` -> `files` (read) -> one page map -> one frame; a thread holding a page map never asks
-//! for `core`. The per-file `size_lock` is taken alone or with a page map never held.
+//! for `core`. The per-file `size_lock` (shared by backend writes, exclusive for trims) is
+//! taken with no other lock held, and nothing is waited for under it but the backend call.
 //!
 //! # Threads
 //!
@@ -73,8 +74,11 @@ pub(crate) struct FileState {
     /// The logical size: the backend's size at open, moved by writes and `set_len`. Writeback
     /// writes whole pages and trims the backend file back to this.
     pub(crate) size: AtomicU64,
-    /// Serialises trims of the backend file against `set_len`.
-    pub(crate) size_lock: Mutex<()>,
+    /// Trims of the backend file against writes to it: every backend write of the file's pages
+    /// holds it shared for the write's duration, every trim (`set_size` to the logical size)
+    /// holds it exclusive and reads the size inside. A trim that read the size before a write
+    /// past it landed would otherwise cut that write's bytes off after it was reported done.
+    pub(crate) size_lock: RwLock<()>,
     /// Serialises `set_len` calls.
     pub(crate) truncate_lock: Mutex<()>,
     /// Written since the backend file was last synced.

@@ -299,8 +299,13 @@ impl Engine {
         };
         match info.state {
             PageState::Clean => {
-                let freed = maps.with(inode, |m| m.evict(index));
-                assert_eq!(freed, Some(frame));
+                // A driver's writer may have dirtied it since the look above (writers dirty
+                // pages under the page map's lock alone, never the engine's): then it is met
+                // again as what it is now, which cannot be clean (only the engine cleans).
+                let Some(freed) = maps.with(inode, |m| m.evict(index)) else {
+                    return self.reclaim_page(frame, direct, maps);
+                };
+                assert_eq!(freed, frame);
                 self.page_evicted(inode, index);
                 self.mem.unlink(frame);
                 self.mem.release(frame);

@@ -244,7 +244,9 @@ impl Files {
     /// Drops what ebb caches of the file `id` if the backend's file changed underneath
     /// (its `size` and `mtime` are not what ebb's writes left) and nothing here has it open:
     /// the next open reads the backend's new data (close-to-open consistency, as NFS clients
-    /// keep). A file with data not written yet keeps it (ebb's writes win).
+    /// keep). A file with data not written yet keeps it (ebb's writes win). Returns whether it
+    /// dropped the cache: closing it may have changed the backend's file (an S3 object gets
+    /// its trimmed size at that close), so attributes read before are out of date.
     pub(crate) fn drop_if_changed(
         &self,
         id: FileId,
@@ -252,20 +254,23 @@ impl Files {
         size: u64,
         mtime: SystemTime,
         open: Opener<'_>,
-    ) {
+    ) -> bool {
         let Some(expected) = times.expected_mtime() else {
             times.saw(mtime);
-            return;
+            return false;
         };
         let anchor = match self.anchors.lock().get(&id) {
-            Some(anchor) if anchor.open_handles > 0 => return,
+            Some(anchor) if anchor.open_handles > 0 => return false,
             Some(anchor) => Some(Arc::clone(&anchor.file)),
             None => None,
         };
         // The backend has the cache's size, or its last page whole (trimmed at fsync).
         let changed = |file: &dyn DataFile| {
             let len = file.len()?;
-            let moved = mtime != expected || size < len || size > len.next_multiple_of(4096);
+            let moved = mtime != expected
+                || size < len
+                || size > len.next_multiple_of(4096)
+                || times.changed_underneath();
             Ok((moved, file.is_clean()))
         };
         let verdict = match anchor {
@@ -277,7 +282,9 @@ impl Files {
         if let Ok((true, true)) = verdict {
             self.forget_cached(id);
             times.saw(mtime);
+            return true;
         }
+        false
     }
 
     /// Forgets the cache of the file `id`, which nothing has open here.
@@ -446,6 +453,9 @@ impl Files {
     ) -> io::Result<bool> {
         let handle = fh.and_then(|fh| self.handles.lock().get(&fh.0).cloned());
         let anchor = || self.anchors.lock().get(&id).map(|anchor| Arc::clone(&anchor.file));
+        // The times first, so the trim's write-back puts the new mtime on the backend (and the
+        // next look at it finds what ebb left, not a change underneath).
+        self.written(id);
         if let Some(handle) = handle {
             handle.file.set_len(size)?;
         } else if let Some(file) = anchor() {
@@ -455,7 +465,6 @@ impl Files {
         } else {
             return Ok(false);
         }
-        self.written(id);
         Ok(true)
     }
 

@@ -215,11 +215,14 @@ impl<N: Namespace> Inner<N> {
         move || {
             let inner = self.ns.open_file(node)?;
             let (ns, node) = (Arc::clone(&self.ns), node.clone());
+            let (stat_ns, stat_node) = (Arc::clone(&ns), node.clone());
             let restore = Box::new(move |mtime: SystemTime| {
                 let set = SetAttr { mtime: Some(SetTime::At(mtime)), ..SetAttr::default() };
-                ns.setattr(&node, &set, &Credentials::default()).map(drop)
+                ns.setattr(&node, &set, &Credentials::default()).map(|attr| attr.mtime)
             });
-            Ok(Arc::new(TimedFile { inner, times: Arc::clone(times), restore }) as _)
+            let stat = Box::new(move || stat_ns.getattr(&stat_node).map(|attr| attr.mtime));
+            let times = Arc::clone(times);
+            Ok(Arc::new(TimedFile { inner, times, restore, stat, inflight: 0.into() }) as _)
         }
     }
 
@@ -232,7 +235,14 @@ impl<N: Namespace> Inner<N> {
             let file = (attr.ino, attr.generation);
             let times = self.files.file_times(file);
             let open = self.opener(node, &times);
-            self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open);
+            if self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open) {
+                // Closing the cache may have changed the backend's file (an S3 object gets
+                // a trimmed size then): its attributes from before are out of date.
+                if let Ok(fresh) = self.ns.getattr(node) {
+                    times.saw(fresh.mtime);
+                    (size, mtime, ctime) = (fresh.size, fresh.mtime, fresh.ctime);
+                }
+            }
             if let Some(kept) = times.get() {
                 (mtime, ctime) = (kept.mtime, kept.ctime);
             }

@@ -16,6 +16,7 @@ use ebb_fuse::{DataMode, Mount, MountConfig};
 
 mod errors;
 mod posix;
+mod racing;
 mod random;
 
 use random::{random_operations, random_operations_over_nfs};

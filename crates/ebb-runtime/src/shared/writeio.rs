@@ -101,7 +101,11 @@ impl Shared {
             let frames = self.frames_of(&fs, first, pages);
             let source = FrameSource { pool: &self.frames, pages: &frames, len };
             // Straight from the frames, when the backend can (a whole S3 part): no buffer.
-            if let Some(reply) = fs.file.write_from(offset, &source) {
+            let sent = {
+                let _w = fs.size_lock.read();
+                fs.file.write_from(offset, &source)
+            };
+            if let Some(reply) = sent {
                 let result = self.wrote_reply(&fs, offset + len as u64, reply);
                 return self.write_done(io, result);
             }
@@ -256,18 +260,26 @@ impl Shared {
         })
     }
 
-    /// Runs `write` on the backend file (bytes up to `end`), then notes that the file needs a
-    /// sync and trims what lies past the logical size (writeback writes whole pages).
+    /// Runs `write` on the backend file (bytes up to `end`) under the file's `size_lock` held
+    /// shared, then notes that the file needs a sync and trims what lies past the logical size
+    /// (writeback writes whole pages).
     fn wrote(
         &self,
         fs: &FileState,
         end: u64,
         write: impl FnOnce(&dyn ebb_backend::BackendFile) -> std::io::Result<ebb_backend::WriteReply>,
     ) -> Result<Stability, IoError> {
-        self.wrote_reply(fs, end, write(&*fs.file))
+        let reply = {
+            let _w = fs.size_lock.read();
+            write(&*fs.file)
+        };
+        self.wrote_reply(fs, end, reply)
     }
 
-    /// [`Shared::wrote`] for a write already done, with `reply`.
+    /// [`Shared::wrote`] for a write already done (under `size_lock` held shared), with
+    /// `reply`. The trim holds `size_lock` exclusive, so no write of the file is in flight
+    /// between its look at the size and the backend's `set_size`: a write past that size
+    /// either ended before (and is cut only where it lies past the size) or starts after.
     fn wrote_reply(
         &self,
         fs: &FileState,
@@ -277,7 +289,7 @@ impl Shared {
         let stability = reply.map_err(|e| to_io_error(&e))?.stability;
         fs.needs_sync.store(true, Ordering::Release);
         if end > fs.size.load(Ordering::Acquire) {
-            let _g = fs.size_lock.lock();
+            let _g = fs.size_lock.write();
             let size = fs.size.load(Ordering::Acquire);
             if end > size {
                 fs.file.set_size(size).map_err(|e| to_io_error(&e))?;

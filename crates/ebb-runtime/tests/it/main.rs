@@ -16,3 +16,4 @@ mod seeded;
 mod swarm;
 mod threads;
 mod trace;
+mod trim;
