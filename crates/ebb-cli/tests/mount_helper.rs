@@ -4,6 +4,8 @@
 //! of its own (`unshare -m`), where an overlay adds the two links to /sbin and a bind mount puts
 //! a test fstab on /etc/fstab; both vanish with the namespace.
 //!
+//! The mounts log to the test's directory (`log=`), not /run/ebb.
+//!
 //! Needs root, /dev/fuse, unshare(1) and overlayfs: without them it says SKIPPED, and fails
 //! under CI. The whole script has a deadline; on failure every `ebb mount` it started is killed
 //! by PID.
@@ -25,7 +27,7 @@ sbin=$(readlink -f /sbin)
 mount -t overlay overlay -o "lowerdir=$H/bin:$sbin" "$sbin"
 
 echo "1. mount -t ebb with knobs: returns mounted; umount returns with everything written"
-mount -v -t ebb -o rw,_netdev,memory=64MiB,dirty_ratio=20,dirty_expire_centisecs=360000 \
+mount -v -t ebb -o rw,_netdev,memory=64MiB,dirty_ratio=20,dirty_expire_centisecs=360000,log=$H/log \
     "$B" "$M" 2> "$H/mount.err"
 cat "$H/mount.err"
 pid=$(sed -n 's/.*(ebb pid \([0-9]*\),.*/\1/p' "$H/mount.err")
@@ -40,12 +42,12 @@ cmp "$H/ref" "$B/f"
 echo "2. bad options: exit 1 and the option named"
 status=0; mount -t ebb -o dirty_ration=5 "$B" "$M" 2> "$H/err" || status=$?
 cat "$H/err"; test "$status" = 1; grep -q "option dirty_ration" "$H/err"
-status=0; mount -t ebb -o memory=1k "$B" "$M" 2> "$H/err" || status=$?
+status=0; mount -t ebb -o memory=1k,log="$H/log" "$B" "$M" 2> "$H/err" || status=$?
 cat "$H/err"; test "$status" = 1; grep -q "too small" "$H/err"
 ! grep -q " $M " /proc/self/mountinfo
 
 echo "3. an fstab line: mount MOUNTPOINT, a busy umount refused and harmless, umount"
-echo "$B $M ebb noauto,nofail,_netdev,x-systemd.after=network-online.target,memory=64MiB,dirty_expire_centisecs=360000 0 0" > "$H/fstab"
+echo "$B $M ebb noauto,nofail,_netdev,x-systemd.after=network-online.target,memory=64MiB,dirty_expire_centisecs=360000,log=$H/log 0 0" > "$H/fstab"
 mount --bind "$H/fstab" /etc/fstab
 mount "$M"
 echo hello > "$M/g"
