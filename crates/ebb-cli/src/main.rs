@@ -9,6 +9,8 @@
 //! `ebb swarm` runs seeded simulated worlds with random faults under the simulator's checkers
 //! (`ebb_sim::swarm`).
 //! `ebb report` draws a trace file (`ebb mount --trace`) with the simulator's report code.
+//! Started through a link named `mount.ebb` or `umount.fuse.ebb`, the binary is mount(8)'s and
+//! umount(8)'s helper for ebb mounts (`mount_helper`).
 //!
 //! Exit codes: 0 when everything ran and every check held; 1 when a check failed or a run or
 //! report could not be completed; 2 for usage and configuration errors (bad arguments, an
@@ -21,6 +23,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 
 mod bench;
+mod mount_helper;
 mod swarm;
 mod top;
 
@@ -192,6 +195,9 @@ impl std::fmt::Display for NotAvailable {
 impl std::error::Error for NotAvailable {}
 
 fn main() -> ExitCode {
+    if let Some(code) = mount_helper::run_if_helper() {
+        return code;
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

@@ -186,7 +186,9 @@ impl Mount {
         let mut options = fuser::Config::default();
         options.mount_options = vec![
             fuser::MountOption::FSName(format!("ebb:{name}")),
-            fuser::MountOption::Subtype("ebb".to_owned()),
+            // Given to the kernel (fuser keeps `Subtype` for fusermount), so the mount's type
+            // is `fuse.ebb` and umount(8) runs /sbin/umount.fuse.ebb, which waits for the drain.
+            fuser::MountOption::CUSTOM("subtype=ebb".to_owned()),
             fuser::MountOption::DefaultPermissions,
             fuser::MountOption::NoAtime,
         ];

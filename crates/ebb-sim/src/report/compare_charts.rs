@@ -24,6 +24,9 @@ const PAUSE_BINS_PER_DECADE: f64 = 4.0;
 const NINES_MAX: f64 = 6.0;
 /// Distances beyond this many tolerances are drawn at it.
 const DISTANCE_MAX: f64 = 4.0;
+/// The verdict chart's markers, in pixels of its 640 x 340 image: one per row, shown at about
+/// 570 px wide in the page's two columns, so each must read at a glance.
+const VERDICT_POINT_RADIUS_PX: i32 = 6;
 
 /// `-log10(1 - fraction)`, at most [`NINES_MAX`].
 fn nines(fraction: f64) -> f64 {
@@ -250,6 +253,8 @@ pub fn verdict_chart(experiment: &str, rows: &[PublishedOutcome]) -> Option<Char
     );
     chart.y_min = Some(-DISTANCE_MAX - 0.3);
     chart.y_max = Some(DISTANCE_MAX + 0.3);
+    chart.x_integer = true;
+    chart.point_radius_px = VERDICT_POINT_RADIUS_PX;
     Some(chart)
 }
 
@@ -291,6 +296,19 @@ mod tests {
         let mut uncompared = row(1.0, 1.0, "", Verdict::NotCompared);
         uncompared.value = None;
         assert_eq!(distance_in_tolerances(&uncompared), None);
+    }
+
+    #[test]
+    fn verdict_charts_number_rows_with_whole_numbers_and_large_dots() {
+        // Goal: the x axis counts table rows (no 1.5), and each row's dot reads at the size
+        // the page shows the chart (about 570 px wide).
+        let rows = [
+            row(100.0, 150.0, "x2", Verdict::Reproduced),
+            row(1.0, 9.0, "x2", Verdict::NotReproduced),
+        ];
+        let chart = verdict_chart("e", &rows).expect("compared rows");
+        assert!(chart.x_integer);
+        assert!(chart.point_radius_px >= 5, "{}", chart.point_radius_px);
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct ExperimentSection {
     pub reproduces: String,
     /// ebb's own experiment: its rows are tallied apart from the postings' numbers.
     pub own: bool,
+    /// One line for the overview: what was not reproduced and why (or that nothing failed).
+    pub shortfall: String,
 }
 
 /// A published result beside ours, with the computed verdict.
@@ -109,6 +111,8 @@ pub fn render_html(page: &ReportPage) -> Result<String, ReportError> {
     let mut environment = Environment::new();
     environment.add_filter("anchor", anchor);
     environment.add_filter("numeric", |text: &str| super::text::is_numeric(text));
+    environment.add_filter("code_spans", code_spans);
+    environment.add_filter("breakable", breakable);
     environment.add_template(TEMPLATE_NAME, TEMPLATE_SOURCE).map_err(template_error)?;
     let template = environment.get_template(TEMPLATE_NAME).map_err(template_error)?;
     let mut html =
@@ -197,6 +201,8 @@ fn experiment_value(experiment: &ExperimentSection) -> Value {
         ("tables", tables.collect()),
         ("plots", plots.collect()),
         ("reproduces", Value::from(experiment.reproduces.as_str())),
+        ("own", Value::from(experiment.own)),
+        ("shortfall", Value::from(experiment.shortfall.as_str())),
         ("verdict_counts", {
             let counts = count_verdicts(experiment.comparisons.iter().map(|c| &c.verdict));
             Verdict::ALL.iter().map(|v| counts.get(v).copied().unwrap_or(0)).collect()
@@ -215,6 +221,31 @@ fn experiment_value(experiment: &ExperimentSection) -> Value {
 
 fn strings_value(strings: &[String]) -> Value {
     strings.iter().map(String::as_str).collect()
+}
+
+/// `text` escaped, with each `` `span` `` (Markdown's inline code, as the experiment files
+/// write names) set as `<code>span</code>`; an unpaired backtick stays as it is.
+fn code_spans(text: &str) -> Value {
+    let parts: Vec<&str> = text.split('`').collect();
+    let mut html = String::with_capacity(text.len() + 16);
+    for (index, part) in parts.iter().enumerate() {
+        let escaped = minijinja::HtmlEscape(part).to_string();
+        let closed = index + 1 < parts.len();
+        match (index % 2, closed) {
+            (1, true) => html.push_str(&format!("<code>{escaped}</code>")),
+            (1, false) => html.push_str(&format!("`{escaped}")),
+            _ => html.push_str(&escaped),
+        }
+    }
+    Value::from_safe_string(html)
+}
+
+/// `text` escaped, with a line-break opportunity (`<wbr>`) after each `_` and `/`, so that
+/// metric names (`direct_reclaim_pages_written`) and run names (`case/variant`) wrap in a
+/// narrow column instead of widening the table past the page.
+fn breakable(text: &str) -> Value {
+    let escaped = minijinja::HtmlEscape(text).to_string();
+    Value::from_safe_string(escaped.replace('_', "_<wbr>").replace("&#x2f;", "&#x2f;<wbr>"))
 }
 
 /// A fragment identifier for a section: lowercase ASCII letters and digits, other runs of
@@ -287,6 +318,7 @@ mod tests {
                     verdict_plot: None,
                     reproduces: String::new(),
                     own: false,
+                    shortfall: String::new(),
                 },
                 ExperimentSection {
                     name: "<script>alert(1)</script>".to_owned(),
@@ -300,6 +332,7 @@ mod tests {
                     verdict_plot: None,
                     reproduces: String::new(),
                     own: false,
+                    shortfall: String::new(),
                 },
             ],
         }
@@ -341,11 +374,30 @@ mod tests {
         assert!(html.contains("<li><b>1</b> direction-only</li>"), "counts at the top");
         assert!(html.contains("<li><b>0</b> reproduced</li>"), "zero counts are shown");
         assert!(html.contains("<td class=\"num\">80000</td>"));
-        assert!(html.contains("<td>laptop-ssd&#x2f;wbt-off</td>"));
+        assert!(html.contains("<td>laptop-ssd&#x2f;<wbr>wbt-off</td>"));
+        assert!(html.contains("<th>read_<wbr>lat_<wbr>us_<wbr>p99_<wbr>99</th>"));
         let mut no_comparisons = page.clone();
         no_comparisons.experiments.iter_mut().for_each(|e| e.comparisons.clear());
         let html = render_html(&no_comparisons).expect("render");
         assert!(!html.contains("class=\"overview\""), "empty overview table");
+    }
+
+    #[test]
+    fn the_overview_says_what_failed_and_why_before_the_charts() {
+        // Goal: the top of the page has, per experiment, its one-line shortfall, above the
+        // verdict charts; Markdown code spans in intro and descriptions become <code>.
+        let mut page = example();
+        page.experiments[0].shortfall = "1 not reproduced: opposite direction".to_owned();
+        page.experiments[0].description = "Knob `dirty_ratio` & an odd ` tick".to_owned();
+        page.intro = "Run `ebb reproduce`.".to_owned();
+        let html = render_html(&page).expect("render");
+        let overview = html.find("class=\"overview\"").expect("overview");
+        let shortfall = html.find("1 not reproduced: opposite direction").expect("shortfall");
+        let charts = html.find("class=\"verdict-help\"").expect("charts");
+        assert!(overview < shortfall && shortfall < charts, "order");
+        assert!(html.contains("Run <code>ebb reproduce</code>."), "intro");
+        assert!(html.contains("Knob <code>dirty_ratio</code> &amp; an odd ` tick"), "description");
+        assert!(!code_spans("a `<b>` c").to_string().contains("<b>"), "escaped inside code");
     }
 
     #[test]

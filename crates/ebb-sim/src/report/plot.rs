@@ -64,6 +64,8 @@ const HEIGHT_MIN: u32 = 160;
 const POINT_CELL_PX: u32 = 2;
 const POINT_RADIUS_PX: i32 = 2;
 const LINE_WIDTH_PX: u32 = 2;
+/// The most x labels of a chart whose x counts things ([`Chart::x_integer`]).
+const X_INTEGER_LABELS_MAX: usize = 25;
 /// A line with unsorted x is thinned to at most this many points.
 const UNSORTED_LINE_POINTS_MAX: usize = 20_000;
 
@@ -106,6 +108,10 @@ pub struct Chart {
     pub y_max: Option<f64>,
     /// A logarithmic x axis (base 10).
     pub x_log: bool,
+    /// x counts things (rows of a table): ticks and labels at whole numbers only.
+    pub x_integer: bool,
+    /// Radius of the markers of point series, in pixels.
+    pub point_radius_px: i32,
 }
 
 impl Chart {
@@ -119,6 +125,8 @@ impl Chart {
             y_min: None,
             y_max: None,
             x_log: false,
+            x_integer: false,
+            point_radius_px: POINT_RADIUS_PX,
         }
     }
 }
@@ -195,9 +203,15 @@ fn draw(
     } else {
         root.split_horizontally(size.0)
     };
-    let x_log = chart.x_log;
+    let (x_log, x_integer) = (chart.x_log, chart.x_integer);
     let x_formatter = move |value: &f64| {
-        if x_log { tick_label(two_significant(10f64.powf(*value))) } else { tick_label(*value) }
+        if x_log {
+            tick_label(two_significant(10f64.powf(*value)))
+        } else if x_integer && (value - value.round()).abs() > 1e-9 {
+            String::new()
+        } else {
+            tick_label(*value)
+        }
     };
     let mut context = ChartBuilder::on(&plot)
         .caption(&chart.title, (FONT_FAMILY, 22))
@@ -205,9 +219,13 @@ fn draw(
         .x_label_area_size(50)
         .y_label_area_size(80)
         .build_cartesian_2d(bounds.x_min..bounds.x_max, bounds.y_min..bounds.y_max)?;
-    context
-        .configure_mesh()
-        .x_desc(chart.x_label.as_str())
+    let mut mesh = context.configure_mesh();
+    if x_integer {
+        // At most one label per whole number: plotters then picks a step of 1, 2 or 5.
+        let whole_numbers = (bounds.x_max.floor() - bounds.x_min.ceil()).max(0.0) as usize + 1;
+        mesh.x_labels(whole_numbers.clamp(2, X_INTEGER_LABELS_MAX));
+    }
+    mesh.x_desc(chart.x_label.as_str())
         .y_desc(chart.y_label.as_str())
         .x_label_formatter(&x_formatter)
         .y_label_formatter(&|value| tick_label(*value))
@@ -220,7 +238,7 @@ fn draw(
     let pixels = context.plotting_area().dim_in_pixel();
     for (index, series) in chart.series.iter().enumerate() {
         let color = PALETTE[series.color.unwrap_or(index) % PALETTE.len()];
-        draw_series(&mut context, series, color, bounds, pixels)?;
+        draw_series(&mut context, series, color, bounds, pixels, chart.point_radius_px)?;
     }
     if named {
         draw_legend(&legend, chart)?;
@@ -246,7 +264,7 @@ fn draw_legend(
                 area.draw(&PathElement::new([(4, y), (28, y)], color.stroke_width(LINE_WIDTH_PX)))?;
             }
             SeriesKind::Points => {
-                area.draw(&Circle::new((16, y), POINT_RADIUS_PX + 1, color.filled()))?;
+                area.draw(&Circle::new((16, y), chart.point_radius_px + 1, color.filled()))?;
             }
         }
         let name: String = series.name.chars().take(22).collect();
@@ -262,6 +280,7 @@ fn draw_series(
     color: RGBColor,
     bounds: Bounds,
     pixels: (u32, u32),
+    series_radius: i32,
 ) -> Result<(), Box<dyn Error>> {
     let annotation = match series.kind {
         SeriesKind::Line => {
@@ -277,10 +296,10 @@ fn draw_series(
         SeriesKind::Points => {
             let style = color.filled();
             let points = reduce_points(&series.points, bounds, pixels);
-            let markers =
-                points.into_iter().map(|point| Circle::new(point, POINT_RADIUS_PX, style));
+            let radius = series_radius;
+            let markers = points.into_iter().map(|point| Circle::new(point, radius, style));
             let annotation = context.draw_series(markers)?;
-            annotation.legend(move |(x, y)| Circle::new((x + 10, y), POINT_RADIUS_PX + 1, style))
+            annotation.legend(move |(x, y)| Circle::new((x + 10, y), radius + 1, style))
         }
     };
     if !series.name.is_empty() {
@@ -495,6 +514,8 @@ mod tests {
             y_min: None,
             y_max: Some(1400.0),
             x_log: false,
+            x_integer: false,
+            point_radius_px: POINT_RADIUS_PX,
         }
     }
 

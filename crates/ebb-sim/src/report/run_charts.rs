@@ -94,15 +94,12 @@ fn line_chart(
             color: None,
         })
         .collect::<Vec<_>>();
-    Chart {
-        title: format!("{}: {title}", result.name),
-        x_label: "time (s)".to_owned(),
-        y_label: y_label.map_or(unit, str::to_owned),
+    Chart::new(
+        &format!("{}: {title}", result.name),
+        "time (s)",
+        &y_label.map_or(unit, str::to_owned),
         series,
-        y_min: None,
-        y_max: None,
-        x_log: false,
-    }
+    )
 }
 
 /// Every throttle pause of the run, a series of points per writer.
@@ -124,15 +121,12 @@ fn pauses_chart(result: &RunResult) -> Chart {
             color: Some(writer as usize),
         })
         .collect();
-    Chart {
-        title: format!("{}: pause per throttle call", result.name),
-        x_label: "time (s)".to_owned(),
-        y_label: "pause (ms)".to_owned(),
+    Chart::new(
+        &format!("{}: pause per throttle call", result.name),
+        "time (s)",
+        "pause (ms)",
         series,
-        y_min: None,
-        y_max: None,
-        x_log: false,
-    }
+    )
 }
 
 #[cfg(test)]

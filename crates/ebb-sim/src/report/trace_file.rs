@@ -310,6 +310,7 @@ fn page(name: &str, result: &RunResult, plots: Vec<PlotRef>) -> ReportPage {
             verdict_plot: None,
             reproduces: String::new(),
             own: false,
+            shortfall: String::new(),
         }],
     }
 }
@@ -383,7 +384,9 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).expect("read"))
                 .expect("json");
         assert!(json["traceEvents"].as_array().expect("events").len() > 300);
-        let html = std::fs::read_to_string(out.join("report.html")).expect("html");
+        // Names wrap at underscores (`<wbr>`).
+        let html =
+            std::fs::read_to_string(out.join("report.html")).expect("html").replace("<wbr>", "");
         assert!(html.contains("dirty.png") && html.contains("pause_ms_p99"), "{html}");
         std::fs::write(&trace, "nothing here\n").expect("write");
         let error = write_trace_report(&trace, &out).expect_err("no tracepoint").to_string();

@@ -39,11 +39,15 @@ pub(super) fn report_experiment(
             experiment.reproduces
         ),
         comparisons: published.iter().map(comparison).collect(),
-        tables: vec![metrics_table(experiment, &metrics), checks_table(&checks)],
+        tables: metrics_tables(experiment, &metrics)
+            .into_iter()
+            .chain([checks_table(&checks)])
+            .collect(),
         plots,
         verdict_plot,
         reproduces: experiment.reproduces.clone(),
         own: experiment.own,
+        shortfall: shortfall(&published),
     };
     let outcome = ExperimentOutcome {
         name: experiment.name.clone(),
@@ -190,6 +194,92 @@ fn case_plots(
 }
 
 /// The metrics table: one row per run, key metrics and every metric the checks read.
+/// One line for the report's overview: how many rows were not reproduced and the reason most
+/// of them share (the experiment file's explanation, else the computed reason), in its first
+/// sentence; or what held when none failed.
+fn shortfall(rows: &[PublishedOutcome]) -> String {
+    let missed: Vec<&PublishedOutcome> =
+        rows.iter().filter(|row| row.verdict == Verdict::NotReproduced).collect();
+    if missed.is_empty() {
+        let partly = rows.iter().filter(|row| row.verdict == Verdict::DirectionOnly).count();
+        let compared = rows.iter().filter(|row| row.verdict != Verdict::NotCompared).count();
+        return match (compared, partly) {
+            (0, _) => "nothing to compare: the posting gives no number".to_owned(),
+            (_, 0) => "every compared number reproduced".to_owned(),
+            (_, n) => format!("none contradicted; {n} reproduced in direction only"),
+        };
+    }
+    let mut reasons: Vec<(String, usize)> = Vec::new();
+    for row in &missed {
+        let reason = first_sentence(row.explanation.as_deref().unwrap_or(&row.why));
+        match reasons.iter_mut().find(|(known, _)| *known == reason) {
+            Some(entry) => entry.1 += 1,
+            None => reasons.push((reason, 1)),
+        }
+    }
+    // The most common reason; the first of equals.
+    let (reason, count) = reasons
+        .iter()
+        .fold(None::<&(String, usize)>, |best, entry| match best {
+            Some(best) if best.1 >= entry.1 => Some(best),
+            _ => Some(entry),
+        })
+        .map_or((String::new(), 0), |(reason, count)| (reason.clone(), *count));
+    match (missed.len(), count) {
+        (1, _) => format!("1 not reproduced: {reason}"),
+        (all, count) if count == all => format!("{all} not reproduced, all because: {reason}"),
+        (all, count) => format!("{all} not reproduced; {count} of them because: {reason}"),
+    }
+}
+
+/// The first sentence of `text` (up to a full stop followed by a space), at most
+/// [`SHORTFALL_CHARS_MAX`] characters (cut at a word, with an ellipsis).
+fn first_sentence(text: &str) -> String {
+    let text = text.trim();
+    let sentence = text.find(". ").map_or(text, |end| &text[..end]).trim_end_matches('.');
+    if sentence.chars().count() <= SHORTFALL_CHARS_MAX {
+        return sentence.to_owned();
+    }
+    let cut: String = sentence.chars().take(SHORTFALL_CHARS_MAX).collect();
+    let cut = cut.rsplit_once(' ').map_or(cut.as_str(), |(head, _)| head);
+    format!("{cut}...")
+}
+
+/// The longest reason the overview shows, in characters (two lines of its column at 1400 px).
+const SHORTFALL_CHARS_MAX: usize = 160;
+
+/// Metric columns per "Key metrics per run" table: with names wrapping at their underscores,
+/// eight numbers and the run name fit the page's 72rem at 1400 px (the single table of up to
+/// 20 metrics was 1.5 to 2.7 times as wide and scrolled sideways).
+const METRICS_PER_TABLE: usize = 8;
+
+/// The key metrics of every run, split into tables of at most [`METRICS_PER_TABLE`] metrics.
+fn metrics_tables(experiment: &Experiment, metrics: &RunMetrics) -> Vec<Table> {
+    let table = metrics_table(experiment, metrics);
+    let names = &table.columns[1..];
+    let parts = names.len().div_ceil(METRICS_PER_TABLE).max(1);
+    (0..parts)
+        .map(|part| {
+            let range = part * METRICS_PER_TABLE + 1
+                ..((part + 1) * METRICS_PER_TABLE + 1).min(table.columns.len());
+            let pick = |row: &Vec<String>| {
+                let mut cells = vec![row[0].clone()];
+                cells.extend(row[range.clone()].iter().cloned());
+                cells
+            };
+            Table {
+                caption: if parts == 1 {
+                    table.caption.clone()
+                } else {
+                    format!("{} ({} of {parts})", table.caption, part + 1)
+                },
+                columns: pick(&table.columns),
+                rows: table.rows.iter().map(pick).collect(),
+            }
+        })
+        .collect()
+}
+
 fn metrics_table(experiment: &Experiment, metrics: &RunMetrics) -> Table {
     let mut names: Vec<&str> = KEY_METRICS.to_vec();
     let referenced = experiment
@@ -321,4 +411,58 @@ fn config_json(experiment: &Experiment, spec: &RunSpec, quick: bool) -> Value {
         "time_limit_s": spec.time_limit.as_secs_f64(),
         "steady_from_s": spec.steady_from.as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(verdict: Verdict, why: &str, explanation: Option<&str>) -> PublishedOutcome {
+        PublishedOutcome {
+            claim: "c".to_owned(),
+            published: String::new(),
+            line: None,
+            ours: String::new(),
+            value: None,
+            ours_value: None,
+            ratio: None,
+            tolerance: String::new(),
+            rule: None,
+            checks: Vec::new(),
+            failed_checks: Vec::new(),
+            verdict,
+            why: why.to_owned(),
+            explanation: explanation.map(str::to_owned),
+            analysis: None,
+        }
+    }
+
+    #[test]
+    fn the_shortfall_names_the_commonest_reason_in_one_sentence() {
+        // Goal: the overview's line counts what failed and gives the reason most rows share,
+        // the file's explanation before the computed one, cut to its first sentence.
+        let model = "An absolute figure: ours is a model. The box differs.";
+        let rows = [
+            row(Verdict::NotReproduced, "outside x2: ours is 3x. X.", Some("A counter is free.")),
+            row(Verdict::NotReproduced, "outside x2: ours is 9x", Some(model)),
+            row(Verdict::NotReproduced, "outside x2: ours is 7x", Some(model)),
+            row(Verdict::Reproduced, "", None),
+        ];
+        assert_eq!(
+            shortfall(&rows),
+            "3 not reproduced; 2 of them because: An absolute figure: ours is a model"
+        );
+        assert_eq!(shortfall(&rows[1..2]), "1 not reproduced: An absolute figure: ours is a model");
+        let computed = [row(Verdict::NotReproduced, "opposite direction. More.", None)];
+        assert_eq!(shortfall(&computed), "1 not reproduced: opposite direction");
+        assert_eq!(shortfall(&rows[3..]), "every compared number reproduced");
+        let none = [row(Verdict::NotCompared, "the posting gives no number", None)];
+        assert!(shortfall(&none).starts_with("nothing to compare"));
+        let long = "word ".repeat(100);
+        let cut = first_sentence(&long);
+        assert!(
+            cut.chars().count() <= SHORTFALL_CHARS_MAX + 3 && cut.ends_with("word..."),
+            "{cut}"
+        );
+    }
 }
