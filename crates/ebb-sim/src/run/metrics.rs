@@ -93,6 +93,16 @@ impl Sim<'_> {
             for (name, value) in self.read_latency.percentiles_us("read_lat_us") {
                 m.insert(name, value);
             }
+            // The other quantiles Axboe's read-to-pipe-async prints (wbt-read-latency's rows),
+            // of the same histogram.
+            for (suffix, percentile) in
+                [("p75", 75.0), ("p95", 95.0), ("p99_5", 99.5), ("p99_999", 99.999)]
+            {
+                m.insert(
+                    format!("read_lat_us_{suffix}"),
+                    self.read_latency.percentile_us(percentile),
+                );
+            }
             m.insert("read_count".into(), self.read_latency.count() as f64);
         }
         let series = self.take_series();
