@@ -468,6 +468,8 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
         .map(|field| meminfo[*field].as_u64().unwrap_or(0))
         .sum::<u64>();
     assert!(0 < unwritten, "{kind:?}: ebb stat shows nothing held: {meminfo}");
+    // The outage goes on past the deadline a while: the retries must go on with it.
+    std::thread::sleep(Duration::from_secs(3));
     fx.proxy.set(Mode::Pass);
     assert!(
         fx.wait_on_server("held", &data, Duration::from_secs(20)),
@@ -545,7 +547,7 @@ fn nfs_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() 
 }
 
 #[test]
-#[ignore = "after the server returns, the held data does not reach the object within 20 s without an fsync or close; cause not diagnosed yet (issue 34 item 4)"]
+#[ignore = "the held data is written only when it expires (30 s after it was dirtied), not by the retries: after the outage deadline the engine's retry work writes nothing of the file (trace: writeback_single_inode wrote=0), so no write fails and no further retry is scheduled; NFS goes on retrying. Cause not found yet (issue 34)"]
 fn s3_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() {
     past_the_deadline_the_data_is_held_and_written_when_the_server_returns(Kind::S3);
 }
