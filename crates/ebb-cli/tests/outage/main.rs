@@ -547,7 +547,7 @@ fn nfs_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() 
 }
 
 #[test]
-#[ignore = "the held data is written only when it expires (30 s after it was dirtied), not by the retries: after the outage deadline the engine's retry work writes nothing of the file (trace: writeback_single_inode wrote=0), so no write fails and no further retry is scheduled; NFS goes on retrying. Cause not found yet (issue 34)"]
+#[ignore = "issue 34 item 4, the stranded upload: once the server is back the retries upload the held data as a part within seconds (ebb stat: 0 dirty), but nothing completes the multipart upload (only fsync or close send CompleteMultipartUpload, and the last close already failed), so the object keeps its old contents"]
 fn s3_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() {
     past_the_deadline_the_data_is_held_and_written_when_the_server_returns(Kind::S3);
 }

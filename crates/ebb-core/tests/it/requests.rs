@@ -653,9 +653,11 @@ fn writer_against_a_full_backend(cfg: Config) {
 /// A flush-on-close backend with write granules (S3) unreachable while the last handle
 /// closes: close waits until `retry_timeout_secs`, then EIO; the data stays, and with no
 /// handle open, no fsync and a cache far under its background threshold, it is written within
-/// the outage probe interval of the backend's return. The retries are reclaim-like works that
-/// leave a young file's partly dirty last granule for later: before the fix, nothing was
-/// retried until the file expired, 30 s after it was last dirtied.
+/// the outage probe interval of the backend's return. Two causes stopped the retries before:
+/// they are reclaim-like works, which leave a young file's partly dirty last granule for
+/// later, and they started at the writeback index the failed write left at the file's end,
+/// so a pass found nothing, failed nothing and scheduled no next retry (until the file
+/// expired, 30 s after it was last dirtied). Each fix alone leaves the test failing.
 #[test]
 fn data_of_a_closed_file_is_written_soon_after_an_outage_past_the_deadline() {
     held_data_is_written_soon_after_an_outage_past_the_deadline(true);
@@ -670,13 +672,15 @@ fn data_of_an_open_file_is_written_soon_after_an_outage_past_the_deadline() {
 
 fn held_data_is_written_soon_after_an_outage_past_the_deadline(close: bool) {
     use ebb_core::event::errno::{ECONNREFUSED, EIO};
-    let mut cfg = config(256, ThrottlePolicy::Ioless);
+    // A 64 MiB mount over S3's default layout: 8 MiB parts, written one part at most per
+    // write; the file, 4 MiB and a page, is one partly dirty last granule, which background
+    // work leaves for later while the file is young.
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
     cfg.backends[0].flush_on_close = true;
     cfg.backends[0].retry_timeout_secs = 2;
-    // An object store's parts (S3): the file is one partly dirty last granule, which
-    // background work leaves for later while the file is young.
-    cfg.backends[0].write_granule_bytes = Some(256 * ebb_core::PAGE_SIZE);
-    let (mut engine, mut maps, inode, w) = dirty_pages_with(cfg, 12);
+    cfg.backends[0].write_granule_bytes = Some(2048 * ebb_core::PAGE_SIZE);
+    cfg.backends[0].max_write_pages = 2048;
+    let (mut engine, mut maps, inode, w) = dirty_pages_with(cfg, 1025);
     let request = RequestId(1);
     let event = if close {
         Event::Close { handle: HandleId(1), request }
@@ -702,15 +706,18 @@ fn held_data_is_written_soon_after_an_outage_past_the_deadline(close: bool) {
         ),
         "EIO at the deadline: {answers:?}"
     );
-    // The outage goes on a while past the deadline: the retries go on too.
+    // The outage goes on a while past the deadline: the retries go on too, each writing the
+    // file again (the failed write left its writeback index at the file's end).
+    let mut retries = 0;
     while t < ms(8_000) {
         let at = engine.poll_timeout().expect("a retry is scheduled during the outage");
         assert!(at <= t + Duration::from_secs(3), "no retry within the probe interval");
         run_timers_until(&mut engine, &mut maps, at);
         t = at + Duration::from_millis(1);
-        serve_writes(&mut engine, &mut maps, t, down);
+        retries += serve_writes(&mut engine, &mut maps, t, down).0;
     }
-    assert_eq!(engine.file_errors(inode, &mut maps).unwrap().dirty_pages, 12, "the data is kept");
+    assert!(retries >= 3, "{retries} writes retried in 6 s of outage past the deadline");
+    assert_eq!(engine.file_errors(inode, &mut maps).unwrap().dirty_pages, 1025, "the data is kept");
     let back = t;
     while engine.file_errors(inode, &mut maps).unwrap().dirty_pages > 0 {
         let at = engine.poll_timeout().expect("a retry is scheduled");
