@@ -15,6 +15,7 @@ pub mod fprop;
 pub mod ids;
 pub mod limits;
 pub mod memory;
+pub mod outage;
 pub mod pagemap;
 pub mod position;
 pub mod reclaim;

@@ -33,6 +33,11 @@ impl Engine {
             let meta = self.inode_mut(inode);
             if meta.retry_at.is_some_and(|t| t <= now) {
                 meta.retry_at = None;
+                // From the file's start: the failed write left the writeback index past the
+                // pages it redirtied, and a pass that finds nothing past it writes nothing,
+                // fails nothing and schedules no next retry (a one-write file, an S3 object
+                // under one part, was then left until it expired).
+                meta.writeback_index = 0;
             }
             if meta.hold_retry_at.is_some_and(|t| t <= now) {
                 meta.hold_retry_at = None;

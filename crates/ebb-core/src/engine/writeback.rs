@@ -478,7 +478,8 @@ impl Engine {
 
     /// How large a file's last granule may be for the flusher's current work to leave it for
     /// later, or `None` if it may not (`crate::flusher::granules`): only background and
-    /// periodic work, only for a file dirtied within the expire interval, and only while the
+    /// periodic work, only for a file dirtied within the expire interval and not retrying a
+    /// failed write, and only while the
     /// tails of all dirty files of granular backends fit in half the background threshold, so
     /// that deferred tails can never keep writeback from bringing the cache under it. The
     /// granule gate's admitted files always may (the gate bounds them); while writers wait for
@@ -490,6 +491,13 @@ impl Engine {
         }
         let meta = self.inodes.get(&inode)?;
         if meta.last_dirtied + self.expire_interval() <= self.now {
+            return None;
+        }
+        // A file whose write failed and is being retried (`retry_backoff` is reset by a
+        // success) has its tail written like any page: the retries are reclaim-like works,
+        // and deferring the tail meant an S3 file's data, one partly dirty part, was not
+        // retried at all until it expired (issue 34: held data stranded after an outage).
+        if meta.retry_backoff > Duration::ZERO {
             return None;
         }
         if let Some(filling) = self.gate.filling(inode) {

@@ -10,8 +10,8 @@
 //! deferred tail is at most the background threshold divided by twice the number of dirty
 //! files of granular backends (so the tails together never keep background writeback from
 //! reaching the threshold, and a small cache writes its tails as the kernel would), and
-//! fsync, sync, close, reclaim and a file idle past the expire interval write the tail like
-//! any page. While writers wait for the granule gate (`engine::throttle::gate`), a file that is
+//! fsync, sync, close, reclaim, a file idle past the expire interval and a file retrying a
+//! failed write write the tail like any page. While writers wait for the granule gate (`engine::throttle::gate`), a file that is
 //! not admitted cannot grow past its writer's next check, so its tail is measured by what it
 //! holds so far rather than by its granule: the small tails of waiting writers stay in the
 //! cache instead of going out as short parts. A whole dirty granule, on the other hand, waits

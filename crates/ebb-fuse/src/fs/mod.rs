@@ -174,11 +174,14 @@ impl<N: Namespace> EbbFs<N> {
         let files = Arc::new(Files::new(data, keep_times, anchor_limit));
         let inner = Arc::new(Inner {
             ns,
-            nodes: Nodes::new(root, &attr),
+            nodes: Nodes::new(root.clone(), &attr),
             files: Arc::clone(&files),
             dirs: Mutex::new(HashMap::new()),
             root_attr: Mutex::new(None),
         });
+        // Known from the start: a permission check on the root during an outage that begins
+        // before anything asked for the root's attributes (a create in it) would get EIO.
+        *inner.root_attr.lock() = Some(inner.file_attr(INodeNo::ROOT.0, &root, &attr));
         if inner.ns.nodes_hold_storage() {
             let weak = Arc::downgrade(&inner);
             std::thread::Builder::new().name("ebb-fuse-sweep".to_owned()).spawn(move || {
@@ -299,12 +302,12 @@ impl<N: Namespace> EbbFs<N> {
         op: impl Fn(&Inner<N>) -> Result<T, Errno> + Send + 'static,
         answer: impl FnOnce(&Inner<N>, Option<R>, Result<T, Errno>) + Send + 'static,
     ) {
-        let (inner, deadline) = (Arc::clone(&self.inner), self.guard.deadline);
+        let (inner, clock) = (Arc::clone(&self.inner), Arc::clone(&self.guard.clock));
         self.guard.run(
             req.pid(),
             reply,
             move |interrupted| {
-                let result = outage::through_outage(deadline, interrupted, || op(&inner));
+                let result = clock.through_outage(interrupted, || op(&inner));
                 (inner, result)
             },
             move |reply, (inner, result)| answer(&inner, reply, result),
@@ -531,10 +534,11 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let (inner, pid, deadline) = (Arc::clone(&self.inner), req.pid(), self.guard.deadline);
+        let (inner, pid, clock) =
+            (Arc::clone(&self.inner), req.pid(), Arc::clone(&self.guard.clock));
         let interrupted = move || io_ops::killed(pid);
         let read = move || inner.read(fh, offset, size, flags, pid);
-        self.reads.run(move || match outage::through_outage(deadline, &interrupted, read) {
+        self.reads.run(move || match clock.through_outage(&interrupted, read) {
             Ok(buf) => reply.data(&buf),
             Err(error) => reply.error(error),
         });

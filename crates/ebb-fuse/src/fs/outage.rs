@@ -4,19 +4,13 @@
 //! # The outage rule (docs/outages.md)
 //!
 //! A backend call that fails with an error of the core's `Outage` class (connection refused,
-//! reset or timed out, `EAGAIN`, ...: `ebb_core::event::IoError::class`) is tried again, the
-//! first time after [`PROBE_MIN`], the wait doubling to [`PROBE_MAX`]: the next try is the
-//! probe, so a request goes on within [`PROBE_MAX`] plus one round trip of the server's
-//! return. Once the calls of this request have failed for the backend's `retry_timeout_secs`
-//! (counted from its first failure), it fails with `EIO`: no socket errno reaches the
-//! application, as on a soft NFS mount that says `EIO` (never `ECONNREFUSED`). The engine's
-//! write-back follows the same deadline for data (`ebb_core::engine`); a request's own
-//! deadline is per request, not per backend, since each caller waits its own wait.
-//!
-//! Constants: [`PROBE_MIN`] 50 ms (a refused connection fails in well under a millisecond
-//! on a LAN; 50 ms keeps a short blip to a few tries); [`PROBE_MAX`] 500 ms (the issue's
-//! 5 s resume bound with a tenth to spare, and two tries a second against a server that is
-//! down cost nothing). No samples are involved.
+//! reset or timed out, `EAGAIN`, ...: `ebb_core::event::IoError::class`) is tried again or
+//! answered `EIO` as `ebb_core::outage` decides: tries `ebb_core::outage::PROBE_MIN` apart at first, the wait
+//! doubling to [`PROBE_MAX`] (the next try is the probe, so a request goes on within
+//! [`PROBE_MAX`] plus one round trip of the server's return), until the backend has failed
+//! for its `retry_timeout_secs` without an answer (one clock for the mount's backend, not one
+//! per request); then `EIO`. No socket errno reaches the application. The engine's write-back
+//! follows the same deadline for data (`ebb_core::engine`).
 //!
 //! # Killability
 //!
@@ -32,6 +26,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ebb_core::event::{ErrorClass, IoError};
+use ebb_core::outage::{Next, RequestOutage};
+use ebb_core::{Duration as CoreDuration, Instant as CoreInstant};
 use fuser::{
     Errno, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyXattr,
@@ -41,10 +37,7 @@ use parking_lot::Mutex;
 use super::io_ops::killed;
 use crate::pool::Pool;
 
-/// The first wait before a failed call is tried again.
-pub(crate) const PROBE_MIN: Duration = Duration::from_millis(50);
-/// The longest wait between two tries (the probe interval once the outage lasts).
-pub(crate) const PROBE_MAX: Duration = Duration::from_millis(500);
+pub(crate) use ebb_core::outage::PROBE_MAX;
 /// How often the callers of unanswered requests are checked for a fatal signal.
 const WATCH_EVERY: Duration = Duration::from_millis(50);
 /// Slices of a wait between tries, each followed by a look at the caller.
@@ -59,35 +52,65 @@ pub(crate) fn is_outage(errno: Errno) -> bool {
     IoError { errno: errno.code() }.class() == ErrorClass::Outage
 }
 
-/// Runs `call` until it gives something else than an outage error; `EIO` once it has failed
-/// for `deadline`; `EINTR` when `interrupted` says so between tries.
-pub(crate) fn through_outage<T>(
-    deadline: Duration,
-    interrupted: &dyn Fn() -> bool,
-    mut call: impl FnMut() -> Result<T, Errno>,
-) -> Result<T, Errno> {
-    let mut first_failure = None;
-    let mut wait = PROBE_MIN;
-    loop {
-        let started = Instant::now();
-        match call() {
-            Err(errno) if is_outage(errno) => {
-                // From the start of the first failed try: a try against a hung server fails
-                // only after its own timeout.
-                let since = *first_failure.get_or_insert(started);
-                if since.elapsed() >= deadline {
-                    return Err(Errno::EIO);
+/// The outage clock of the mount's backend ([`RequestOutage`]) on the OS's monotonic clock.
+pub(crate) struct Clock {
+    origin: Instant,
+    state: Mutex<RequestOutage>,
+}
+
+impl Clock {
+    pub(crate) fn new(deadline: Duration) -> Clock {
+        let deadline =
+            CoreDuration::from_nanos(u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX));
+        Clock { origin: Instant::now(), state: Mutex::new(RequestOutage::new(deadline)) }
+    }
+
+    /// The backend's `retry_timeout_secs`.
+    pub(crate) fn deadline(&self) -> Duration {
+        Duration::from_nanos(self.state.lock().deadline().as_nanos())
+    }
+
+    fn at(&self, instant: Instant) -> CoreInstant {
+        let nanos = instant.saturating_duration_since(self.origin).as_nanos();
+        CoreInstant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// Runs `call` until it gives something else than an outage error, or `EIO` once the
+    /// backend has failed for the deadline (`ebb_core::outage`); `EINTR` when `interrupted`
+    /// says so between tries.
+    pub(crate) fn through_outage<T>(
+        &self,
+        interrupted: &dyn Fn() -> bool,
+        mut call: impl FnMut() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let (mut failures, mut first) = (0, None);
+        loop {
+            let started = Instant::now();
+            let errno = match call() {
+                Ok(value) => {
+                    self.state.lock().succeeded();
+                    return Ok(value);
                 }
-                let until = Instant::now() + wait.min(deadline.saturating_sub(since.elapsed()));
-                while Instant::now() < until {
-                    if interrupted() {
-                        return Err(Errno::EINTR);
-                    }
-                    std::thread::sleep(SLICE.min(until.saturating_duration_since(Instant::now())));
+                Err(errno) => errno,
+            };
+            let error = IoError { errno: errno.code() };
+            let first_at = self.at(*first.get_or_insert(started));
+            let (started, now) = (self.at(started), self.at(Instant::now()));
+            let next = self.state.lock().failed(error, first_at, started, now, failures);
+            let wait = match next {
+                // The call's own error, as it came (an outage's is EIO, the core's mapping).
+                Next::Fail(failed) if failed == error => return Err(errno),
+                Next::Fail(failed) => return Err(Errno::from_i32(failed.errno)),
+                Next::Retry(wait) => Duration::from_nanos(wait.as_nanos()),
+            };
+            let until = Instant::now() + wait;
+            while Instant::now() < until {
+                if interrupted() {
+                    return Err(Errno::EINTR);
                 }
-                wait = (wait * 2).min(PROBE_MAX);
+                std::thread::sleep(SLICE.min(until.saturating_duration_since(Instant::now())));
             }
-            other => return other,
+            failures += 1;
         }
     }
 }
@@ -151,8 +174,8 @@ impl<R: Reply> Pending for Slot<R> {
 pub(crate) struct Guard {
     pool: Pool,
     pending: Mutex<Vec<Waiting>>,
-    /// The backend's `retry_timeout_secs`.
-    pub(crate) deadline: Duration,
+    /// The outage clock of the mount's backend (its `retry_timeout_secs` inside).
+    pub(crate) clock: Arc<Clock>,
 }
 
 impl Guard {
@@ -160,7 +183,7 @@ impl Guard {
         let guard = Arc::new(Guard {
             pool: Pool::new("ebb-fuse-meta", THREADS, QUEUE)?,
             pending: Mutex::new(Vec::new()),
-            deadline,
+            clock: Arc::new(Clock::new(deadline)),
         });
         let weak = Arc::downgrade(&guard);
         std::thread::Builder::new()
@@ -204,7 +227,7 @@ fn watch(guard: &Weak<Guard>) {
             pending.retain(|waiting| !waiting.slot.answered());
             pending.iter().map(|w| (w.pid, w.since, Arc::clone(&w.slot))).collect()
         };
-        let longest = guard.deadline + PROBE_MAX;
+        let longest = guard.clock.deadline() + Duration::from_nanos(PROBE_MAX.as_nanos());
         drop(guard);
         for (pid, since, slot) in pending {
             if slot.answered() {
@@ -228,7 +251,7 @@ mod tests {
     fn outage_errors_are_retried_until_the_deadline_then_eio() {
         let mut tries = 0;
         let result: Result<(), Errno> =
-            through_outage(Duration::from_millis(300), &|| false, || {
+            Clock::new(Duration::from_millis(300)).through_outage(&|| false, || {
                 tries += 1;
                 Err(Errno::from_i32(libc::ECONNREFUSED))
             });
@@ -239,24 +262,24 @@ mod tests {
     #[test]
     fn a_call_that_recovers_succeeds_and_other_errors_pass_at_once() {
         let mut tries = 0;
-        let result = through_outage(Duration::from_secs(10), &|| false, || {
+        let result = Clock::new(Duration::from_secs(10)).through_outage(&|| false, || {
             tries += 1;
             if tries < 3 { Err(Errno::from_i32(libc::ECONNRESET)) } else { Ok(tries) }
         });
         assert_eq!(result, Ok(3));
         let mut tries = 0;
-        let result: Result<(), Errno> = through_outage(Duration::from_secs(10), &|| false, || {
-            tries += 1;
-            Err(Errno::ENOENT)
-        });
+        let result: Result<(), Errno> =
+            Clock::new(Duration::from_secs(10)).through_outage(&|| false, || {
+                tries += 1;
+                Err(Errno::ENOENT)
+            });
         assert_eq!((result, tries), (Err(Errno::ENOENT), 1));
     }
 
     #[test]
     fn an_interrupted_caller_stops_waiting() {
-        let result: Result<(), Errno> = through_outage(Duration::from_secs(10), &|| true, || {
-            Err(Errno::from_i32(libc::ETIMEDOUT))
-        });
+        let result: Result<(), Errno> = Clock::new(Duration::from_secs(10))
+            .through_outage(&|| true, || Err(Errno::from_i32(libc::ETIMEDOUT)));
         assert_eq!(result, Err(Errno::EINTR));
     }
 }

@@ -1,0 +1,202 @@
+//! The outage rule for requests a caller waits on (a lookup, a create, a read that misses
+//! the cache): whether a backend call that failed because the backend could not be reached
+//! is tried again, when, or answered `EIO`. The drivers (ebb-fuse's request guard) run the
+//! calls and sleep; this module decides.
+//!
+//! # Goal
+//! An outage is a wait, never an error, for as long as the backend's `retry_timeout_secs`
+//! allows (a hard NFS mount), then `EIO` (a soft one): no socket errno reaches a caller.
+//!
+//! # Signals
+//! Each call's outcome, with the time its try started and the time it failed: a failure of
+//! the [`ErrorClass::Outage`] class ([`IoError::class`]), or a success. No window; no
+//! samples are kept. Other errors pass to the caller and leave the clock alone (some are the
+//! mount's own, `EBADF`, `EROFS`, and say nothing of the server).
+//!
+//! # Control law
+//! ```text
+//! since    = start of the first failed try after the last success, over every request of
+//!            the backend (one clock per backend, as the engine's `outage_since`)
+//! first    = start of this request's first failed try
+//! start    = min(since, first)
+//! failure at `now`, the request's n-th failure (n = 0, 1, ...):
+//!     now - start >= deadline   ->  EIO
+//!     otherwise                 ->  try again after min(PROBE_MIN * 2^n, PROBE_MAX,
+//!                                                       start + deadline - now)
+//! a success                     ->  since = none (the outage is over)
+//! ```
+//! A success may be the mount's own (a read of cached data, `ebb stat`) while the server is
+//! still away: it resets `since`, and `first` still bounds each request to one deadline of
+//! its own failures, the rule's weaker form.
+//! The clock is the backend's, not the request's: the kernel runs the creates and lookups
+//! of one directory one after another (its directory lock), so with a per-request clock nine
+//! calls queued behind each other in one directory took nine deadlines to fail. With the
+//! backend's clock, once the outage has lasted the deadline every call fails after one try
+//! (which is also a probe: the first answer ends the outage for all). This is the engine's
+//! rule for written-back data (`engine`: `outage_since`, "failed for `retry_timeout_secs`
+//! without a success"), kept separately for requests (see docs/outages.md).
+//!
+//! # Constants
+//! | name | value | unit | provenance |
+//! |---|---|---|---|
+//! | [`PROBE_MIN`] | 50 | ms | derived: a refused connection fails in well under a millisecond on a LAN; 50 ms keeps a short blip to a few tries |
+//! | [`PROBE_MAX`] | 500 | ms | derived: a waiting call goes on within 0.5 s plus one round trip of the server's return (issue 34 asks for 5 s); two tries a second against a down server cost nothing |
+//!
+//! # Insufficient data
+//! None needed: the first failure starts the clock, the first answer stops it.
+//!
+//! # Stability
+//! The wait doubles per request up to [`PROBE_MAX`]; a zero deadline fails at the first
+//! failure (no patience, as the engine's `retry_timeout_secs = 0`).
+//!
+//! # Observability
+//! Unit tests below; through the mount, `crates/ebb-cli/tests/outage/`.
+
+use crate::event::{ErrorClass, IoError, errno};
+use crate::time::{Duration, Instant};
+
+/// The first wait before a failed call is tried again.
+pub const PROBE_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two tries (the probe interval once the outage lasts).
+pub const PROBE_MAX: Duration = Duration::from_millis(500);
+
+/// What to do after a call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Try again after this wait.
+    Retry(Duration),
+    /// Answer the caller with this error (`EIO` past the deadline, or the call's own error
+    /// when it was not an outage).
+    Fail(IoError),
+}
+
+/// One backend's outage clock for the requests callers wait on.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestOutage {
+    deadline: Duration,
+    since: Option<Instant>,
+}
+
+impl RequestOutage {
+    /// A clock for a backend whose `retry_timeout_secs` is `deadline`.
+    pub fn new(deadline: Duration) -> RequestOutage {
+        RequestOutage { deadline, since: None }
+    }
+
+    /// The backend's `retry_timeout_secs`.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Since when the backend could not be reached (`None`: it answered last).
+    pub fn since(&self) -> Option<Instant> {
+        self.since
+    }
+
+    /// A call succeeded: the outage, if any, is over.
+    pub fn succeeded(&mut self) {
+        self.since = None;
+    }
+
+    /// A request's try that began at `started` failed at `now` with `error`; `first` is when
+    /// the request's first failed try began (`started` for the first), `failures` how many of
+    /// its tries failed before this one. Errors other than an outage are the caller's answer
+    /// at once.
+    pub fn failed(
+        &mut self,
+        error: IoError,
+        first: Instant,
+        started: Instant,
+        now: Instant,
+        failures: u32,
+    ) -> Next {
+        if error.class() != ErrorClass::Outage {
+            return Next::Fail(error);
+        }
+        let since = (*self.since.get_or_insert(started)).min(first);
+        let waited = now.saturating_since(since);
+        if self.deadline <= waited {
+            return Next::Fail(IoError { errno: errno::EIO });
+        }
+        let backoff = Duration::from_nanos(
+            PROBE_MIN.as_nanos().saturating_mul(1u64 << failures.min(16)).min(PROBE_MAX.as_nanos()),
+        );
+        let left = Duration::from_nanos(self.deadline.as_nanos() - waited.as_nanos());
+        Next::Retry(backoff.min(left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REFUSED: IoError = IoError { errno: errno::ECONNREFUSED };
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    #[test]
+    fn outage_failures_wait_doubling_to_the_probe_interval_then_eio_at_the_deadline() {
+        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        assert_eq!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(PROBE_MIN));
+        assert_eq!(
+            clock.failed(REFUSED, at(0), at(60), at(61), 1),
+            Next::Retry(Duration::from_millis(100))
+        );
+        assert_eq!(clock.failed(REFUSED, at(0), at(200), at(201), 9), Next::Retry(PROBE_MAX));
+        // Never past the deadline.
+        assert_eq!(
+            clock.failed(REFUSED, at(0), at(2_800), at(2_900), 9),
+            Next::Retry(Duration::from_millis(100))
+        );
+        assert_eq!(
+            clock.failed(REFUSED, at(0), at(2_990), at(3_000), 9),
+            Next::Fail(IoError { errno: errno::EIO })
+        );
+    }
+
+    #[test]
+    fn the_clock_is_the_backends_a_request_coming_late_in_an_outage_fails_after_one_try() {
+        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
+        // Another request, its first try, 3.5 s into the outage.
+        assert_eq!(
+            clock.failed(REFUSED, at(3_500), at(3_500), at(3_501), 0),
+            Next::Fail(IoError { errno: errno::EIO })
+        );
+        // The server answers: a new outage starts a new clock.
+        clock.succeeded();
+        assert_eq!(clock.since(), None);
+        let next = clock.failed(REFUSED, at(4_000), at(4_000), at(4_001), 0);
+        assert!(matches!(next, Next::Retry(_)));
+        assert_eq!(clock.since(), Some(at(4_000)));
+    }
+
+    #[test]
+    fn a_success_of_the_mounts_own_meanwhile_still_leaves_each_request_one_deadline() {
+        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
+        clock.succeeded(); // a read of cached data, say
+        let next = clock.failed(REFUSED, at(0), at(3_000), at(3_001), 9);
+        assert_eq!(next, Next::Fail(IoError { errno: errno::EIO }));
+    }
+
+    #[test]
+    fn other_errors_are_answered_at_once_and_leave_the_clock() {
+        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        let _ = clock.failed(REFUSED, at(0), at(0), at(1), 0);
+        let enoent = IoError { errno: errno::ENOENT };
+        assert_eq!(clock.failed(enoent, at(10), at(10), at(11), 0), Next::Fail(enoent));
+        assert_eq!(clock.since(), Some(at(0)));
+    }
+
+    #[test]
+    fn no_patience_fails_at_the_first_outage_error() {
+        let mut clock = RequestOutage::new(Duration::ZERO);
+        assert_eq!(
+            clock.failed(REFUSED, at(0), at(0), at(1), 0),
+            Next::Fail(IoError { errno: errno::EIO })
+        );
+    }
+}
