@@ -112,6 +112,7 @@ pub(crate) struct Counters {
     bytes_downloaded: AtomicU64,
     pub(crate) uploads_lost: AtomicU64,
     pub(crate) uploads_aborted_at_start: AtomicU64,
+    pub(crate) renames_finished_at_start: AtomicU64,
 }
 
 impl Counters {
@@ -128,6 +129,7 @@ impl Counters {
             ("bytes_downloaded", &self.bytes_downloaded),
             ("uploads_lost", &self.uploads_lost),
             ("uploads_aborted_at_start", &self.uploads_aborted_at_start),
+            ("renames_finished_at_start", &self.renames_finished_at_start),
         ] {
             all.push((name, counter.load(Ordering::Relaxed)));
         }
