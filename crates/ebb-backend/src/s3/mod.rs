@@ -52,6 +52,7 @@ mod client;
 mod error;
 mod journal;
 pub mod layout;
+mod meta;
 mod namespace;
 mod object;
 pub mod test_server;
@@ -111,6 +112,11 @@ pub struct S3Options {
     pub retries: u32,
     /// Longest wait for one read or write on a connection.
     pub timeout: Duration,
+    /// How long what the server said of a key (its size and time, whether it exists, whether
+    /// a directory has entries) is used without asking again; ebb's own changes are seen at
+    /// once, other clients' up to this late. Zero asks every time. Default 1 s, the mount's
+    /// attribute lifetime in the kernel.
+    pub metadata_ttl: Duration,
 }
 
 impl fmt::Debug for S3Options {
@@ -184,6 +190,7 @@ impl S3Options {
             state_dir: None,
             retries: 3,
             timeout: Duration::from_secs(60),
+            metadata_ttl: Duration::from_secs(1),
         })
     }
 
@@ -268,7 +275,13 @@ impl S3Backend {
                 Some(token) => Credentials::new_with_token(key, secret, token),
                 None => Credentials::new(key, secret),
             });
-        let client = Client::new(bucket, credentials, options.retries, options.timeout);
+        let client = Client::new(
+            bucket,
+            credentials,
+            options.retries,
+            options.timeout,
+            options.metadata_ttl,
+        );
         client.check_bucket(&options.prefix).map_err(S3Error::into_io)?;
         let (journal, leftovers) = Journal::open(&options.journal_dir()?)?;
         let shared = Shared {
@@ -458,6 +471,8 @@ impl S3Backend {
         for (key, _) in keys.iter().rev() {
             client.delete_object(key).map_err(S3Error::into_io)?;
         }
+        client.meta.forget_under(from);
+        client.meta.forget_under(to);
         self.shared.journal.record(Record::Renamed { from, to }).map_err(journal_error)
     }
 

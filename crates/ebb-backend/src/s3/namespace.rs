@@ -231,13 +231,21 @@ impl S3Namespace {
             return Ok(Some(self.node("", true)));
         }
         let client = self.backend.client();
-        if client.head_object(&self.key(path)).map_err(S3Error::into_io)?.is_some() {
+        let key = self.key(path);
+        if client.head_object(&key).map_err(S3Error::into_io)?.is_some() {
             return Ok(Some(self.node(path, false)));
         }
-        let listing = client
-            .list_objects(&format!("{}/", self.key(path)), Some("/"), None)
-            .map_err(S3Error::into_io)?;
-        let directory = !listing.objects.is_empty() || !listing.prefixes.is_empty();
+        let directory = match client.meta.dir(&key) {
+            Some(directory) => directory,
+            None => {
+                let listing = client
+                    .list_objects(&format!("{key}/"), Some("/"), None)
+                    .map_err(S3Error::into_io)?;
+                let directory = !listing.objects.is_empty() || !listing.prefixes.is_empty();
+                client.meta.set_dir(&key, directory);
+                directory
+            }
+        };
         Ok(directory.then(|| self.node(path, true)))
     }
 
