@@ -55,7 +55,7 @@
 //! | `create`, `mkdir`, `mknod`, `symlink` | `openat(O_CREAT)`, `mkdirat`, `mknodat`, `symlinkat` | CREATE (guarded), MKDIR, MKNOD, SYMLINK | PUT of an empty object or a `prefix/` marker; `EOPNOTSUPP` for special files |
 //! | `link` | `linkat` | LINK | `EPERM` (no hard links) |
 //! | `unlink`, `rmdir` | `unlinkat` | REMOVE, RMDIR | DELETE (a non-empty prefix is `ENOTEMPTY`) |
-//! | `rename` | `renameat2` | RENAME (`NOREPLACE`/`EXCHANGE`: `EINVAL`) | copy and delete of an object; a directory is `EXDEV` or copy+delete of every key |
+//! | `rename` | `renameat2` | RENAME (`NOREPLACE`/`EXCHANGE`: `EINVAL`) | copy and delete of an object; a directory is copy+delete of every key (journaled; `EXDEV` past 5 GiB) |
 //! | `readdir` | `getdents` | READDIRPLUS | LIST with delimiter `/` |
 //! | `statfs` | `fstatvfs` | FSSTAT | fixed large numbers |
 //! | `open_file` | `O_DIRECT` descriptor | file handle, UNSTABLE writes + COMMIT | multipart upload |
@@ -368,7 +368,8 @@ pub trait Namespace: Send + Sync + fmt::Debug + 'static {
     /// Renames `name` in `parent` to `new_name` in `new_parent`, atomically replacing an
     /// existing target as `rename(2)` does (a directory only by an empty directory). A flag the
     /// backend cannot honour fails with `EINVAL` and changes nothing; a rename the backend
-    /// cannot do atomically (an S3 directory) fails with `EXDEV`, so that tools copy instead.
+    /// cannot do at all fails with `EXDEV`, so that tools copy instead (an S3 directory is renamed
+    /// key by key, not atomically: see `S3Namespace`).
     fn rename(
         &self,
         parent: &Self::Node,

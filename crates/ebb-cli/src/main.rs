@@ -131,6 +131,11 @@ struct MountArgs {
     /// The S3 server's URL, for an `s3://` backend (`http://127.0.0.1:7070`).
     #[arg(long)]
     endpoint: Option<String>,
+    /// For an `s3://` backend: seconds what the server said of a key (size, time, existence,
+    /// a directory's entries) is used without asking again; the mount's own changes are seen
+    /// at once, other clients' up to this late; 0 asks every time.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    metadata_ttl: f64,
     /// Where to mount.
     mountpoint: PathBuf,
     /// Memory budget of the mount process, e.g. 4GiB (default 256MiB): its own code, heap and
@@ -319,7 +324,14 @@ fn mount(args: MountArgs) -> anyhow::Result<ExitCode> {
         let Some(endpoint) = args.endpoint.clone() else {
             return Err(Usage(format!("--backend {url} needs --endpoint URL")).into());
         };
-        let options = ebb_backend::S3Options::from_env(url, &endpoint)?;
+        let mut options = ebb_backend::S3Options::from_env(url, &endpoint)?;
+        options.metadata_ttl =
+            std::time::Duration::try_from_secs_f64(args.metadata_ttl).map_err(|_| {
+                Usage(format!(
+                    "--metadata-ttl {}: not a number of seconds from 0 up",
+                    args.metadata_ttl
+                ))
+            })?;
         let config = mount_config(args)?;
         let namespace = ebb_backend::S3Namespace::new(ebb_backend::S3Backend::open(options)?);
         ebb_fuse::run(&config, namespace)?;

@@ -6,6 +6,7 @@
 //! Request bodies are sent straight from the caller's buffer and response bodies read straight
 //! into it: the client holds no data of its own.
 
+use super::meta::{self, MetaCache};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read};
@@ -112,6 +113,7 @@ pub(crate) struct Counters {
     bytes_downloaded: AtomicU64,
     pub(crate) uploads_lost: AtomicU64,
     pub(crate) uploads_aborted_at_start: AtomicU64,
+    pub(crate) renames_finished_at_start: AtomicU64,
 }
 
 impl Counters {
@@ -128,6 +130,7 @@ impl Counters {
             ("bytes_downloaded", &self.bytes_downloaded),
             ("uploads_lost", &self.uploads_lost),
             ("uploads_aborted_at_start", &self.uploads_aborted_at_start),
+            ("renames_finished_at_start", &self.renames_finished_at_start),
         ] {
             all.push((name, counter.load(Ordering::Relaxed)));
         }
@@ -140,6 +143,14 @@ struct Head {
     size: u64,
     etag: String,
     last_modified: Option<String>,
+}
+
+impl Head {
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        let text = self.last_modified.as_deref()?;
+        let zoned = jiff::fmt::rfc2822::parse(text).ok()?;
+        Some(std::time::SystemTime::from(zoned.timestamp()))
+    }
 }
 
 /// One upload in progress, as ListMultipartUploads reports it.
@@ -168,6 +179,8 @@ pub(crate) struct Client {
     /// Immediate retries of a retryable failure before it reaches the caller.
     retries: u32,
     pub(crate) counters: Counters,
+    /// What the server said of keys lately, kept up to date by this client's own requests.
+    pub(crate) meta: MetaCache,
     /// The state of the jitter's random numbers (xorshift), seeded from the OS.
     jitter: AtomicU64,
 }
@@ -196,6 +209,7 @@ impl Client {
         credentials: Option<Credentials>,
         retries: u32,
         timeout: Duration,
+        metadata_ttl: Duration,
     ) -> Client {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -213,6 +227,7 @@ impl Client {
             credentials,
             retries,
             counters: Counters::default(),
+            meta: MetaCache::new(metadata_ttl),
             jitter: AtomicU64::new(seed),
         }
     }
@@ -241,31 +256,34 @@ impl Client {
         self.send_for_body(Request::new(Kind::CheckBucket, &name, http::Method::GET, url)).map(drop)
     }
 
-    /// The object's size, `None` if it does not exist.
+    /// The object's size, `None` if it does not exist (from the metadata cache if fresh).
     pub(crate) fn head_object(&self, key: &str) -> Result<Option<u64>, S3Error> {
-        Ok(self.head_object_etag(key)?.map(|(size, _)| size))
+        Ok(self.head_object_meta(key)?.map(|(size, _)| size))
     }
 
-    /// The object's size and ETag (as the server quotes it), `None` if it does not exist.
+    /// The object's size and ETag (as the server quotes it), `None` if it does not exist;
+    /// always asked of the server.
     pub(crate) fn head_object_etag(&self, key: &str) -> Result<Option<(u64, String)>, S3Error> {
         Ok(self.head(key)?.map(|head| (head.size, head.etag)))
     }
 
-    /// The object's size and Last-Modified time, `None` if it does not exist.
-    pub(crate) fn head_object_meta(
-        &self,
-        key: &str,
-    ) -> Result<Option<(u64, Option<std::time::SystemTime>)>, S3Error> {
-        Ok(self.head(key)?.map(|head| {
-            let modified = head
-                .last_modified
-                .and_then(|text| jiff::fmt::rfc2822::parse(&text).ok())
-                .map(|zoned| std::time::SystemTime::from(zoned.timestamp()));
-            (head.size, modified)
-        }))
+    /// The object's size and Last-Modified time, `None` if it does not exist (from the
+    /// metadata cache if fresh).
+    pub(crate) fn head_object_meta(&self, key: &str) -> Result<meta::Head, S3Error> {
+        if let Some(head) = self.meta.head(key) {
+            return Ok(head);
+        }
+        Ok(self.head(key)?.map(|head| (head.size, head.modified())))
     }
 
+    /// HeadObject, its answer recorded in the metadata cache.
     fn head(&self, key: &str) -> Result<Option<Head>, S3Error> {
+        let head = self.head_uncached(key)?;
+        self.meta.set_head(key, head.as_ref().map(|head| (head.size, head.modified())));
+        Ok(head)
+    }
+
+    fn head_uncached(&self, key: &str) -> Result<Option<Head>, S3Error> {
         let url = self.signed(&self.bucket.head_object(self.credentials(), key));
         match self.send(Request::new(Kind::HeadObject, key, http::Method::HEAD, url)) {
             Ok(response) => {
@@ -333,13 +351,20 @@ impl Client {
         request.body = Some(Body::Bytes(data));
         self.send(request)?;
         self.counters.bytes_uploaded.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.meta.written(key);
+        if data.is_empty() && !key.ends_with('/') {
+            // An empty object, made now (the server's Last-Modified may differ by its clock).
+            self.meta.set_head(key, Some((0, Some(std::time::SystemTime::now()))));
+        }
         Ok(())
     }
 
     /// Deletes the object (S3 answers success for a missing one too).
     pub(crate) fn delete_object(&self, key: &str) -> Result<(), S3Error> {
         let url = self.signed(&self.bucket.delete_object(self.credentials(), key));
-        self.send(Request::new(Kind::DeleteObject, key, http::Method::DELETE, url)).map(drop)
+        self.send(Request::new(Kind::DeleteObject, key, http::Method::DELETE, url))?;
+        self.meta.deleted(key);
+        Ok(())
     }
 
     /// Copies the object `source` to `key` on the server (objects up to 5 GiB).
@@ -352,6 +377,7 @@ impl Client {
         request.headers.push(("x-amz-copy-source", copy_source));
         request.body = Some(Body::Bytes(&[]));
         let body = self.send_for_body(request)?;
+        self.meta.written(key);
         check_error_body(Kind::CopyObject, key, &body)
     }
 
@@ -375,6 +401,20 @@ impl Client {
             self.send_for_body(Request::new(Kind::ListObjects, prefix, http::Method::GET, url))?;
         let parsed = ListObjectsV2::parse_response(&body)
             .map_err(|e| protocol_error(Kind::ListObjects, prefix, &e.to_string()))?;
+        if delimiter == Some("/") {
+            // What a directory's listing says of its entries: `ls -l` then stats from the cache.
+            for content in &parsed.contents {
+                let modified = content
+                    .last_modified
+                    .as_deref()
+                    .and_then(|text| text.parse::<jiff::Timestamp>().ok())
+                    .map(std::time::SystemTime::from);
+                self.meta.set_head(&content.key, Some((content.size.unwrap_or(0), modified)));
+            }
+            for common in &parsed.common_prefixes {
+                self.meta.set_dir(common.prefix.trim_end_matches('/'), true);
+            }
+        }
         Ok(Listing {
             objects: parsed.contents.into_iter().map(|c| (c.key, c.size.unwrap_or(0))).collect(),
             prefixes: parsed.common_prefixes.into_iter().map(|p| p.prefix).collect(),
@@ -489,6 +529,7 @@ impl Client {
         let result = self
             .send_for_body(request)
             .and_then(|body| check_error_body(Kind::CompleteMultipartUpload, key, &body));
+        self.meta.written(key);
         if let Err(error) = &result
             && !error.is_no_such_upload()
         {
@@ -824,7 +865,7 @@ mod tests {
             "us-east-1",
         )
         .unwrap();
-        let client = Client::new(bucket, None, 3, Duration::from_secs(1));
+        let client = Client::new(bucket, None, 3, Duration::from_secs(1), Duration::ZERO);
         for attempt in 0..4 {
             let base = RETRY_DELAY_FIRST * (1 << attempt);
             let delays: Vec<Duration> = (0..50).map(|_| client.backoff(attempt)).collect();

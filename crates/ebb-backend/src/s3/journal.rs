@@ -11,11 +11,14 @@
 //! * `upload KEY ID` once the server gave the upload's id,
 //! * `part ID N ETAG LEN` once part N is uploaded, before its pages are reported clean (not
 //!   synced by itself: recovery aborts an open upload whatever parts it has),
-//! * `end ID` once the upload was completed or aborted.
+//! * `end ID` once the upload was completed or aborted,
+//! * `rename FROM TO` before a directory's keys (every key under the prefix `FROM`) are copied
+//!   under the prefix `TO`, and `renamed FROM TO` once every old key was deleted.
 //!
 //! At start, [`Journal::open`] takes every journal file whose lock is free (its process died),
 //! and returns what they name: the uploads to abort and the keys to sweep. The caller aborts
-//! them (see `S3Backend::open`) and then calls [`Journal::forget_dead`]. Fields are
+//! them, rolls forward the directory renames they name (see `S3Backend::open`) and then calls
+//! [`Journal::forget_dead`]. Fields are
 //! percent-encoded, so keys with spaces or newlines cannot break a line.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +41,9 @@ pub(crate) struct Leftovers {
     pub(crate) keys_creating: BTreeSet<String>,
     /// Upload ids open in the journals of processes still alive (never to be aborted here).
     pub(crate) uploads_alive: BTreeSet<String>,
+    /// Directory renames (old prefix, new prefix) begun and not finished when their process
+    /// died, in the order they began.
+    pub(crate) renames: Vec<(String, String)>,
     /// The dead journals, removed by [`Journal::forget_dead`].
     dead: Vec<PathBuf>,
 }
@@ -54,6 +60,8 @@ struct Inner {
     file: File,
     /// Uploads open (with an `upload` record and no `end`).
     open: BTreeSet<String>,
+    /// Directory renames begun and not finished (old prefix, new prefix).
+    renaming: BTreeSet<(String, String)>,
     bytes: u64,
 }
 
@@ -64,6 +72,8 @@ pub(crate) enum Record<'a> {
     Upload { key: &'a str, id: &'a str },
     Part { id: &'a str, part: u32, etag: &'a str, len: u64 },
     End { id: &'a str },
+    Rename { from: &'a str, to: &'a str },
+    Renamed { from: &'a str, to: &'a str },
 }
 
 impl Journal {
@@ -87,7 +97,7 @@ impl Journal {
         File::open(directory)
             .and_then(|dir| dir.sync_all())
             .map_err(|e| annotate(e, "sync", directory))?;
-        let inner = Inner { file, open: BTreeSet::new(), bytes: 0 };
+        let inner = Inner { file, open: BTreeSet::new(), renaming: BTreeSet::new(), bytes: 0 };
         Ok((Journal { directory: directory.to_owned(), inner: Mutex::new(inner) }, leftovers))
     }
 
@@ -105,12 +115,20 @@ impl Journal {
                 true
             }
             Record::Create { .. } => true,
+            Record::Rename { from, to } => {
+                inner.renaming.insert((from.to_owned(), to.to_owned()));
+                true
+            }
+            Record::Renamed { from, to } => {
+                inner.renaming.remove(&(from.to_owned(), to.to_owned()));
+                true
+            }
             // Nothing after a crash relies on a part's line (an open upload is aborted, its
             // parts with it), so it is not synced on its own: the next record's sync carries
             // it. Syncing it held up each part's completion by a flush of the local disk.
             Record::Part { .. } => false,
         };
-        if inner.open.is_empty() && COMPACT_BYTES <= inner.bytes {
+        if inner.open.is_empty() && inner.renaming.is_empty() && COMPACT_BYTES <= inner.bytes {
             // Nothing open: the history can go. A crash between the two steps leaves an empty
             // or a complete file, both correct.
             inner.file.set_len(0)?;
@@ -146,6 +164,8 @@ impl Record<'_> {
                 format!("part {} {part} {} {len}\n", encode(id), encode(etag))
             }
             Record::End { id } => format!("end {}\n", encode(id)),
+            Record::Rename { from, to } => format!("rename {} {}\n", encode(from), encode(to)),
+            Record::Renamed { from, to } => format!("renamed {} {}\n", encode(from), encode(to)),
         }
     }
 }
@@ -171,25 +191,34 @@ fn read_others(directory: &Path) -> io::Result<Leftovers> {
         let alive = flock(&file, FlockOperation::NonBlockingLockShared).is_err();
         let mut text = String::new();
         (&file).read_to_string(&mut text).map_err(|e| annotate(e, "read", &path))?;
-        let (uploads, creating) = parse(&text, &path)?;
+        let parsed = parse(&text, &path)?;
         if alive {
-            leftovers.uploads_alive.extend(uploads.into_keys());
+            leftovers.uploads_alive.extend(parsed.uploads.into_keys());
         } else {
-            leftovers.uploads.extend(uploads);
-            leftovers.keys_creating.extend(creating);
+            leftovers.uploads.extend(parsed.uploads);
+            leftovers.keys_creating.extend(parsed.creating);
+            leftovers.renames.extend(parsed.renames);
             leftovers.dead.push(path);
         }
     }
     Ok(leftovers)
 }
 
-/// The uploads still open in one journal (id to key) and the keys with a `create` record not
-/// followed by an `upload` record of the same key.
-type Parsed = (BTreeMap<String, String>, BTreeSet<String>);
+/// What one journal leaves open.
+#[derive(Debug, Default)]
+struct Parsed {
+    /// The uploads still open (id to key).
+    uploads: BTreeMap<String, String>,
+    /// The keys with a `create` record not followed by an `upload` record of the same key.
+    creating: BTreeSet<String>,
+    /// The directory renames with a `rename` record and no `renamed` record, in order.
+    renames: Vec<(String, String)>,
+}
 
 fn parse(text: &str, path: &Path) -> io::Result<Parsed> {
     let mut uploads = BTreeMap::new();
     let mut creating = BTreeSet::new();
+    let mut renames: Vec<(String, String)> = Vec::new();
     // Every record ends with a newline: text after the last one is a record a crash cut
     // short, whose step never happened as far as the journal is concerned.
     let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
@@ -222,10 +251,15 @@ fn parse(text: &str, path: &Path) -> io::Result<Parsed> {
                 uploads.remove(&field(1)?);
             }
             ("part", 5) => {}
+            ("rename", 3) => renames.push((field(1)?, field(2)?)),
+            ("renamed", 3) => {
+                let done = (field(1)?, field(2)?);
+                renames.retain(|rename| *rename != done);
+            }
             _ => return Err(bad()),
         }
     }
-    Ok((uploads, creating))
+    Ok(Parsed { uploads, creating, renames })
 }
 
 /// Percent-encodes everything but unreserved characters and `/`.
@@ -277,11 +311,15 @@ mod tests {
             journal.record(Record::Upload { key: "done", id: "id-2" }).unwrap();
             journal.record(Record::End { id: "id-2" }).unwrap();
             journal.record(Record::Create { key: "crashed while creating" }).unwrap();
+            journal.record(Record::Rename { from: "a/", to: "b c/" }).unwrap();
+            journal.record(Record::Rename { from: "x/", to: "y/" }).unwrap();
+            journal.record(Record::Renamed { from: "x/", to: "y/" }).unwrap();
             // Dropping the journal releases its lock, as the death of its process would.
         }
         let (journal, leftovers) = Journal::open(dir.path()).unwrap();
         assert_eq!(leftovers.uploads, BTreeMap::from([("id-1".to_owned(), "a b/c\nd".to_owned())]));
         assert_eq!(leftovers.keys_creating, BTreeSet::from(["crashed while creating".to_owned()]));
+        assert_eq!(leftovers.renames, [("a/".to_owned(), "b c/".to_owned())]);
         journal.forget_dead(&leftovers).unwrap();
         drop(journal);
         let (_journal, leftovers) = Journal::open(dir.path()).unwrap();
@@ -302,8 +340,8 @@ mod tests {
     #[test]
     fn a_torn_last_line_is_ignored_and_garbage_is_an_error_naming_the_file() {
         let path = Path::new("/state/journal-1-2.log");
-        let (uploads, _) = parse("upload k id\npart id 1 e 5\nupl", path).unwrap();
-        assert_eq!(uploads.len(), 1);
+        let parsed = parse("upload k id\npart id 1 e 5\nupl", path).unwrap();
+        assert_eq!(parsed.uploads.len(), 1);
         let error = parse("upload k id\nnonsense here\n", path).unwrap_err();
         assert!(error.to_string().contains("journal-1-2.log"), "{error}");
         assert!(error.to_string().contains("line 2"), "{error}");

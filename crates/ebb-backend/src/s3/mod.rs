@@ -52,6 +52,7 @@ mod client;
 mod error;
 mod journal;
 pub mod layout;
+mod meta;
 mod namespace;
 mod object;
 pub mod test_server;
@@ -72,9 +73,15 @@ use crate::backend::{
 };
 use client::Client;
 use error::S3Error;
-use journal::{Journal, Leftovers};
+use journal::{Journal, Leftovers, Record};
 pub use layout::PartLayout;
+use namespace::COPY_BYTES_MAX;
 pub use namespace::{S3Namespace, S3Node};
+
+/// `EXDEV`: what a rename the server cannot do answers (tools then copy).
+const EXDEV: i32 = 18;
+/// `ENAMETOOLONG`: a key longer than S3 allows.
+const ENAMETOOLONG: i32 = 36;
 use object::Object;
 
 /// Where the bucket is and how to reach it.
@@ -105,6 +112,11 @@ pub struct S3Options {
     pub retries: u32,
     /// Longest wait for one read or write on a connection.
     pub timeout: Duration,
+    /// How long what the server said of a key (its size and time, whether it exists, whether
+    /// a directory has entries) is used without asking again; ebb's own changes are seen at
+    /// once, other clients' up to this late. Zero asks every time. Default 1 s, the mount's
+    /// attribute lifetime in the kernel.
+    pub metadata_ttl: Duration,
 }
 
 impl fmt::Debug for S3Options {
@@ -178,6 +190,7 @@ impl S3Options {
             state_dir: None,
             retries: 3,
             timeout: Duration::from_secs(60),
+            metadata_ttl: Duration::from_secs(1),
         })
     }
 
@@ -262,7 +275,13 @@ impl S3Backend {
                 Some(token) => Credentials::new_with_token(key, secret, token),
                 None => Credentials::new(key, secret),
             });
-        let client = Client::new(bucket, credentials, options.retries, options.timeout);
+        let client = Client::new(
+            bucket,
+            credentials,
+            options.retries,
+            options.timeout,
+            options.metadata_ttl,
+        );
         client.check_bucket(&options.prefix).map_err(S3Error::into_io)?;
         let (journal, leftovers) = Journal::open(&options.journal_dir()?)?;
         let shared = Shared {
@@ -273,6 +292,9 @@ impl S3Backend {
             objects: Mutex::new(BTreeMap::new()),
         };
         abort_leftovers(&shared, &leftovers)?;
+        for (from, to) in &leftovers.renames {
+            finish_rename(&shared, from, to)?;
+        }
         shared.journal.forget_dead(&leftovers)?;
         Ok(S3Backend { shared: Arc::new(shared) })
     }
@@ -401,6 +423,59 @@ impl S3Backend {
         Ok(())
     }
 
+    /// Renames every key under the prefix `from` (both prefixes full and ending with `/`) to
+    /// the same key under `to`: journaled, then each key copied on the server (a live file
+    /// commits first and follows its new key), then every old key deleted, then journaled as
+    /// done. A crash between the two records leaves each key under its old name, its new name
+    /// or both, and the next start rolls the rename forward ([`finish_rename`]). `EXDEV` with
+    /// nothing done if a key is larger than CopyObject copies, `ENAMETOOLONG` if a new key would
+    /// be longer than `key_max` bytes.
+    pub(crate) fn rename_prefix(&self, from: &str, to: &str, key_max: usize) -> io::Result<()> {
+        let client = &self.shared.client;
+        let mut keys = list_keys(client, from)?;
+        if let Some((key, _)) =
+            keys.iter().find(|(key, _)| key_max < key.len() - from.len() + to.len())
+        {
+            return Err(errno_error(
+                ENAMETOOLONG,
+                format!(
+                    "S3 rename of {from:?} to {to:?}: {key:?} would be longer than {key_max} bytes"
+                ),
+            ));
+        }
+        if let Some((key, size)) = keys.iter().find(|(_, size)| COPY_BYTES_MAX < *size) {
+            return Err(errno_error(
+                EXDEV,
+                format!("S3 object {key:?} is {size} bytes, more than CopyObject copies"),
+            ));
+        }
+        // Files open here may not be on the server yet (or longer there than listed).
+        let live: Vec<String> = lock(&self.shared.objects)
+            .range(from.to_owned()..)
+            .take_while(|(key, _)| key.starts_with(from))
+            .filter(|(_, weak)| weak.strong_count() > 0)
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.retain(|(key, _)| !live.contains(key));
+        let journal_error = |e: io::Error| {
+            io::Error::new(e.kind(), format!("S3 rename of {from:?} to {to:?}: {e}"))
+        };
+        self.shared.journal.record(Record::Rename { from, to }).map_err(journal_error)?;
+        for key in &live {
+            self.rename_key(key, &format!("{to}{}", &key[from.len()..]))?;
+        }
+        for (key, _) in &keys {
+            copy_key(client, key, &format!("{to}{}", &key[from.len()..]))?;
+        }
+        // Deepest first: a directory's marker after the keys under it.
+        for (key, _) in keys.iter().rev() {
+            client.delete_object(key).map_err(S3Error::into_io)?;
+        }
+        client.meta.forget_under(from);
+        client.meta.forget_under(to);
+        self.shared.journal.record(Record::Renamed { from, to }).map_err(journal_error)
+    }
+
     /// The prefix keys are made under.
     pub(crate) fn prefix(&self) -> &str {
         &self.shared.prefix
@@ -441,6 +516,48 @@ fn abort_leftovers(shared: &Shared, leftovers: &Leftovers) -> io::Result<()> {
         client.abort_upload(&key, &id).map_err(S3Error::into_io)?;
         client.counters.uploads_aborted_at_start.fetch_add(1, Ordering::Relaxed);
     }
+    Ok(())
+}
+
+/// Every key under `prefix` (no delimiter: the whole tree), with its size.
+fn list_keys(client: &Client, prefix: &str) -> io::Result<Vec<(String, u64)>> {
+    let mut keys = Vec::new();
+    let mut continuation: Option<String> = None;
+    loop {
+        let listing =
+            client.list_objects(prefix, None, continuation.as_deref()).map_err(S3Error::into_io)?;
+        keys.extend(listing.objects);
+        match listing.next {
+            Some(token) => continuation = Some(token),
+            None => return Ok(keys),
+        }
+    }
+}
+
+/// Copies the object `from` to `to` on the server; a directory's marker (a key ending with
+/// `/`, always empty) is written anew, as versitygw refuses to copy one
+/// (DirectoryObjectContainsData).
+fn copy_key(client: &Client, from: &str, to: &str) -> io::Result<()> {
+    if from.ends_with('/') {
+        return client.put_object(to, &[]).map_err(S3Error::into_io);
+    }
+    client.copy_object(from, to).map_err(S3Error::into_io)
+}
+
+/// Rolls forward a directory rename a dead process began ([`S3Backend::rename_prefix`]): each
+/// key still under `from` is copied under `to` (again, if the dead process had copied it:
+/// the same bytes) and deleted. Keys it had already moved are under `to` alone.
+fn finish_rename(shared: &Shared, from: &str, to: &str) -> io::Result<()> {
+    let client = &shared.client;
+    let keys = list_keys(client, from)?;
+    for (key, _) in &keys {
+        copy_key(client, key, &format!("{to}{}", &key[from.len()..]))?;
+    }
+    // Deepest first: a directory's marker after the keys under it.
+    for (key, _) in keys.iter().rev() {
+        client.delete_object(key).map_err(S3Error::into_io)?;
+    }
+    client.counters.renames_finished_at_start.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 

@@ -11,9 +11,12 @@
 //! ebb's cache. Nodes share their path, and a rename moves it, so a node follows its file. What S3 cannot do fails, never half-done: hard links
 //! `EPERM`; symlinks, special files, and changing modes, owners or times `EOPNOTSUPP` (objects
 //! show 0644, directories 0755, owned by the mount's user, with the object's Last-Modified as
-//! their times); renaming a directory `EXDEV` (tools then copy); a file is renamed by
-//! completing its upload, copying it on the server and deleting the old key (objects up to
-//! 5 GiB; larger ones `EXDEV`).
+//! their times). A file is renamed by completing its upload, copying it on the server and
+//! deleting the old key (objects up to 5 GiB; larger ones `EXDEV`); a directory by copying
+//! every key under it on the server, then deleting the old keys, journaled so that a crash
+//! between leaves each file under its old or new name (or both) and the next start finishes
+//! the rename (`EXDEV` if a key under it is larger than 5 GiB). While it runs, other clients
+//! may see a file under both names.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -30,7 +33,7 @@ use crate::namespace::{
 };
 
 /// Largest object CopyObject copies in one request.
-const COPY_BYTES_MAX: u64 = 5 << 30;
+pub(super) const COPY_BYTES_MAX: u64 = 5 << 30;
 
 mod errno {
     pub(super) const EPERM: i32 = 1;
@@ -98,6 +101,21 @@ impl Names {
         self.nodes.retain(|_, weak| weak.strong_count() > 0);
         self.nodes.insert(path.to_owned(), Arc::downgrade(&shared));
         shared
+    }
+
+    /// The directory `from` and everything under it now have names under `to`.
+    fn renamed_tree(&mut self, from: &str, to: &str) {
+        let under = |path: &str| {
+            path.strip_prefix(from).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        let mut paths: Vec<String> = self.inos.keys().filter(|path| under(path)).cloned().collect();
+        paths.extend(self.nodes.keys().filter(|path| under(path)).cloned());
+        paths.sort();
+        paths.dedup();
+        for path in paths {
+            let new = format!("{to}{}", &path[from.len()..]);
+            self.renamed(&path, &new);
+        }
     }
 
     /// `from` now has the name `to`; what `to` named is gone.
@@ -213,13 +231,21 @@ impl S3Namespace {
             return Ok(Some(self.node("", true)));
         }
         let client = self.backend.client();
-        if client.head_object(&self.key(path)).map_err(S3Error::into_io)?.is_some() {
+        let key = self.key(path);
+        if client.head_object(&key).map_err(S3Error::into_io)?.is_some() {
             return Ok(Some(self.node(path, false)));
         }
-        let listing = client
-            .list_objects(&format!("{}/", self.key(path)), Some("/"), None)
-            .map_err(S3Error::into_io)?;
-        let directory = !listing.objects.is_empty() || !listing.prefixes.is_empty();
+        let directory = match client.meta.dir(&key) {
+            Some(directory) => directory,
+            None => {
+                let listing = client
+                    .list_objects(&format!("{key}/"), Some("/"), None)
+                    .map_err(S3Error::into_io)?;
+                let directory = !listing.objects.is_empty() || !listing.prefixes.is_empty();
+                client.meta.set_dir(&key, directory);
+                directory
+            }
+        };
         Ok(directory.then(|| self.node(path, true)))
     }
 
@@ -233,6 +259,30 @@ impl S3Namespace {
         let (size, mtime) = head.ok_or_else(|| os_error(errno::ENOENT))?;
         // A file this mount has open may be longer than the object (the mount shows ebb's size).
         Ok(self.attr(&path, FileKind::Regular, size, mtime.unwrap_or(self.started)))
+    }
+
+    /// Renames the directory `from` to `to`: every key under it copied on the server, then
+    /// deleted ([`S3Backend::rename_prefix`], journaled and rolled forward after a crash).
+    /// The target may be an empty directory (replaced), not a file (`ENOTDIR`), a directory
+    /// with entries (`ENOTEMPTY`) or inside the source (`EINVAL`).
+    fn rename_directory(&self, from: &str, to: &str, flags: RenameFlags) -> io::Result<()> {
+        if from == to {
+            return Ok(());
+        }
+        if to.strip_prefix(from).is_some_and(|rest| rest.starts_with('/')) {
+            return Err(os_error(errno::EINVAL));
+        }
+        match self.stat(to)? {
+            Some(_) if flags.no_replace => return Err(os_error(errno::EEXIST)),
+            Some(target) if !target.directory => return Err(os_error(errno::ENOTDIR)),
+            // An empty target keeps its marker (the source's, if it has one, replaces it).
+            Some(_) if self.has_children(to)? => return Err(os_error(errno::ENOTEMPTY)),
+            _ => {}
+        }
+        let (old, new) = (format!("{}/", self.key(from)), format!("{}/", self.key(to)));
+        self.backend.rename_prefix(&old, &new, KEY_MAX)?;
+        self.names().renamed_tree(from, to);
+        Ok(())
     }
 
     /// Whether the directory `path` has any key under it but its own marker.
@@ -426,7 +476,7 @@ impl Namespace for S3Namespace {
         let to = self.child(new_parent, new_name)?;
         let source = self.stat(&from)?.ok_or_else(|| os_error(errno::ENOENT))?;
         if source.directory {
-            return Err(os_error(errno::EXDEV));
+            return self.rename_directory(&from, &to, flags);
         }
         if from == to {
             return Ok(());
