@@ -130,6 +130,9 @@ pub(crate) struct WriterState {
     pub(crate) waits: LazyHistogram,
     /// What a non-blocking write left owed: the rest of its throttle call.
     pub(crate) owed: Option<Owed>,
+    /// The last request for writers' reserves (`Shared::reserve_sweeps`) this writer answered:
+    /// one that came while it was writing, it answers when its write ends.
+    pub(crate) sweeps_seen: u64,
 }
 
 /// What a handle's writer has been through: pause percentiles in microseconds.
@@ -163,7 +166,9 @@ pub struct File {
     pub(crate) ebb: Ebb,
     pub(crate) fs: Arc<FileState>,
     pub(crate) handle: HandleId,
-    pub(crate) writer: Mutex<WriterState>,
+    /// Shared with the runtime's list of open writers, which takes an idle writer's frame
+    /// reserve back when another waits for memory (`Shared::return_reserves`).
+    pub(crate) writer: Arc<Mutex<WriterState>>,
     pub(crate) pos: u64,
     pub(crate) closed: bool,
 }
@@ -180,19 +185,15 @@ impl std::fmt::Debug for File {
 
 impl File {
     pub(crate) fn new(ebb: Ebb, fs: Arc<FileState>, handle: HandleId, writer: WriterId) -> File {
-        File {
-            ebb,
-            fs,
-            handle,
-            writer: Mutex::new(WriterState {
-                writer: Writer::new(writer, GroupId(0)),
-                pauses: LazyHistogram::default(),
-                waits: LazyHistogram::default(),
-                owed: None,
-            }),
-            pos: 0,
-            closed: false,
-        }
+        let state = Arc::new(Mutex::new(WriterState {
+            writer: Writer::new(writer, GroupId(0)),
+            pauses: LazyHistogram::default(),
+            waits: LazyHistogram::default(),
+            owed: None,
+            sweeps_seen: ebb.inner.shared.reserve_sweeps.load(Ordering::Acquire),
+        }));
+        ebb.inner.shared.writer_opened(writer, &state);
+        File { ebb, fs, handle, writer: state, pos: 0, closed: false }
     }
 
     fn inode(&self) -> InodeId {
@@ -601,6 +602,7 @@ impl File {
         {
             let mut ws = self.writer.lock();
             shared.enter(|core, maps, now| core.engine.writer_exit(now, &mut ws.writer, maps));
+            shared.writer_closed(ws.writer.id);
         }
         let flush = self.flush_on_close();
         let handle = self.handle;

@@ -29,8 +29,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use crossbeam::channel::{Receiver, Sender};
 use ebb_backend::{AlignedBuf, Backend, BackendFile, Capabilities};
@@ -41,6 +41,7 @@ use ebb_core::{
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bufpool::BufPool;
+use crate::file::WriterState;
 use crate::frames::FramePool;
 pub(crate) mod durable;
 mod writeio;
@@ -228,6 +229,10 @@ pub(crate) struct Shared {
     trace: Option<crate::trace::Tracer>,
     /// Wakers of futures waiting out a pause (the alarm thread's).
     pub(crate) alarms: crate::alarm::Alarms,
+    /// Every open handle's writer, for [`Action::ReturnReserves`].
+    writers_open: Mutex<BTreeMap<WriterId, Weak<Mutex<WriterState>>>>,
+    /// Requests for writers' reserves so far ([`Shared::return_reserves`]).
+    pub(crate) reserve_sweeps: AtomicU64,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -299,6 +304,8 @@ impl Shared {
             pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
             trace: tracer,
             alarms: Default::default(),
+            writers_open: Mutex::new(BTreeMap::new()),
+            reserve_sweeps: AtomicU64::new(0),
         });
         let threads = shared.start_threads((rx, reads_rx), io_threads, nice, trace_file);
         (shared, threads)
@@ -515,12 +522,53 @@ impl Shared {
                     }
                 }
                 Action::Forget { inode } => self.forgotten(core, inode),
+                Action::ReturnReserves => self.return_reserves(core),
             }
         }
         if let Some(t) = core.engine.poll_timeout()
             && core.timer_wake.is_some_and(|w| t < w)
         {
             self.timer_cv.notify_all();
+        }
+    }
+
+    /// A handle's writer joins the writers whose reserves [`Action::ReturnReserves`] reaches.
+    pub(crate) fn writer_opened(&self, id: WriterId, state: &Arc<Mutex<WriterState>>) {
+        self.writers_open.lock().insert(id, Arc::downgrade(state));
+    }
+
+    /// A handle's writer exited (its reserve went back with it).
+    pub(crate) fn writer_closed(&self, id: WriterId) {
+        self.writers_open.lock().remove(&id);
+    }
+
+    /// [`Action::ReturnReserves`]: the reserves of the writers not writing now (their lock is
+    /// free) go back to the engine at once; a writer that is writing gives its own back when
+    /// its write ends ([`Shared::answer_reserve_sweep`]). Called under `core`, so it only
+    /// tries the writers' locks (a writer takes its own lock before `core`).
+    fn return_reserves(&self, core: &mut Core) {
+        let sweep = self.reserve_sweeps.fetch_add(1, Ordering::AcqRel) + 1;
+        let open: Vec<_> = self.writers_open.lock().values().filter_map(Weak::upgrade).collect();
+        let mut idle: Vec<_> = open.iter().filter_map(|state| state.try_lock()).collect();
+        for ws in &mut idle {
+            ws.sweeps_seen = sweep;
+        }
+        let now = self.now();
+        let mut maps = Maps { files: &self.files };
+        core.engine.return_reserves(now, idle.iter_mut().map(|ws| &mut ws.writer), &mut maps);
+    }
+
+    /// At the end of a write: if reserves were asked for while this writer was writing, it
+    /// gives its own back now.
+    pub(crate) fn answer_reserve_sweep(&self, ws: &mut WriterState) {
+        let sweep = self.reserve_sweeps.load(Ordering::Acquire);
+        if ws.sweeps_seen == sweep {
+            return;
+        }
+        ws.sweeps_seen = sweep;
+        if ws.writer.reserved_frames() > 0 {
+            let writer = &mut ws.writer;
+            self.enter(|core, maps, now| core.engine.return_reserves(now, [writer], maps));
         }
     }
 

@@ -176,6 +176,12 @@ impl Engine {
         self.reclaim.stall(w.id, self.now);
         self.stats.memory_waits += 1;
         self.stats.reclaim_stalls += 1;
+        if self.reserved > w.frames.len() as u64 {
+            // Other writers' reserves hold frames: idle ones could hold the whole budget
+            // (2000 open files of one page each), and nothing would ever free them.
+            self.stats.reserve_sweeps += 1;
+            self.emit(Action::ReturnReserves);
+        }
     }
 
     /// The error of held pages when they leave nothing else that could free memory: no page is

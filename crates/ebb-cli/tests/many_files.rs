@@ -1,0 +1,144 @@
+//! `ebb mount` with many files: a process holding thousands of written files open, the
+//! mount's memory under many files, and its exit with many files cached.
+//!
+//! Every workload runs in a child process with a deadline and is killed by its PID when the
+//! deadline passes; the [`Running`] guard kills the mount and detaches it if a test fails.
+//! A machine without `/dev/fuse` skips these tests with a message (and fails them when `CI`
+//! is set).
+
+mod support;
+use support::{fuse_available, is_mounted};
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EBB: &str = env!("CARGO_BIN_EXE_ebb");
+
+/// Fresh backend and mountpoint directories.
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::Builder::new().prefix("ebb-many-files").tempdir_in("/tmp").unwrap();
+    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    (root, dir, mnt)
+}
+
+/// A running `ebb mount`; killed and detached on drop if still there.
+struct Running {
+    child: Option<Child>,
+    mnt: PathBuf,
+}
+
+impl Running {
+    fn start(dir: &Path, mnt: &Path, extra: &[&str]) -> Running {
+        let child = Command::new(EBB)
+            .args(["mount", "--backend", dir.to_str().unwrap(), mnt.to_str().unwrap()])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut running = Running { child: Some(child), mnt: mnt.to_path_buf() };
+        // Mounted once the root answers with its stats (a hang detector, not a speed check).
+        let start = Instant::now();
+        while ebb_fuse::read_stats(mnt).is_err() {
+            if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ebb mount exited with {status}: {}", running.stderr());
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "ebb mount did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        running
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(stderr) = self.child.as_mut().and_then(|child| child.stderr.as_mut()) {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// The mount's stats (`ebb stat`), within a deadline.
+    fn stat(&self) -> serde_json::Value {
+        let output =
+            output_within(Command::new(EBB).arg("stat").arg(&self.mnt), Duration::from_secs(60));
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
+/// Runs `command` to its end, or kills it (by its PID) after `deadline` and fails.
+fn output_within(command: &mut Command, deadline: Duration) -> std::process::Output {
+    let start = Instant::now();
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs the bash `script` with `args` within `deadline`, and fails if it fails.
+fn bash(script: &str, args: &[&str], deadline: Duration) {
+    let output =
+        output_within(Command::new("bash").args(["-c", script, "bash"]).args(args), deadline);
+    assert!(
+        output.status.success(),
+        "bash {script:?} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Opens `$2` files in `$1` (f0, f1, ...), writes 4 KiB to each and keeps them all open, then
+/// closes them all.
+const HOLD_OPEN: &str = r#"
+ulimit -n $(( $2 + 64 )) || exit 3
+fds=()
+for ((i = 0; i < $2; i++)); do
+    exec {fd}>"$1/f$i" || exit 4
+    printf '%4096s' "$i" >&$fd || exit 5
+    fds+=($fd)
+done
+for fd in "${fds[@]}"; do exec {fd}>&-; done
+"#;
+
+// A process that opens 2000 files, writes 4 KiB to each and keeps them all open, with
+// `--memory 64MiB`. Each open handle's writer keeps a reserve of up to 1 MiB of frames from
+// the budget; before the engine asked idle writers for their reserves back when a writer
+// found no memory (`Action::ReturnReserves`), the 30th file's write waited for memory forever
+// (198 files with 256 MiB), and this test failed at its deadline.
+#[test]
+fn a_process_holding_two_thousand_written_files_open_finishes() {
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
+    bash(HOLD_OPEN, &[mnt.to_str().unwrap(), "2000"], Duration::from_secs(120));
+    let counters = &running.stat()["counters"];
+    assert!(counters["reserve_sweeps"].as_u64().unwrap() > 0, "reserves never ran short");
+    for i in [0, 29, 1999] {
+        let text = std::fs::read_to_string(mnt.join(format!("f{i}"))).unwrap();
+        assert_eq!(text, format!("{i:>4096}"), "f{i}");
+    }
+}
