@@ -620,13 +620,7 @@ impl File {
 /// Trims the backend file to the logical size and syncs it if it was written since, then
 /// tells the engine what the sync made durable (`Event::FileSynced`).
 pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
-    {
-        let _g = fs.size_lock.lock();
-        let size = fs.size.load(Ordering::Acquire);
-        if fs.file.size()? > size {
-            fs.file.set_size(size)?;
-        }
-    }
+    trim_backend_file(fs)?;
     // One sync at a time: a sync that finds nothing written since the last one knows that one
     // has ended, so what completed before its mark is durable either way (an IO thread sets
     // `needs_sync` before it reports the write to the engine).
@@ -643,6 +637,16 @@ pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<(
         .enter(|core, maps, now| core.engine.handle(now, Event::FileSynced { inode, mark }, maps));
     drop(_s);
     crate::shared::durable::durable_changed(shared, fs);
+    Ok(())
+}
+
+/// Trims the backend file to the logical size (writeback writes the last page whole).
+pub(crate) fn trim_backend_file(fs: &FileState) -> io::Result<()> {
+    let _g = fs.size_lock.lock();
+    let size = fs.size.load(Ordering::Acquire);
+    if fs.file.size()? > size {
+        fs.file.set_size(size)?;
+    }
     Ok(())
 }
 
