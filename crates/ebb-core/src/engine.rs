@@ -780,35 +780,6 @@ impl Engine {
         self.gate_writer_exit(w, maps);
     }
 
-    /// Gives back the frame reserves of `writers` (the answer to [`Action::ReturnReserves`]):
-    /// writers not in the middle of a write, whose reserves sit unused. Writers waiting for
-    /// memory may then go on ([`Action::Resume`]). A writer's next throttle check refills its
-    /// reserve.
-    pub fn return_reserves<'w, M: PageMaps>(
-        &mut self,
-        now: Instant,
-        writers: impl IntoIterator<Item = &'w mut Writer>,
-        maps: &mut M,
-    ) {
-        self.advance(now);
-        let returned: u64 = writers.into_iter().map(|w| self.take_reserve(w)).sum();
-        self.stats.reserve_frames_returned += returned;
-        if returned > 0 {
-            self.wake_memory_waiters(maps);
-            self.drive_all(maps);
-        }
-    }
-
-    /// Releases the frames of `w`'s reserve; returns how many.
-    fn take_reserve(&mut self, w: &mut Writer) -> u64 {
-        let n = w.frames.len() as u64;
-        for frame in w.frames.drain(..) {
-            self.mem.release(frame);
-        }
-        self.reserved = self.reserved.saturating_sub(n);
-        n
-    }
-
     /// Folds a writer's batch into the shared counters without a throttle check (the kernel's
     /// periodic fold of per-CPU deltas); drivers call it for idle writers and before fsync.
     pub fn flush_writer<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) {

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
 use crate::Ebb;
-use crate::shared::{FileState, PAGE, Shared, from_io_error, read_page_direct};
+use crate::shared::{FileState, PAGE, ReserveHolder, Shared, from_io_error, read_page_direct};
 
 mod durable;
 mod throttle;
@@ -135,6 +135,31 @@ pub(crate) struct WriterState {
     pub(crate) sweeps_seen: u64,
 }
 
+impl ReserveHolder for Mutex<WriterState> {
+    fn try_writer(&self, sweep: u64) -> Option<parking_lot::MappedMutexGuard<'_, Writer>> {
+        let mut ws = self.try_lock()?;
+        ws.sweeps_seen = sweep;
+        Some(parking_lot::MutexGuard::map(ws, |ws| &mut ws.writer))
+    }
+}
+
+impl File {
+    /// At the end of a write: if reserves were asked for while this writer was writing
+    /// (`Shared::reserve_sweeps`), it gives its own back now.
+    pub(crate) fn answer_reserve_sweep(&self, ws: &mut WriterState) {
+        let shared = &self.ebb.inner.shared;
+        let sweep = shared.reserve_sweeps.load(Ordering::Acquire);
+        if ws.sweeps_seen == sweep {
+            return;
+        }
+        ws.sweeps_seen = sweep;
+        if ws.writer.reserved_frames() > 0 {
+            let writer = &mut ws.writer;
+            shared.enter(|core, maps, now| core.engine.return_reserves(now, [writer], maps));
+        }
+    }
+}
+
 /// What a handle's writer has been through: pause percentiles in microseconds.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ThrottleStats {
@@ -192,7 +217,8 @@ impl File {
             owed: None,
             sweeps_seen: ebb.inner.shared.reserve_sweeps.load(Ordering::Acquire),
         }));
-        ebb.inner.shared.writer_opened(writer, &state);
+        let holder: Arc<dyn ReserveHolder> = state.clone();
+        ebb.inner.shared.writer_opened(writer, Arc::downgrade(&holder));
         File { ebb, fs, handle, writer: state, pos: 0, closed: false }
     }
 

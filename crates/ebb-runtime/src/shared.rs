@@ -41,7 +41,6 @@ use ebb_core::{
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bufpool::BufPool;
-use crate::file::WriterState;
 use crate::frames::FramePool;
 pub(crate) mod durable;
 mod writeio;
@@ -94,6 +93,13 @@ pub(crate) struct FileState {
     /// Discarded (`Ebb::discard`, the last handle closed): its cached pages are dropped, and
     /// a sync of everything no longer syncs its backend file, which may be gone.
     pub(crate) discarded: AtomicBool,
+}
+
+/// A writer whose frame reserve [`Action::ReturnReserves`] may take back (an open handle's).
+pub(crate) trait ReserveHolder: Send + Sync {
+    /// The writer, if it is not writing now (its lock is free), marked as having answered
+    /// request `sweep`.
+    fn try_writer(&self, sweep: u64) -> Option<parking_lot::MappedMutexGuard<'_, Writer>>;
 }
 
 /// A one-shot answer a thread waits for.
@@ -230,7 +236,7 @@ pub(crate) struct Shared {
     /// Wakers of futures waiting out a pause (the alarm thread's).
     pub(crate) alarms: crate::alarm::Alarms,
     /// Every open handle's writer, for [`Action::ReturnReserves`].
-    writers_open: Mutex<BTreeMap<WriterId, Weak<Mutex<WriterState>>>>,
+    writers_open: Mutex<BTreeMap<WriterId, Weak<dyn ReserveHolder>>>,
     /// Requests for writers' reserves so far ([`Shared::return_reserves`]).
     pub(crate) reserve_sweeps: AtomicU64,
 }
@@ -533,8 +539,8 @@ impl Shared {
     }
 
     /// A handle's writer joins the writers whose reserves [`Action::ReturnReserves`] reaches.
-    pub(crate) fn writer_opened(&self, id: WriterId, state: &Arc<Mutex<WriterState>>) {
-        self.writers_open.lock().insert(id, Arc::downgrade(state));
+    pub(crate) fn writer_opened(&self, id: WriterId, holder: Weak<dyn ReserveHolder>) {
+        self.writers_open.lock().insert(id, holder);
     }
 
     /// A handle's writer exited (its reserve went back with it).
@@ -544,32 +550,15 @@ impl Shared {
 
     /// [`Action::ReturnReserves`]: the reserves of the writers not writing now (their lock is
     /// free) go back to the engine at once; a writer that is writing gives its own back when
-    /// its write ends ([`Shared::answer_reserve_sweep`]). Called under `core`, so it only
-    /// tries the writers' locks (a writer takes its own lock before `core`).
+    /// its write ends (`File::answer_reserve_sweep`). Called under `core`, so it only tries
+    /// the writers' locks (a writer takes its own lock before `core`).
     fn return_reserves(&self, core: &mut Core) {
         let sweep = self.reserve_sweeps.fetch_add(1, Ordering::AcqRel) + 1;
         let open: Vec<_> = self.writers_open.lock().values().filter_map(Weak::upgrade).collect();
-        let mut idle: Vec<_> = open.iter().filter_map(|state| state.try_lock()).collect();
-        for ws in &mut idle {
-            ws.sweeps_seen = sweep;
-        }
+        let mut idle: Vec<_> = open.iter().filter_map(|holder| holder.try_writer(sweep)).collect();
         let now = self.now();
         let mut maps = Maps { files: &self.files };
-        core.engine.return_reserves(now, idle.iter_mut().map(|ws| &mut ws.writer), &mut maps);
-    }
-
-    /// At the end of a write: if reserves were asked for while this writer was writing, it
-    /// gives its own back now.
-    pub(crate) fn answer_reserve_sweep(&self, ws: &mut WriterState) {
-        let sweep = self.reserve_sweeps.load(Ordering::Acquire);
-        if ws.sweeps_seen == sweep {
-            return;
-        }
-        ws.sweeps_seen = sweep;
-        if ws.writer.reserved_frames() > 0 {
-            let writer = &mut ws.writer;
-            self.enter(|core, maps, now| core.engine.return_reserves(now, [writer], maps));
-        }
+        core.engine.return_reserves(now, idle.iter_mut().map(|w| &mut **w), &mut maps);
     }
 
     /// While traced: the cache's state (`global_dirty_state`) every `SAMPLE_INTERVAL`.

@@ -85,7 +85,7 @@ impl File {
         old: OldBytes,
     ) -> io::Result<Option<(usize, Option<Owed>)>> {
         let written = self.write_steps(&mut ws, buf, offset, mode, old);
-        self.ebb.inner.shared.answer_reserve_sweep(&mut ws);
+        self.answer_reserve_sweep(&mut ws);
         written
     }
 
