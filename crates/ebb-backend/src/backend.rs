@@ -131,6 +131,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn write_bandwidth(&self) -> Option<u64> {
         None
     }
+
+    /// Makes every write to this backend's files that returned `Ok` before the call durable,
+    /// with their sizes and names, in one call (`Some(Ok(()))`): a local directory syncs its
+    /// filesystem (`syncfs(2)`), as the kernel's unmount does, instead of one `fsync` per file.
+    /// An error means none of it may be assumed durable. `None` (the default): the backend
+    /// cannot, and the caller syncs each file ([`BackendFile::sync`]).
+    fn sync_all(&self) -> Option<io::Result<()>> {
+        None
+    }
 }
 
 /// One open file of a [`Backend`]. All methods take `&self` and may be called concurrently
@@ -299,6 +308,10 @@ macro_rules! forward_backend {
 
             fn write_bandwidth(&self) -> Option<u64> {
                 (**self).write_bandwidth()
+            }
+
+            fn sync_all(&self) -> Option<io::Result<()>> {
+                (**self).sync_all()
             }
         }
     };

@@ -132,6 +132,10 @@ impl Backend for DirBackend {
         }))
     }
 
+    fn sync_all(&self) -> Option<io::Result<()>> {
+        Some(rustix::fs::syncfs(&*self.dir).map_err(io::Error::from))
+    }
+
     fn remove(&self, name: &str) -> io::Result<()> {
         check_name(name)?;
         rustix::fs::unlinkat(&*self.dir, name, AtFlags::empty())?;

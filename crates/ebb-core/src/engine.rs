@@ -372,6 +372,9 @@ pub struct Engine {
     /// pages plus this (the kernel's `get_nr_dirty_pages` adds its inode count); it is kept as
     /// it was before files could be forgotten, so no work's size changed.
     pub(crate) files_opened: u64,
+    /// Frames handed to writers' reserves and not yet seen dirtied (folded by
+    /// `apply_pending`) or given back: what [`Action::ReturnReserves`] could bring back, at most.
+    pub(crate) reserved: u64,
 }
 
 impl Engine {
@@ -421,6 +424,7 @@ impl Engine {
             visited: std::cell::Cell::new(0),
             retry_timers: BTreeSet::new(),
             files_opened: 0,
+            reserved: 0,
             cfg: config,
         };
         engine.dirty_limit = engine.global_thresholds().thresh;
@@ -723,6 +727,7 @@ impl Engine {
                 self.dirty_shares.add(&mut w.dirty_share, p.dirtied);
             }
         }
+        self.reserved = self.reserved.saturating_sub(w.added.len() as u64);
         for (frame, inode, index) in w.added.drain(..) {
             let owned = maps.with(inode, |m| m.page(index).is_some_and(|p| p.frame == frame));
             if owned && self.mem.list_of(frame) == List::None {
@@ -769,9 +774,7 @@ impl Engine {
     pub fn writer_exit<M: PageMaps>(&mut self, now: Instant, w: &mut Writer, maps: &mut M) {
         self.advance(now);
         self.apply_pending(w, maps);
-        for frame in w.frames.drain(..) {
-            self.mem.release(frame);
-        }
+        self.take_reserve(w);
         self.waiters.remove(&w.id);
         self.reclaim_forget(w.id);
         self.gate_writer_exit(w, maps);

@@ -353,6 +353,13 @@ pub enum Action {
         /// The writer.
         writer: WriterId,
     },
+    /// A writer waits for memory while other writers hold frames in their reserves: give
+    /// back the reserve of every writer that is not in the middle of a write, in one call to
+    /// [`crate::Engine::return_reserves`], and have each writer that was writes give its own
+    /// back when its write ends. (The kernel drains every CPU's page lists to the allocator
+    /// when an allocation fails, `drain_all_pages`.) A reserve is at most
+    /// [`crate::writer::FRAME_BATCH`] frames, refilled at the writer's next throttle check.
+    ReturnReserves,
     /// The answer to [`Event::Fsync`].
     FsyncDone {
         /// The request.

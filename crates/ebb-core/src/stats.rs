@@ -177,6 +177,11 @@ pub struct Stats {
     pub direct_swapped: u64,
     /// Times a writer waited for memory.
     pub memory_waits: u64,
+    /// Times the engine asked the driver for writers' unused frame reserves
+    /// ([`crate::Action::ReturnReserves`]).
+    pub reserve_sweeps: u64,
+    /// Frames writers gave back from their reserves on such a request.
+    pub reserve_frames_returned: u64,
     /// Times a writer waited for a place in the granule gate (its file may not start filling
     /// a write granule while as many files as fit are filling theirs).
     pub granule_gate_waits: u64,

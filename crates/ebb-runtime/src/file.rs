@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
 use crate::Ebb;
-use crate::shared::{FileState, PAGE, Shared, from_io_error, read_page_direct};
+use crate::shared::{FileState, PAGE, ReserveHolder, Shared, from_io_error, read_page_direct};
 
 mod durable;
 mod throttle;
@@ -130,6 +130,34 @@ pub(crate) struct WriterState {
     pub(crate) waits: LazyHistogram,
     /// What a non-blocking write left owed: the rest of its throttle call.
     pub(crate) owed: Option<Owed>,
+    /// The last request for writers' reserves (`Shared::reserve_sweeps`) this writer answered:
+    /// one that came while it was writing, it answers when its write ends.
+    pub(crate) sweeps_seen: u64,
+}
+
+impl ReserveHolder for Mutex<WriterState> {
+    fn try_writer(&self, sweep: u64) -> Option<parking_lot::MappedMutexGuard<'_, Writer>> {
+        let mut ws = self.try_lock()?;
+        ws.sweeps_seen = sweep;
+        Some(parking_lot::MutexGuard::map(ws, |ws| &mut ws.writer))
+    }
+}
+
+impl File {
+    /// At the end of a write: if reserves were asked for while this writer was writing
+    /// (`Shared::reserve_sweeps`), it gives its own back now.
+    pub(crate) fn answer_reserve_sweep(&self, ws: &mut WriterState) {
+        let shared = &self.ebb.inner.shared;
+        let sweep = shared.reserve_sweeps.load(Ordering::Acquire);
+        if ws.sweeps_seen == sweep {
+            return;
+        }
+        ws.sweeps_seen = sweep;
+        if ws.writer.reserved_frames() > 0 {
+            let writer = &mut ws.writer;
+            shared.enter(|core, maps, now| core.engine.return_reserves(now, [writer], maps));
+        }
+    }
 }
 
 /// What a handle's writer has been through: pause percentiles in microseconds.
@@ -163,7 +191,9 @@ pub struct File {
     pub(crate) ebb: Ebb,
     pub(crate) fs: Arc<FileState>,
     pub(crate) handle: HandleId,
-    pub(crate) writer: Mutex<WriterState>,
+    /// Shared with the runtime's list of open writers, which takes an idle writer's frame
+    /// reserve back when another waits for memory (`Shared::return_reserves`).
+    pub(crate) writer: Arc<Mutex<WriterState>>,
     pub(crate) pos: u64,
     pub(crate) closed: bool,
 }
@@ -180,19 +210,16 @@ impl std::fmt::Debug for File {
 
 impl File {
     pub(crate) fn new(ebb: Ebb, fs: Arc<FileState>, handle: HandleId, writer: WriterId) -> File {
-        File {
-            ebb,
-            fs,
-            handle,
-            writer: Mutex::new(WriterState {
-                writer: Writer::new(writer, GroupId(0)),
-                pauses: LazyHistogram::default(),
-                waits: LazyHistogram::default(),
-                owed: None,
-            }),
-            pos: 0,
-            closed: false,
-        }
+        let state = Arc::new(Mutex::new(WriterState {
+            writer: Writer::new(writer, GroupId(0)),
+            pauses: LazyHistogram::default(),
+            waits: LazyHistogram::default(),
+            owed: None,
+            sweeps_seen: ebb.inner.shared.reserve_sweeps.load(Ordering::Acquire),
+        }));
+        let holder: Arc<dyn ReserveHolder> = state.clone();
+        ebb.inner.shared.writer_opened(writer, Arc::downgrade(&holder));
+        File { ebb, fs, handle, writer: state, pos: 0, closed: false }
     }
 
     fn inode(&self) -> InodeId {
@@ -605,6 +632,7 @@ impl File {
         {
             let mut ws = self.writer.lock();
             shared.enter(|core, maps, now| core.engine.writer_exit(now, &mut ws.writer, maps));
+            shared.writer_closed(ws.writer.id);
         }
         let flush = self.flush_on_close();
         let handle = self.handle;
@@ -622,14 +650,7 @@ impl File {
 /// Trims the backend file to the logical size and syncs it if it was written since, then
 /// tells the engine what the sync made durable (`Event::FileSynced`).
 pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
-    {
-        // Exclusive: no write of the file lands between the look at the sizes and the trim.
-        let _g = fs.size_lock.write();
-        let size = fs.size.load(Ordering::Acquire);
-        if fs.file.size()? > size {
-            fs.file.set_size(size)?;
-        }
-    }
+    trim_backend_file(fs)?;
     // One sync at a time: a sync that finds nothing written since the last one knows that one
     // has ended, so what completed before its mark is durable either way (an IO thread sets
     // `needs_sync` before it reports the write to the engine).
@@ -646,6 +667,17 @@ pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<(
         .enter(|core, maps, now| core.engine.handle(now, Event::FileSynced { inode, mark }, maps));
     drop(_s);
     crate::shared::durable::durable_changed(shared, fs);
+    Ok(())
+}
+
+/// Trims the backend file to the logical size (writeback writes the last page whole).
+pub(crate) fn trim_backend_file(fs: &FileState) -> io::Result<()> {
+    // Exclusive: no write of the file lands between the look at the sizes and the trim.
+    let _g = fs.size_lock.write();
+    let size = fs.size.load(Ordering::Acquire);
+    if fs.file.size()? > size {
+        fs.file.set_size(size)?;
+    }
     Ok(())
 }
 

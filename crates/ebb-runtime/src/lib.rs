@@ -685,10 +685,79 @@ fn sync_files(shared: &Shared, engine: io::Result<()>) -> io::Result<()> {
         .collect();
     shared.files_synced.fetch_add(files.len() as u64, Ordering::Relaxed);
     let mut first_err = engine.err();
-    for fs in &files {
+    let mut each = Vec::new();
+    for (b, slot) in shared.backends.iter().enumerate() {
+        let of_b: Vec<_> = files.iter().filter(|fs| fs.backend.index() == b).cloned().collect();
+        if of_b.len() < SYNC_ALL_FILES {
+            each.extend(of_b);
+            continue;
+        }
+        match sync_together(shared, &*slot.backend, &of_b) {
+            None => each.extend(of_b),
+            Some(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Some(Ok(())) => {}
+        }
+    }
+    for fs in &each {
         if let Err(e) = file::sync_backend_file(shared, fs) {
             first_err.get_or_insert(e);
         }
     }
     first_err.map_or(Ok(()), Err)
+}
+
+/// From this many files of one backend to sync, [`sync_files`] asks the backend to sync them
+/// all in one call ([`Backend::sync_all`]): one `syncfs` is cheaper than their `fsync`s (about
+/// 2 ms each on the machine of the issue, whose mount drained 11,700 clean files for 14-20 s)
+/// even though it also flushes what others wrote to that filesystem.
+const SYNC_ALL_FILES: usize = 16;
+
+/// Syncs `files` of `backend` with one [`Backend::sync_all`], as [`file::sync_backend_file`]
+/// does each: trimmed first, each file's sync lock held and its durable mark taken before the
+/// call, [`Event::FileSynced`] after it. `None`, having synced nothing, if the backend cannot.
+fn sync_together(
+    shared: &Shared,
+    backend: &dyn Backend,
+    files: &[Arc<FileState>],
+) -> Option<io::Result<()>> {
+    let mut first_err = None;
+    let mut trimmed = Vec::new();
+    for fs in files {
+        match file::trim_backend_file(fs) {
+            Ok(()) => trimmed.push(fs),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    // In inode order, as every caller that holds several takes them.
+    let locks: Vec<_> = trimmed.iter().map(|fs| fs.sync_lock.lock()).collect();
+    let marks: Vec<u64> = shared
+        .enter(|core, _, _| trimmed.iter().map(|fs| core.engine.durable_mark(fs.inode)).collect());
+    let swapped: Vec<bool> =
+        trimmed.iter().map(|fs| fs.needs_sync.swap(false, Ordering::AcqRel)).collect();
+    let result = backend.sync_all();
+    if !matches!(result, Some(Ok(()))) {
+        for (fs, &was) in trimmed.iter().zip(&swapped) {
+            if was {
+                fs.needs_sync.store(true, Ordering::Release);
+            }
+        }
+    }
+    match result? {
+        Ok(()) => {}
+        Err(e) => return Some(Err(first_err.unwrap_or(e))),
+    }
+    shared.enter(|core, maps, now| {
+        for (fs, &mark) in trimmed.iter().zip(&marks) {
+            core.engine.handle(now, Event::FileSynced { inode: fs.inode, mark }, maps);
+        }
+    });
+    drop(locks);
+    for fs in trimmed {
+        shared::durable::durable_changed(shared, fs);
+    }
+    Some(first_err.map_or(Ok(()), Err))
 }

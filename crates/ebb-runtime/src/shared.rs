@@ -30,8 +30,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use crossbeam::channel::{Receiver, Sender};
 use ebb_backend::{AlignedBuf, Backend, BackendFile, Capabilities};
@@ -97,6 +97,13 @@ pub(crate) struct FileState {
     /// Discarded (`Ebb::discard`, the last handle closed): its cached pages are dropped, and
     /// a sync of everything no longer syncs its backend file, which may be gone.
     pub(crate) discarded: AtomicBool,
+}
+
+/// A writer whose frame reserve [`Action::ReturnReserves`] may take back (an open handle's).
+pub(crate) trait ReserveHolder: Send + Sync {
+    /// The writer, if it is not writing now (its lock is free), marked as having answered
+    /// request `sweep`.
+    fn try_writer(&self, sweep: u64) -> Option<parking_lot::MappedMutexGuard<'_, Writer>>;
 }
 
 /// A one-shot answer a thread waits for.
@@ -232,6 +239,10 @@ pub(crate) struct Shared {
     trace: Option<crate::trace::Tracer>,
     /// Wakers of futures waiting out a pause (the alarm thread's).
     pub(crate) alarms: crate::alarm::Alarms,
+    /// Every open handle's writer, for [`Action::ReturnReserves`].
+    writers_open: Mutex<BTreeMap<WriterId, Weak<dyn ReserveHolder>>>,
+    /// Requests for writers' reserves so far ([`Shared::return_reserves`]).
+    pub(crate) reserve_sweeps: AtomicU64,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -303,6 +314,8 @@ impl Shared {
             pauses: Mutex::new(crate::pauses::Pauses::new(clock)),
             trace: tracer,
             alarms: Default::default(),
+            writers_open: Mutex::new(BTreeMap::new()),
+            reserve_sweeps: AtomicU64::new(0),
         });
         let threads = shared.start_threads((rx, reads_rx), io_threads, nice, trace_file);
         (shared, threads)
@@ -519,6 +532,7 @@ impl Shared {
                     }
                 }
                 Action::Forget { inode } => self.forgotten(core, inode),
+                Action::ReturnReserves => self.return_reserves(core),
             }
         }
         if let Some(t) = core.engine.poll_timeout()
@@ -526,6 +540,29 @@ impl Shared {
         {
             self.timer_cv.notify_all();
         }
+    }
+
+    /// A handle's writer joins the writers whose reserves [`Action::ReturnReserves`] reaches.
+    pub(crate) fn writer_opened(&self, id: WriterId, holder: Weak<dyn ReserveHolder>) {
+        self.writers_open.lock().insert(id, holder);
+    }
+
+    /// A handle's writer exited (its reserve went back with it).
+    pub(crate) fn writer_closed(&self, id: WriterId) {
+        self.writers_open.lock().remove(&id);
+    }
+
+    /// [`Action::ReturnReserves`]: the reserves of the writers not writing now (their lock is
+    /// free) go back to the engine at once; a writer that is writing gives its own back when
+    /// its write ends (`File::answer_reserve_sweep`). Called under `core`, so it only tries
+    /// the writers' locks (a writer takes its own lock before `core`).
+    fn return_reserves(&self, core: &mut Core) {
+        let sweep = self.reserve_sweeps.fetch_add(1, Ordering::AcqRel) + 1;
+        let open: Vec<_> = self.writers_open.lock().values().filter_map(Weak::upgrade).collect();
+        let mut idle: Vec<_> = open.iter().filter_map(|holder| holder.try_writer(sweep)).collect();
+        let now = self.now();
+        let mut maps = Maps { files: &self.files };
+        core.engine.return_reserves(now, idle.iter_mut().map(|w| &mut **w), &mut maps);
     }
 
     /// While traced: the cache's state (`global_dirty_state`) every `SAMPLE_INTERVAL`.

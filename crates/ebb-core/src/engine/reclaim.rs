@@ -167,6 +167,35 @@ impl Engine {
         (got, verdict)
     }
 
+    /// Gives back the frame reserves of `writers` (the answer to [`Action::ReturnReserves`]):
+    /// writers not in the middle of a write, whose reserves sit unused. Writers waiting for
+    /// memory may then go on ([`Action::Resume`]). A writer's next throttle check refills its
+    /// reserve.
+    pub fn return_reserves<'w, M: PageMaps>(
+        &mut self,
+        now: Instant,
+        writers: impl IntoIterator<Item = &'w mut Writer>,
+        maps: &mut M,
+    ) {
+        self.advance(now);
+        let returned: u64 = writers.into_iter().map(|w| self.take_reserve(w)).sum();
+        self.stats.reserve_frames_returned += returned;
+        if returned > 0 {
+            self.wake_memory_waiters(maps);
+            self.drive_all(maps);
+        }
+    }
+
+    /// Releases the frames of `w`'s reserve; returns how many.
+    pub(crate) fn take_reserve(&mut self, w: &mut Writer) -> u64 {
+        let n = w.frames.len() as u64;
+        for frame in w.frames.drain(..) {
+            self.mem.release(frame);
+        }
+        self.reserved = self.reserved.saturating_sub(n);
+        n
+    }
+
     /// A writer found no frame even after direct reclaim: it waits for memory.
     pub(crate) fn memory_wait(&mut self, w: &mut Writer) {
         self.reclaim.clear_direct_throttle();
@@ -176,6 +205,12 @@ impl Engine {
         self.reclaim.stall(w.id, self.now);
         self.stats.memory_waits += 1;
         self.stats.reclaim_stalls += 1;
+        if self.reserved > w.frames.len() as u64 {
+            // Other writers' reserves hold frames: idle ones could hold the whole budget
+            // (2000 open files of one page each), and nothing would ever free them.
+            self.stats.reserve_sweeps += 1;
+            self.emit(Action::ReturnReserves);
+        }
     }
 
     /// The error of held pages when they leave nothing else that could free memory: no page is

@@ -155,7 +155,8 @@ impl Engine {
         if w.frames.len() < FRAME_BATCH / 4 {
             let want = FRAME_BATCH - w.frames.len();
             let mut frames = std::mem::take(&mut w.frames);
-            self.alloc_frames(want, &mut frames, maps);
+            let got = self.alloc_frames(want, &mut frames, maps);
+            self.reserved += got as u64;
             w.frames = frames;
         }
         if w.frames.is_empty() {

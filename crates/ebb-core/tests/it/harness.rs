@@ -203,6 +203,10 @@ impl Harness {
                     self.maps.remove(inode);
                     self.forgotten += 1;
                 }
+                Action::ReturnReserves => {
+                    let writers = self.dds.iter_mut().map(|dd| &mut dd.w);
+                    self.engine.return_reserves(self.now, writers, &mut self.maps);
+                }
             }
         }
         if let Some(t) = self.engine.poll_timeout()

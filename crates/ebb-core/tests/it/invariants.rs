@@ -122,6 +122,10 @@ impl Driver {
                     );
                 }
                 Action::Forget { .. } => {}
+                Action::ReturnReserves => {
+                    let now = self.now;
+                    self.engine.return_reserves(now, self.writers.iter_mut(), &mut self.maps);
+                }
             }
         }
     }

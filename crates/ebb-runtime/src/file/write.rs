@@ -84,7 +84,21 @@ impl File {
         mode: Obey<'_>,
         old: OldBytes,
     ) -> io::Result<Option<(usize, Option<Owed>)>> {
-        match self.pay_owed(&mut ws, mode) {
+        let written = self.write_steps(&mut ws, buf, offset, mode, old);
+        self.answer_reserve_sweep(&mut ws);
+        written
+    }
+
+    /// The steps of [`File::write_locked`].
+    fn write_steps(
+        &self,
+        ws: &mut WriterState,
+        buf: &[u8],
+        offset: u64,
+        mode: Obey<'_>,
+        old: OldBytes,
+    ) -> io::Result<Option<(usize, Option<Owed>)>> {
+        match self.pay_owed(ws, mode) {
             Throttled::Go => {}
             Throttled::Owes(owed) => return Ok(Some((0, Some(owed)))),
             Throttled::Interrupted => return Err(interrupted_error("write")),
@@ -108,8 +122,8 @@ impl File {
             }
             let outcome = match step.next {
                 NextStep::Done => Throttled::Go,
-                NextStep::Check => self.throttle(&mut ws, None, mode),
-                NextStep::Busy(page) => self.throttle(&mut ws, Some(page), mode),
+                NextStep::Check => self.throttle(ws, None, mode),
+                NextStep::Busy(page) => self.throttle(ws, Some(page), mode),
             };
             match outcome {
                 Throttled::Go => {}

@@ -130,3 +130,41 @@ fn a_granular_backend_gets_the_staging_ratios_unless_knobs_say_otherwise() {
     let plain = Builder::new().backend("mem", Arc::new(MemBackend::new())).build().unwrap();
     assert_eq!(ratios(&plain), (20, 10));
 }
+
+/// Open handles that wrote a page each do not keep the cache in their writers' frame reserves
+/// (up to 1 MiB each): a writer that finds no memory gets the idle ones' reserves back. Before
+/// they were given back, the 13th handle here waited for memory forever (each of the first
+/// took a full reserve); the writing thread has a deadline, so a hang fails the test.
+#[test]
+fn open_handles_reserves_do_not_starve_a_writer() {
+    const FILES: usize = 400;
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let ebb = Builder::new().memory(16 * MIB).backend("mem", backend.clone()).build().unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    let writer = ebb.clone();
+    std::thread::spawn(move || {
+        let files: Vec<_> = (0..FILES)
+            .map(|i| {
+                let f = writer.open(&format!("f{i}"), CREATE).unwrap();
+                f.write_at(&[i as u8; 4096], 0).unwrap();
+                f
+            })
+            .collect();
+        for f in files {
+            f.close().unwrap();
+        }
+        let _ = done.send(());
+    });
+    let deadline = std::time::Duration::from_secs(60);
+    assert!(
+        finished.recv_timeout(deadline).is_ok(),
+        "{FILES} open handles writing a page each did not finish within {deadline:?}: {:?}",
+        ebb.stats().counters
+    );
+    let counters = ebb.stats().counters;
+    assert!(counters.reserve_sweeps > 0, "the reserves were never short: {counters:?}");
+    ebb.sync().unwrap();
+    for i in [0, 17, FILES - 1] {
+        assert_eq!(backend_bytes(&*backend, &format!("f{i}")), vec![i as u8; 4096]);
+    }
+}

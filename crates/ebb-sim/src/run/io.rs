@@ -72,6 +72,10 @@ impl Sim<'_> {
                     }
                 }
                 Action::Forget { inode } => self.maps.remove(inode),
+                Action::ReturnReserves => {
+                    let writers = self.writers.iter_mut().map(|sw| &mut sw.w);
+                    self.engine.return_reserves(self.now, writers, &mut self.maps);
+                }
             }
         }
         if let Some(t) = self.engine.poll_timeout()
