@@ -19,6 +19,7 @@ use ureq::http;
 use url::Url;
 
 use super::error::{S3Error, xml_text, xml_texts};
+pub(crate) use super::kind::Kind;
 use crate::backend::{SourceReader, WriteSource};
 
 /// How long a signed URL stays valid: long enough for a slow part upload and its retries.
@@ -28,80 +29,6 @@ const SIGNATURE_SECONDS: u64 = 3600;
 const RETRY_DELAY_FIRST: Duration = Duration::from_millis(50);
 /// Largest error body read (S3 error documents are a few hundred bytes).
 const ERROR_BODY_BYTES_MAX: u64 = 64 << 10;
-
-/// The kinds of request, for the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    CheckBucket,
-    HeadObject,
-    GetObject,
-    PutObject,
-    DeleteObject,
-    CopyObject,
-    ListObjects,
-    CreateMultipartUpload,
-    UploadPart,
-    UploadPartCopy,
-    CompleteMultipartUpload,
-    AbortMultipartUpload,
-    ListMultipartUploads,
-}
-
-impl Kind {
-    const ALL: [Kind; 13] = [
-        Kind::CheckBucket,
-        Kind::HeadObject,
-        Kind::GetObject,
-        Kind::PutObject,
-        Kind::DeleteObject,
-        Kind::CopyObject,
-        Kind::ListObjects,
-        Kind::CreateMultipartUpload,
-        Kind::UploadPart,
-        Kind::UploadPartCopy,
-        Kind::CompleteMultipartUpload,
-        Kind::AbortMultipartUpload,
-        Kind::ListMultipartUploads,
-    ];
-
-    /// The S3 API name, used in error messages.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::CheckBucket => "ListObjectsV2 (bucket check)",
-            Kind::HeadObject => "HeadObject",
-            Kind::GetObject => "GetObject",
-            Kind::PutObject => "PutObject",
-            Kind::DeleteObject => "DeleteObject",
-            Kind::CopyObject => "CopyObject",
-            Kind::ListObjects => "ListObjectsV2",
-            Kind::CreateMultipartUpload => "CreateMultipartUpload",
-            Kind::UploadPart => "UploadPart",
-            Kind::UploadPartCopy => "UploadPartCopy",
-            Kind::CompleteMultipartUpload => "CompleteMultipartUpload",
-            Kind::AbortMultipartUpload => "AbortMultipartUpload",
-            Kind::ListMultipartUploads => "ListMultipartUploads",
-        }
-    }
-
-    /// The counter's name.
-    fn counter(self) -> &'static str {
-        match self {
-            Kind::CheckBucket => "check_bucket_requests",
-            Kind::HeadObject => "head_object_requests",
-            Kind::GetObject => "get_object_requests",
-            Kind::PutObject => "put_object_requests",
-            Kind::DeleteObject => "delete_object_requests",
-            Kind::CopyObject => "copy_object_requests",
-            Kind::ListObjects => "list_objects_requests",
-            Kind::CreateMultipartUpload => "create_multipart_upload_requests",
-            Kind::UploadPart => "upload_part_requests",
-            Kind::UploadPartCopy => "upload_part_copy_requests",
-            Kind::CompleteMultipartUpload => "complete_multipart_upload_requests",
-            Kind::AbortMultipartUpload => "abort_multipart_upload_requests",
-            Kind::ListMultipartUploads => "list_multipart_uploads_requests",
-        }
-    }
-}
 
 /// The backend's counters (atomics: `counters()` reads them while IO runs).
 #[derive(Debug, Default)]

@@ -51,6 +51,7 @@
 mod client;
 mod error;
 mod journal;
+mod kind;
 pub mod layout;
 mod meta;
 mod namespace;
