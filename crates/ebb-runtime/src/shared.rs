@@ -44,6 +44,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::bufpool::BufPool;
 use crate::frames::FramePool;
 pub(crate) mod durable;
+mod recommit;
 mod writeio;
 
 pub(crate) use writeio::Lane;
@@ -204,6 +205,11 @@ pub(crate) enum Job {
         io: IoId,
         inode: InodeId,
     },
+    /// The backend commit of a file whose close failed, now written back
+    /// ([`recommit::Recommits`]).
+    Recommit {
+        inode: InodeId,
+    },
     Stop,
 }
 
@@ -243,6 +249,8 @@ pub(crate) struct Shared {
     writers_open: Mutex<BTreeMap<WriterId, Weak<dyn ReserveHolder>>>,
     /// Requests for writers' reserves so far ([`Shared::return_reserves`]).
     pub(crate) reserve_sweeps: AtomicU64,
+    /// Files whose close failed on a `flush_on_close` backend, to commit once written back.
+    pub(crate) recommits: recommit::Recommits,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -316,6 +324,7 @@ impl Shared {
             alarms: Default::default(),
             writers_open: Mutex::new(BTreeMap::new()),
             reserve_sweeps: AtomicU64::new(0),
+            recommits: Default::default(),
         });
         let threads = shared.start_threads((rx, reads_rx), io_threads, nice, trace_file);
         (shared, threads)
@@ -573,10 +582,19 @@ impl Shared {
         }
     }
 
+    /// Wakes the timer thread to look at its deadlines again.
+    pub(crate) fn wake_timer(&self) {
+        // Under `core`: the timer thread holds it from reading its deadlines to its wait.
+        let _core = self.core.lock();
+        self.timer_cv.notify_all();
+    }
+
     fn timer_loop(&self) {
         let mut core = self.core.lock();
         while !self.shutdown.load(Ordering::SeqCst) {
             let now = self.now();
+            let recommit = self.recommits.start_due(self, now);
+            let earliest = |t: ebb_core::Instant| recommit.map_or(t, |r| r.min(t));
             match core.engine.poll_timeout() {
                 Some(t) if t <= now => {
                     let mut maps = Maps { files: &self.files };
@@ -592,13 +610,17 @@ impl Shared {
                     }
                 }
                 Some(t) => {
+                    let t = earliest(t);
                     core.timer_wake = Some(t);
                     let deadline = self.deadline(t);
                     self.timer_cv.wait_until(&mut core, deadline);
                 }
                 None => {
-                    core.timer_wake = Some(ebb_core::Instant::from_nanos(u64::MAX));
-                    self.timer_cv.wait_for(&mut core, std::time::Duration::from_secs(1));
+                    let t = earliest(ebb_core::Instant::from_nanos(u64::MAX));
+                    core.timer_wake = Some(t);
+                    let second = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                    let deadline = recommit.map_or(second, |r| self.deadline(r).min(second));
+                    self.timer_cv.wait_until(&mut core, deadline);
                 }
             }
             core.timer_wake = None;
@@ -634,6 +656,13 @@ impl Shared {
                     if let Some(fs) = fs {
                         durable::durable_changed(self, &fs);
                     }
+                }
+                Job::Recommit { inode } => {
+                    let result = match self.file(inode) {
+                        Some(fs) => crate::file::sync_backend_file(self, &fs),
+                        None => Ok(()),
+                    };
+                    self.recommits.done(self, inode, result);
                 }
             }
         }

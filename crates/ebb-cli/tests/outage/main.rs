@@ -547,7 +547,6 @@ fn nfs_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() 
 }
 
 #[test]
-#[ignore = "issue 34 item 4, the stranded upload: once the server is back the retries upload the held data as a part within seconds (ebb stat: 0 dirty), but nothing completes the multipart upload (only fsync or close send CompleteMultipartUpload, and the last close already failed), so the object keeps its old contents"]
 fn s3_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() {
     past_the_deadline_the_data_is_held_and_written_when_the_server_returns(Kind::S3);
 }
