@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
 use crate::Ebb;
-use crate::shared::{FileState, PAGE, ReserveHolder, Shared, from_io_error, read_page_direct};
+use crate::shared::{FileState, PAGE, ReserveHolder, from_io_error, read_page_direct};
 
 mod durable;
 mod throttle;
@@ -546,7 +546,7 @@ impl File {
         wait_slot(&slot, interrupted)
             .ok_or_else(|| interrupted_error("fsync"))?
             .map_err(from_io_error)?;
-        sync_backend_file(&self.ebb.inner.shared, &self.fs)
+        crate::shared::durable::sync_backend_file(&self.ebb.inner.shared, &self.fs)
     }
 
     /// What `close(2)` of one descriptor does (a FUSE flush): on a backend with
@@ -640,7 +640,7 @@ impl File {
         let mut result = slot.wait().map_err(from_io_error);
         if flush && result.is_ok() {
             // The engine wrote the file back; the backend's own commit (an S3 completion).
-            result = sync_backend_file(&self.ebb.inner.shared, &self.fs);
+            result = crate::shared::durable::sync_backend_file(&self.ebb.inner.shared, &self.fs);
         }
         if flush && result.is_err() {
             // No close is left to commit what the retries write back: commit it once they
@@ -650,40 +650,6 @@ impl File {
         shared.handle_closed(&self.fs);
         result
     }
-}
-
-/// Trims the backend file to the logical size and syncs it if it was written since, then
-/// tells the engine what the sync made durable (`Event::FileSynced`).
-pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
-    trim_backend_file(fs)?;
-    // One sync at a time: a sync that finds nothing written since the last one knows that one
-    // has ended, so what completed before its mark is durable either way (an IO thread sets
-    // `needs_sync` before it reports the write to the engine).
-    let _s = fs.sync_lock.lock();
-    let inode = fs.inode;
-    let mark = shared.enter(|core, _, _| core.engine.durable_mark(inode));
-    if fs.needs_sync.swap(false, Ordering::AcqRel)
-        && let Err(e) = fs.file.sync()
-    {
-        fs.needs_sync.store(true, Ordering::Release);
-        return Err(e);
-    }
-    shared
-        .enter(|core, maps, now| core.engine.handle(now, Event::FileSynced { inode, mark }, maps));
-    drop(_s);
-    crate::shared::durable::durable_changed(shared, fs);
-    Ok(())
-}
-
-/// Trims the backend file to the logical size (writeback writes the last page whole).
-pub(crate) fn trim_backend_file(fs: &FileState) -> io::Result<()> {
-    // Exclusive: no write of the file lands between the look at the sizes and the trim.
-    let _g = fs.size_lock.write();
-    let size = fs.size.load(Ordering::Acquire);
-    if fs.file.size()? > size {
-        fs.file.set_size(size)?;
-    }
-    Ok(())
 }
 
 impl Drop for File {

@@ -701,7 +701,7 @@ fn sync_files(shared: &Shared, engine: io::Result<()>) -> io::Result<()> {
         }
     }
     for fs in &each {
-        if let Err(e) = file::sync_backend_file(shared, fs) {
+        if let Err(e) = shared::durable::sync_backend_file(shared, fs) {
             first_err.get_or_insert(e);
         }
     }
@@ -725,7 +725,7 @@ fn sync_together(
     let mut first_err = None;
     let mut trimmed = Vec::new();
     for fs in files {
-        match file::trim_backend_file(fs) {
+        match shared::durable::trim_backend_file(fs) {
             Ok(()) => trimmed.push(fs),
             Err(e) => {
                 first_err.get_or_insert(e);

@@ -659,7 +659,7 @@ impl Shared {
                 }
                 Job::Recommit { inode } => {
                     let result = match self.file(inode) {
-                        Some(fs) => crate::file::sync_backend_file(self, &fs),
+                        Some(fs) => durable::sync_backend_file(self, &fs),
                         None => Ok(()),
                     };
                     self.recommits.done(self, inode, result);

@@ -1,10 +1,14 @@
 //! The shared side of durability watermarks (`file/durable.rs` has the file's API): each
-//! file's watchers, and what tells them when a sync or a COMMIT made more of a file durable.
+//! file's watchers, and what tells them when a sync or a COMMIT made more of a file durable;
+//! and the backend sync itself (`sync_backend_file`), which fsync, close, sync and the
+//! commit after a failed close run.
 
+use std::io;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender, channel};
 
+use ebb_core::Event;
 use parking_lot::Mutex;
 
 use super::{FileState, Shared};
@@ -50,4 +54,38 @@ pub(crate) fn durable_changed(shared: &Shared, fs: &FileState) {
         *sent = len;
         tx.send(len).is_ok()
     });
+}
+
+/// Trims the backend file to the logical size and syncs it if it was written since, then
+/// tells the engine what the sync made durable (`Event::FileSynced`).
+pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
+    trim_backend_file(fs)?;
+    // One sync at a time: a sync that finds nothing written since the last one knows that one
+    // has ended, so what completed before its mark is durable either way (an IO thread sets
+    // `needs_sync` before it reports the write to the engine).
+    let _s = fs.sync_lock.lock();
+    let inode = fs.inode;
+    let mark = shared.enter(|core, _, _| core.engine.durable_mark(inode));
+    if fs.needs_sync.swap(false, Ordering::AcqRel)
+        && let Err(e) = fs.file.sync()
+    {
+        fs.needs_sync.store(true, Ordering::Release);
+        return Err(e);
+    }
+    shared
+        .enter(|core, maps, now| core.engine.handle(now, Event::FileSynced { inode, mark }, maps));
+    drop(_s);
+    durable_changed(shared, fs);
+    Ok(())
+}
+
+/// Trims the backend file to the logical size (writeback writes the last page whole).
+pub(crate) fn trim_backend_file(fs: &FileState) -> io::Result<()> {
+    // Exclusive: no write of the file lands between the look at the sizes and the trim.
+    let _g = fs.size_lock.write();
+    let size = fs.size.load(Ordering::Acquire);
+    if fs.file.size()? > size {
+        fs.file.set_size(size)?;
+    }
+    Ok(())
 }
