@@ -5,83 +5,12 @@
 //! tests with a message (and fails them when `CI` is set).
 
 mod support;
-use support::{fuse_available, is_mounted};
+use support::{EBB, Running, dirs, fuse_available, is_mounted};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const EBB: &str = env!("CARGO_BIN_EXE_ebb");
-
-/// Fresh backend and mountpoint directories.
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let root = tempfile::Builder::new().prefix("ebb-cli-mount").tempdir_in("/tmp").unwrap();
-    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    (root, dir, mnt)
-}
-
-/// A running `ebb mount`; killed and detached on drop if still there.
-struct Running {
-    child: Option<Child>,
-    mnt: PathBuf,
-}
-
-impl Running {
-    fn start(dir: &Path, mnt: &Path, extra: &[&str]) -> Running {
-        let child = Command::new(EBB)
-            .args(["mount", "--backend", dir.to_str().unwrap(), mnt.to_str().unwrap()])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child: Some(child), mnt: mnt.to_path_buf() };
-        // Mounted once the root answers with its stats (a hang detector, not a speed check).
-        let start = Instant::now();
-        while ebb_fuse::read_stats(mnt).is_err() {
-            if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ebb mount exited with {status}: {}", running.stderr());
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "ebb mount did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        running
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
-        assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
-    }
-
-    fn wait(&mut self) -> (ExitStatus, String) {
-        let status = self.child.as_mut().unwrap().wait().unwrap();
-        let stderr = self.stderr();
-        self.child = None;
-        (status, stderr)
-    }
-
-    fn stderr(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(stderr) = self.child.as_mut().and_then(|child| child.stderr.as_mut()) {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-    }
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
@@ -266,7 +195,7 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     // 38 MiB: 16.6 MiB for the process itself, 4 MiB for the mount's request copies, a 13 MiB
     // cache beside 4.4 MiB of buffers.
     let mut above = Running::start(&lower, &upper, &["--memory", "38MiB"]);
-    let below_pid = below.child.as_ref().unwrap().id().to_string();
+    let below_pid = below.pid().to_string();
     // If the test fails while the lower mount is stopped, resume it before the mounts are
     // dropped: the upper one cannot exit while its writes to the lower one wait.
     struct Resume(String);
