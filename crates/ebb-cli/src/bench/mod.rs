@@ -19,7 +19,10 @@
 //! through its public API, as an application would.
 
 mod blocktrace;
+mod diskstats;
+mod frontier_chart;
 mod nfs;
+mod pace;
 mod read_under_write;
 mod stream;
 mod write_path;
@@ -126,6 +129,17 @@ pub(crate) enum BenchCommand {
         /// a directory only).
         #[arg(long)]
         breakdown: bool,
+        /// The writers' rates, each run in every round: a share of the device's raw write rate
+        /// measured at the start (`25%`), MiB/s (`200`), or `unpaced`; e.g.
+        /// `--write-rate 25%,50%,75%,unpaced`. Reads are then compared at equal write work, and
+        /// the result judges `wbt = ebb` against the kernel's writer at each paced rate.
+        #[arg(long, value_name = "RATE[,RATE...]", default_value = "unpaced",
+              value_delimiter = ',', value_parser = pace::WriteRate::parse)]
+        write_rate: Vec<pace::WriteRate>,
+        /// Draw the frontier (each writer mode's write rate against its reads' p99 and p99.99)
+        /// as PNGs in this directory.
+        #[arg(long, value_name = "DIR")]
+        chart: Option<PathBuf>,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -207,6 +221,8 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             variant,
             keep_read_file,
             breakdown,
+            write_rate,
+            chart,
             json,
         } => {
             let json = JsonOut::create(json)?;
@@ -228,6 +244,8 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 memory,
                 rounds,
                 breakdown,
+                write_rates: pace::WriteRate::distinct(write_rate).map_err(Usage)?,
+                chart,
             };
             let result = read_under_write(&opts, &mut |what| eprintln!("ebb bench: {what}"))?;
             json.write(&result)?;

@@ -20,6 +20,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::blocktrace::{BlockTrace, Breakdown, ReadRecord, ReadSample, RunDelay, mono_ns};
+use super::diskstats::{DeviceWork, DiskStats, device_of};
+use super::pace::{Frontier, Pacer, Point, RateTargets, SUSTAINED_SHARE, Tail, WriteRate};
 use super::{CREATE, MIB, Target, builder_with, config_error, settle};
 
 /// Options of [`read_under_write`].
@@ -51,6 +53,10 @@ pub(crate) struct ReadUnderWriteOptions {
     /// time in the IO scheduler and the device and the writes in service beside it, reported
     /// for the reads up to p90, from p90 to p99 and above p99 ([`Breakdown`]).
     pub(crate) breakdown: bool,
+    /// `--write-rate`: the writers' rates, each run in every round ([`WriteRate`]).
+    pub(crate) write_rates: Vec<WriteRate>,
+    /// `--chart DIR`: draw the frontier there.
+    pub(crate) chart: Option<std::path::PathBuf>,
 }
 
 /// One mode of [`read_under_write`].
@@ -75,6 +81,15 @@ pub(crate) struct ModeResult {
     /// The writer: bytes over the time from its first write to the end of its fsync (0 when
     /// there is no writer).
     pub(crate) write_mb_s: f64,
+    /// The writer's application rate: bytes over the time from its first write to its last
+    /// write's return (its sync left out), MiB/s.
+    pub(crate) app_write_mb_s: f64,
+    /// A paced writer's target rate, MiB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) target_write_mb_s: Option<f64>,
+    /// A paced writer reached at least 95% of its target (`app_write_mb_s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sustained: Option<bool>,
     /// Time the reader thread spent runnable but waiting for a CPU, per read, microseconds
     /// (`run_delay` of `/proc/thread-self/schedstat`; 0 where the kernel does not show it):
     /// how much of a read's latency is CPU contention rather than IO.
@@ -135,96 +150,15 @@ impl WbtSamples {
     }
 }
 
-/// Counters of one block device from `/proc/diskstats`, and when they were read.
-#[derive(Clone, Copy, Debug)]
-struct DiskStats {
-    at: Instant,
-    reads: u64,
-    read_ms: u64,
-    writes: u64,
-    sectors_written: u64,
-    busy_ms: u64,
-    queue_ms: u64,
-}
-
-impl DiskStats {
-    /// The counters of the device `major:minor`, if `/proc/diskstats` lists it.
-    fn read(dev: (u64, u64)) -> Option<DiskStats> {
-        let text = std::fs::read_to_string("/proc/diskstats").ok()?;
-        let at = Instant::now();
-        text.lines().find_map(|line| {
-            let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            // major, minor, then (the name is not a number) reads, merged, sectors, ms, writes,
-            // merged, sectors, ms, in flight, io ms, weighted io ms.
-            (f.len() >= 13 && (f[0], f[1]) == dev).then(|| DiskStats {
-                at,
-                reads: f[2],
-                read_ms: f[5],
-                writes: f[6],
-                sectors_written: f[8],
-                busy_ms: f[11],
-                queue_ms: f[12],
-            })
-        })
-    }
-
-    /// What the device did from `self` to `later`.
-    fn until(&self, later: &DiskStats) -> DeviceWork {
-        DeviceWork {
-            secs: later.at.duration_since(self.at).as_secs_f64(),
-            reads: later.reads.saturating_sub(self.reads),
-            read_ms: later.read_ms.saturating_sub(self.read_ms),
-            bytes: later.sectors_written.saturating_sub(self.sectors_written) * 512,
-            writes: later.writes.saturating_sub(self.writes),
-            busy_ms: later.busy_ms.saturating_sub(self.busy_ms),
-            queue_ms: later.queue_ms.saturating_sub(self.queue_ms),
-        }
-    }
-}
-
-/// What a device did over some time (summed over a mode's rounds).
-#[derive(Clone, Copy, Debug, Default)]
-struct DeviceWork {
-    secs: f64,
-    reads: u64,
-    read_ms: u64,
-    bytes: u64,
-    writes: u64,
-    busy_ms: u64,
-    queue_ms: u64,
-}
-
-impl DeviceWork {
-    fn add(&mut self, other: DeviceWork) {
-        self.secs += other.secs;
-        self.reads += other.reads;
-        self.read_ms += other.read_ms;
-        self.bytes += other.bytes;
-        self.writes += other.writes;
-        self.busy_ms += other.busy_ms;
-        self.queue_ms += other.queue_ms;
-    }
-
-    /// Sets the `device_*` figures of `r`.
-    fn fill(&self, r: &mut ModeResult) {
-        let secs = self.secs.max(1e-3);
-        let bytes = self.bytes as f64;
-        r.device_write_mb_s = bytes / MIB / secs;
-        r.device_write_kib = bytes / 1024.0 / self.writes.max(1) as f64;
-        r.device_busy_pct = self.busy_ms as f64 / 10.0 / secs;
-        r.device_queue = self.queue_ms as f64 / 1e3 / secs;
-        r.device_read_us = self.read_ms as f64 * 1e3 / self.reads.max(1) as f64;
-    }
-}
-
-/// The block device holding `dir` (`major`, `minor`), if it is one.
-fn device_of(dir: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir).ok()?.dev();
-    // Linux's encoding of dev_t.
-    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
-    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
-    Some((major, minor))
+/// Sets the `device_*` figures of `r` from what the device did.
+fn fill_device(d: &DeviceWork, r: &mut ModeResult) {
+    let secs = d.secs.max(1e-3);
+    let bytes = d.bytes as f64;
+    r.device_write_mb_s = bytes / MIB / secs;
+    r.device_write_kib = bytes / 1024.0 / d.writes.max(1) as f64;
+    r.device_busy_pct = d.busy_ms as f64 / 10.0 / secs;
+    r.device_queue = d.queue_ms as f64 / 1e3 / secs;
+    r.device_read_us = d.read_ms as f64 * 1e3 / d.reads.max(1) as f64;
 }
 
 /// What one reader measured: its read latencies, its time waiting for a CPU, and what the
@@ -248,8 +182,24 @@ fn run_delay_ns() -> Option<u64> {
 /// What [`read_under_write`] measured.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct ReadUnderWriteResult {
-    /// `idle`, `ebb_wbt_on`, `ebb_wbt_ebb`, `ebb_wbt_off`, `kernel` (not on NFS).
+    /// `idle`, `ebb_wbt_on`, `ebb_wbt_ebb`, `ebb_wbt_off`, `kernel` (not on NFS): the reader
+    /// alone and beside the unpaced writers (when `--write-rate` has `unpaced`, the default).
     pub(crate) modes: BTreeMap<String, ModeResult>,
+    /// Per paced `--write-rate`, the same writer modes held to that rate.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rates: Vec<RateResult>,
+    /// The device's raw sequential write rate measured at the start (`O_DIRECT`, 1 MiB writes,
+    /// then a sync), MiB/s, when a rate is a share of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) raw_write_mb_s: Option<f64>,
+    /// ebb's frontier of (write rate, read p99.99) over every ebb mode and rate, and each
+    /// kernel point against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) frontier: Option<Frontier>,
+    /// Per paced rate, `wbt = ebb` against the kernel's writer: the ratios and whether each
+    /// target is met.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) targets: Vec<RateTargets>,
     /// Seconds per mode and round.
     pub(crate) seconds: f64,
     /// Rounds.
@@ -268,7 +218,7 @@ pub(crate) struct ReadUnderWriteResult {
 
 fn mode_result(
     h: &Histogram<u64>,
-    write_mb_s: f64,
+    writer: WriterRate,
     run_delay_ns: u64,
     device: &DeviceWork,
     wbt: &WbtSamples,
@@ -285,10 +235,11 @@ fn mode_result(
         read_lat_us_max: if h.is_empty() { 0 } else { h.max() },
         read_lat_us_mean: if h.is_empty() { 0.0 } else { h.mean() },
         reads: h.len(),
-        write_mb_s,
+        write_mb_s: writer.mb_s,
+        app_write_mb_s: writer.app_mb_s,
         ..ModeResult::default()
     };
-    device.fill(&mut r);
+    fill_device(device, &mut r);
     wbt.fill(&mut r);
     if !records.is_empty() {
         let cuts = [r.read_lat_us_p90, r.read_lat_us_p99, r.read_lat_us_p99_9];
@@ -357,39 +308,67 @@ fn reader(
     Ok(Reads { latencies: h, run_delay_ns, device, records, lost_events })
 }
 
-/// A streaming writer of 1 MiB blocks for `seconds`, then `finish`; returns MB/s.
+/// A writer's rates, MiB/s: with its final sync, and without it (the application's rate).
+#[derive(Clone, Copy, Debug, Default)]
+struct WriterRate {
+    mb_s: f64,
+    app_mb_s: f64,
+}
+
+/// A streaming writer of 1 MiB blocks for `seconds` (paced by `pacer`, if any), then `finish`.
 fn writer(
     seconds: f64,
     wrap: u64,
+    mut pacer: Option<Pacer>,
     mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
     finish: impl FnOnce() -> io::Result<()>,
-) -> io::Result<f64> {
+) -> io::Result<WriterRate> {
     let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 31) as u8).collect();
     let start = Instant::now();
     let mut written = 0u64;
     while start.elapsed().as_secs_f64() < seconds {
+        if let Some(pacer) = &mut pacer {
+            let wait = pacer.wait(written, start.elapsed());
+            let left = Duration::from_secs_f64(seconds).saturating_sub(start.elapsed());
+            if wait >= left {
+                std::thread::sleep(left);
+                break;
+            }
+            std::thread::sleep(wait);
+        }
         write(&block, written % wrap)?;
         written += block.len() as u64;
     }
+    let app_secs = start.elapsed().as_secs_f64();
     finish()?;
-    Ok(written as f64 / MIB / start.elapsed().as_secs_f64())
+    let mb = written as f64 / MIB;
+    Ok(WriterRate { mb_s: mb / start.elapsed().as_secs_f64(), app_mb_s: mb / app_secs })
 }
 
-/// Random reads (`read`) while a streaming writer (`write`, then `sync`) runs for `seconds`;
+/// How a mode's writer runs: for how long, where it wraps around, at what rate (MiB/s; `None`:
+/// unpaced).
+#[derive(Clone, Copy, Debug)]
+struct WriterPlan {
+    seconds: f64,
+    wrap: u64,
+    target_mib_s: Option<f64>,
+}
+
+/// Random reads (`read`) while a streaming writer (`write`, then `sync`) runs as `plan` says;
 /// the reader stops when the writer starts its sync.
 fn reader_beside_writer(
     pages: u64,
     watch: Watch,
-    seconds: f64,
-    wrap: u64,
+    plan: WriterPlan,
     read: impl FnMut(&mut [u8], u64) -> io::Result<usize> + Send,
     write: impl FnMut(&[u8], u64) -> io::Result<()>,
     sync: impl FnOnce() -> io::Result<()>,
-) -> io::Result<(Reads, f64)> {
+) -> io::Result<(Reads, WriterRate)> {
     let stop = AtomicBool::new(false);
+    let pacer = Pacer::new(plan.target_mib_s);
     let (h, mb_s) = std::thread::scope(|s| {
         let r = s.spawn(|| reader(pages, watch, &stop, read));
-        let w = writer(seconds, wrap, write, || {
+        let w = writer(plan.seconds, plan.wrap, pacer, write, || {
             stop.store(true, Ordering::Relaxed);
             sync()
         });
@@ -445,7 +424,8 @@ pub(crate) fn read_under_write(
     result
 }
 
-/// The modes' rounds over the prepared read file of `size` bytes.
+/// The modes' rounds over the prepared read file of `size` bytes: per round the reader alone,
+/// then per `--write-rate` each ebb mode and the kernel's writer.
 fn measure(
     opts: &ReadUnderWriteOptions,
     progress: &mut dyn FnMut(&str),
@@ -459,7 +439,17 @@ fn measure(
         Target::Nfs(_) => None,
     };
     let watch = Watch { dev, breakdown: opts.breakdown };
-    let mut runs = Modes::default();
+    let rates =
+        if opts.write_rates.is_empty() { &[WriteRate::Unpaced][..] } else { &opts.write_rates };
+    let raw_write_mb_s = match rates.iter().any(|r| r.needs_raw()) {
+        true => {
+            progress("measuring the raw write rate (O_DIRECT, 1 MiB writes)");
+            Some(raw_write_rate(&opts.target, secs)?)
+        }
+        false => None,
+    };
+    let mut idle = Modes::default();
+    let mut per_rate: Vec<Modes> = rates.iter().map(|_| Modes::default()).collect();
     let mut wbt_lat = 0;
     settle();
     for round in 1..=opts.rounds.max(1) {
@@ -471,55 +461,148 @@ fn measure(
             stop.store(true, Ordering::Relaxed);
             r.join().expect("reader thread")
         })?;
-        runs.add("idle", h, 0.0, WbtSamples::default())?;
-        for (label, knobs) in ebb_modes(opts) {
-            let mode = format!("ebb_{label}");
-            progress(&format!("round {round}: {mode}"));
-            let (h, mb_s, lat, wbt) = ebb_round(opts, &knobs, pages, dev)?;
-            wbt_lat = wbt_lat.max(lat);
-            runs.add(&mode, h, mb_s, wbt)?;
+        idle.add("idle", h, WriterRate::default(), WbtSamples::default())?;
+        for (rate, runs) in rates.iter().zip(per_rate.iter_mut()) {
+            let plan = WriterPlan {
+                seconds: secs,
+                wrap: opts.write_file_size,
+                target_mib_s: rate.target_mib_s(raw_write_mb_s),
+            };
+            let at = rate.label();
+            for (label, knobs) in ebb_modes(opts) {
+                let mode = format!("ebb_{label}");
+                progress(&format!("round {round}, writer {at}: {mode}"));
+                let (h, mb_s, lat, wbt) = ebb_round(opts, &knobs, pages, dev, plan)?;
+                wbt_lat = wbt_lat.max(lat);
+                runs.add(&mode, h, mb_s, wbt)?;
+            }
+            let Target::Dir(dir) = &opts.target else { continue };
+            progress(&format!(
+                "round {round}, writer {at}: kernel, a buffered writer through the page cache"
+            ));
+            let path = dir.join("ebb-bench-kernel-write");
+            let kf = std::fs::File::create(&path)?;
+            let (h, mb_s) = reader_beside_writer(
+                pages,
+                watch,
+                plan,
+                |b, o| read_file.read_at(b, o),
+                |b, o| {
+                    use std::os::unix::fs::FileExt;
+                    kf.write_all_at(b, o)
+                },
+                || kf.sync_data(),
+            )?;
+            runs.add("kernel", h, mb_s, WbtSamples::default())?;
+            drop(kf);
+            std::fs::remove_file(&path)?;
+            settle();
         }
-        let Target::Dir(dir) = &opts.target else { continue };
-        progress(&format!("round {round}: kernel, a buffered writer through the page cache"));
-        let path = dir.join("ebb-bench-kernel-write");
-        let kf = std::fs::File::create(&path)?;
-        let (h, mb_s) = reader_beside_writer(
-            pages,
-            watch,
-            secs,
-            opts.write_file_size,
-            |b, o| read_file.read_at(b, o),
-            |b, o| {
-                use std::os::unix::fs::FileExt;
-                kf.write_all_at(b, o)
-            },
-            || kf.sync_data(),
-        )?;
-        runs.add("kernel", h, mb_s, WbtSamples::default())?;
-        drop(kf);
-        std::fs::remove_file(&path)?;
-        settle();
     }
-    let modes = runs
-        .0
-        .into_iter()
-        .map(|(mode, run)| {
-            let mean = run.rates.iter().sum::<f64>() / run.rates.len().max(1) as f64;
-            let records = (&run.records[..], run.lost_events);
-            let r =
-                mode_result(&run.latencies, mean, run.run_delay_ns, &run.device, &run.wbt, records);
-            (mode, r)
-        })
-        .collect();
-    Ok(ReadUnderWriteResult {
+    let mut modes = idle.results(None);
+    let mut paced = Vec::new();
+    for (rate, runs) in rates.iter().zip(per_rate) {
+        let target = rate.target_mib_s(raw_write_mb_s);
+        let results = runs.results(target);
+        match rate {
+            WriteRate::Unpaced => modes.extend(results),
+            _ => paced.push(RateResult {
+                rate: rate.label(),
+                target_write_mb_s: target,
+                modes: results,
+            }),
+        }
+    }
+    let points = frontier_points(&modes, &paced);
+    let frontier = (!points.is_empty()).then(|| Frontier::of(&points));
+    let targets = paced.iter().filter_map(RateResult::targets).collect();
+    let result = ReadUnderWriteResult {
         modes,
+        rates: paced,
+        raw_write_mb_s,
+        frontier,
+        targets,
         seconds: secs,
         rounds: opts.rounds.max(1),
         memory_bytes: opts.memory,
         wbt_lat_usec: wbt_lat,
         kernel_dirty_thresh_bytes: opts.kernel_thresholds.map(|t| t.0),
         kernel_dirty_background_thresh_bytes: opts.kernel_thresholds.map(|t| t.1),
-    })
+    };
+    if let Some(dir) = &opts.chart {
+        super::frontier_chart::draw(dir, &points)?;
+    }
+    Ok(result)
+}
+
+/// The device's raw sequential write rate, MiB/s: `O_DIRECT` writes of 1 MiB for `seconds`
+/// (at most 4 GiB), then a sync, into a file of the target removed afterwards.
+fn raw_write_rate(target: &Target, seconds: f64) -> io::Result<f64> {
+    const NAME: &str = "ebb-bench-raw-write";
+    let backend = target.raw()?;
+    let f = backend.open(NAME, CREATE)?;
+    let mut buf = AlignedBuf::zeroed(1 << 20);
+    buf.iter_mut().enumerate().for_each(|(i, b)| *b = (i * 13) as u8);
+    let start = Instant::now();
+    let mut written = 0u64;
+    while start.elapsed().as_secs_f64() < seconds && written < 4 << 30 {
+        f.write_at(&buf, written)?;
+        written += buf.len() as u64;
+    }
+    f.sync()?;
+    let mb_s = written as f64 / MIB / start.elapsed().as_secs_f64();
+    drop(f);
+    backend.remove(NAME)?;
+    settle();
+    Ok(mb_s)
+}
+
+/// The writer modes at one paced rate.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct RateResult {
+    /// `25%`, `200MiB/s`.
+    pub(crate) rate: String,
+    /// The writers' target, MiB/s.
+    pub(crate) target_write_mb_s: Option<f64>,
+    /// Per mode (`ebb_wbt_on`, ..., `kernel`).
+    pub(crate) modes: BTreeMap<String, ModeResult>,
+}
+
+impl RateResult {
+    /// `wbt = ebb` (the default) against the kernel's writer at this rate, if both ran.
+    fn targets(&self) -> Option<RateTargets> {
+        let tail = |m: &ModeResult| Tail {
+            percentiles: [
+                m.read_lat_us_p50,
+                m.read_lat_us_p90,
+                m.read_lat_us_p99,
+                m.read_lat_us_p99_9,
+                m.read_lat_us_p99_99,
+            ],
+            sustained: m.sustained.unwrap_or(true),
+        };
+        let ebb = self.modes.get("ebb_wbt_ebb")?;
+        let kernel = self.modes.get("kernel")?;
+        Some(RateTargets::judge_at(&self.rate, "ebb_wbt_ebb", tail(ebb), tail(kernel)))
+    }
+}
+
+/// Every writer mode's point (the reader alone has none).
+fn frontier_points(modes: &BTreeMap<String, ModeResult>, paced: &[RateResult]) -> Vec<Point> {
+    let unpaced = modes.iter().map(|(mode, r)| ("unpaced", mode, r));
+    let paced =
+        paced.iter().flat_map(|p| p.modes.iter().map(|(mode, r)| (p.rate.as_str(), mode, r)));
+    unpaced
+        .chain(paced)
+        .filter(|(_, mode, _)| *mode != "idle")
+        .map(|(rate, mode, r)| Point {
+            mode: mode.clone(),
+            rate: rate.to_owned(),
+            write_mb_s: r.write_mb_s,
+            read_lat_us_p99: r.read_lat_us_p99,
+            read_lat_us_p99_99: r.read_lat_us_p99_99,
+        })
+        .collect()
 }
 
 /// One mode's rounds: the merged read latencies, the reader's total run delay, each round's
@@ -527,7 +610,7 @@ fn measure(
 struct ModeRuns {
     latencies: Histogram<u64>,
     run_delay_ns: u64,
-    rates: Vec<f64>,
+    rates: Vec<WriterRate>,
     device: DeviceWork,
     wbt: WbtSamples,
     records: Vec<ReadRecord>,
@@ -540,7 +623,13 @@ struct Modes(BTreeMap<String, ModeRuns>);
 
 impl Modes {
     /// One round of `mode`: its reads, its writer's MB/s and what wbt did.
-    fn add(&mut self, mode: &str, reads: Reads, mb_s: f64, wbt: WbtSamples) -> io::Result<()> {
+    fn add(
+        &mut self,
+        mode: &str,
+        reads: Reads,
+        mb_s: WriterRate,
+        wbt: WbtSamples,
+    ) -> io::Result<()> {
         match self.0.entry(mode.to_owned()) {
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(ModeRuns {
@@ -567,6 +656,35 @@ impl Modes {
         }
         Ok(())
     }
+
+    /// Each mode's result over its rounds: the merged reads, the mean writer rates, and
+    /// whether the writer sustained `target` (MiB/s; `None`: unpaced).
+    fn results(self, target: Option<f64>) -> BTreeMap<String, ModeResult> {
+        self.0
+            .into_iter()
+            .map(|(mode, run)| {
+                let n = run.rates.len().max(1) as f64;
+                let rate = WriterRate {
+                    mb_s: run.rates.iter().map(|r| r.mb_s).sum::<f64>() / n,
+                    app_mb_s: run.rates.iter().map(|r| r.app_mb_s).sum::<f64>() / n,
+                };
+                let records = (&run.records[..], run.lost_events);
+                let mut r = mode_result(
+                    &run.latencies,
+                    rate,
+                    run.run_delay_ns,
+                    &run.device,
+                    &run.wbt,
+                    records,
+                );
+                if mode != "idle" {
+                    r.target_write_mb_s = target;
+                    r.sustained = target.map(|t| rate.app_mb_s >= SUSTAINED_SHARE * t);
+                }
+                (mode, r)
+            })
+            .collect()
+    }
 }
 
 /// The ebb modes of a round, each a label and its knobs: wbt on, ebb and off, then each
@@ -589,7 +707,8 @@ fn ebb_round(
     knobs: &[(String, String)],
     pages: u64,
     dev: Option<(u64, u64)>,
-) -> io::Result<(Reads, f64, u64, WbtSamples)> {
+    plan: WriterPlan,
+) -> io::Result<(Reads, WriterRate, u64, WbtSamples)> {
     let mut builder = builder_with(opts.memory, &opts.knobs)?;
     for (name, value) in knobs {
         builder = builder.knob(name, value).map_err(config_error)?;
@@ -603,8 +722,7 @@ fn ebb_round(
     let (h, mb_s) = reader_beside_writer(
         pages,
         Watch { dev, breakdown: opts.breakdown },
-        opts.seconds,
-        opts.write_file_size,
+        plan,
         |b, o| rf.read_direct_at(b, o),
         |b, o| {
             if sampled.elapsed() >= WbtSamples::EVERY {
