@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use ebb_core::ThrottlePolicy;
 
+use crate::experiment::format_number;
 use crate::report::ReportError;
 use crate::report::chrome_trace::{ArgValue, ChromeTrace};
 use crate::report::hist::SampleStats;
@@ -290,7 +291,8 @@ pub fn write_trace_report(trace: &Path, out: &Path) -> Result<TraceReport, Repor
 
 /// The report page of one traced run: its metrics and its charts.
 fn page(name: &str, result: &RunResult, plots: Vec<PlotRef>) -> ReportPage {
-    let rows = result.metrics.iter().map(|(k, v)| vec![k.clone(), format!("{v:.3}")]).collect();
+    // Counts as whole numbers, other figures to three significant digits or so (not `9.000`).
+    let rows = result.metrics.iter().map(|(k, v)| vec![k.clone(), format_number(*v)]).collect();
     ReportPage {
         title: format!("ebb trace report: {name}"),
         intro: "The tracepoints of one run (ebb mount --trace, Builder::trace, or a simulated \
@@ -388,6 +390,8 @@ mod tests {
         let html =
             std::fs::read_to_string(out.join("report.html")).expect("html").replace("<wbr>", "");
         assert!(html.contains("dirty.png") && html.contains("pause_ms_p99"), "{html}");
+        // Counts read as whole numbers: 133 pauses, not `133.000`.
+        assert!(html.contains(">133<") && !html.contains("133.000"), "{html}");
         std::fs::write(&trace, "nothing here\n").expect("write");
         let error = write_trace_report(&trace, &out).expect_err("no tracepoint").to_string();
         assert!(error.contains("run.trace") && error.contains("no tracepoint line"), "{error}");
