@@ -297,7 +297,8 @@ pub struct Published {
     /// Our figure: text with `{expression}` holes.
     pub ours: Template,
     /// How the row is judged (the posting's number, tolerance, neutral point, noise);
-    /// `None`: the posting gives no number and the row is not compared.
+    /// `None`: the row is not compared (the posting gives no number, or `why` says why ours
+    /// cannot be set beside it).
     pub rule: Option<Rule>,
     /// Ours, the number compared with the rule's value.
     pub ours_value: Option<Expr>,
@@ -365,7 +366,10 @@ impl Published {
         if judgement.verdict != Verdict::Reproduced
             && let Some(explanation) = &self.why
         {
-            if why.is_empty() {
+            // A row with no rule but an explanation is not compared for the reason the file
+            // gives (the posting may well give a number: a column no case of ours runs).
+            if why.is_empty() || self.rule.is_none() {
+                why.clear();
                 why.push_str(explanation.trim());
             } else {
                 // A new sentence after the computed reason.

@@ -204,7 +204,7 @@ fn shortfall(rows: &[PublishedOutcome]) -> String {
         let partly = rows.iter().filter(|row| row.verdict == Verdict::DirectionOnly).count();
         let compared = rows.iter().filter(|row| row.verdict != Verdict::NotCompared).count();
         return match (compared, partly) {
-            (0, _) => "nothing to compare: the posting gives no number".to_owned(),
+            (0, _) => "nothing compared: no number of the posting has a case of ours".to_owned(),
             (_, 0) => "every compared number reproduced".to_owned(),
             (_, n) => format!("none contradicted; {n} reproduced in direction only"),
         };
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(shortfall(&computed), "1 not reproduced: opposite direction");
         assert_eq!(shortfall(&rows[3..]), "every compared number reproduced");
         let none = [row(Verdict::NotCompared, "the posting gives no number", None)];
-        assert!(shortfall(&none).starts_with("nothing to compare"));
+        assert!(shortfall(&none).starts_with("nothing compared"));
         let long = "word ".repeat(100);
         let cut = first_sentence(&long);
         assert!(

@@ -520,6 +520,17 @@ fn checks_evaluate_on_hand_made_results() {
     assert_eq!(published[1].verdict, Verdict::Reproduced);
     assert_eq!(published[2].verdict, Verdict::NotCompared);
     assert_eq!(published[2].ratio, None);
+    assert_eq!(published[2].why, "the posting gives no number");
+    // A row not compared for the file's reason (a column no case of ours runs) says that
+    // reason alone, not that the posting gives no number.
+    let reclaim = load("reclaim-writeback");
+    let rows = reclaim.evaluate_published(&RunMetrics::new(), &[]);
+    let column = rows
+        .iter()
+        .find(|row| row.verdict == Verdict::NotCompared && row.explanation.is_some())
+        .expect("reclaim-writeback has not-compared rows that say why");
+    assert_eq!(Some(&column.why), column.explanation.as_ref());
+    assert!(!column.why.contains("gives no number"), "{}", column.why);
     // Ours at 4x the posting's longest pause: outside x2, and legacy pauses have no direction.
     let long = experiment.evaluate_published(
         &ioless_metrics(1296.0, 4.0, 60.5),
