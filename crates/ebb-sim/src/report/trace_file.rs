@@ -301,7 +301,14 @@ fn page(name: &str, result: &RunResult, plots: Vec<PlotRef>) -> ReportPage {
             .to_owned(),
         experiments: vec![ExperimentSection {
             name: name.to_owned(),
-            description: String::new(),
+            description: "Reading the bandwidth chart: its points come from the \
+                          bdi_dirty_ratelimit tracepoint, which ebb (as the kernel) emits only \
+                          when a writer's throttle check updates the ratelimit, that is while \
+                          dirty data is above the freerun point. While writes only trickle in \
+                          there are no such points, and the line joins the last busy figure to \
+                          the next one: it shows what the backend could complete when it was \
+                          busy, not the rate of the moment (ebb top's written rate shows that)."
+                .to_owned(),
             comparisons: Vec::new(),
             tables: vec![Table {
                 caption: "figures".into(),
