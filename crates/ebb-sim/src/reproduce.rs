@@ -273,11 +273,16 @@ impl Outcome {
             text.push_str("\n\n");
         }
         if self.seeds > 1 {
-            text.push_str(&format!(
+            let note = format!(
                 "Every case ran over {} seeds: ours is the mean, with the seeds' range in \
-                 brackets; a change not every seed shows is not the posting's.\n\n",
+                 brackets; a change not every seed shows is not the posting's.",
                 self.seeds
-            ));
+            );
+            for line in wrap(&note, TEXT_WIDTH) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text.push('\n');
         }
         for experiment in &self.experiments {
             let origin = if experiment.own { " (ebb's own experiment)" } else { "" };

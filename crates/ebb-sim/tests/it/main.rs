@@ -701,7 +701,9 @@ fn verdicts_are_judged_over_the_seeds() {
     let failed = outcome.failed_checks();
     assert_eq!(failed.len(), 1, "{}", outcome.text());
     assert_eq!(failed[0].1.values(), "237 > 200, 1 of 2 seeds");
-    assert!(outcome.text().contains("Every case ran over 2 seeds"));
+    let text = outcome.text();
+    assert!(text.contains("Every case ran over 2 seeds"), "{text}");
+    assert!(text.lines().all(|line| line.chars().count() <= 120), "wider than 120:\n{text}");
     assert_verdicts_consistent(out.path(), 1);
     // Both seeds going the posting's way: reproduced on the mean (-0.9%).
     let out = tempfile::tempdir().expect("temp dir");
