@@ -94,6 +94,10 @@ struct ReproduceArgs {
     /// Replace each experiment's seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Run every case over this many seeds, from the experiment's seed on; the verdicts are
+    /// judged over them (default 3, or 1 with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    seeds: Option<u64>,
     /// Runs carried out at once.
     #[arg(long, default_value_t = 2)]
     jobs: usize,
@@ -116,6 +120,10 @@ struct SimArgs {
     /// Shortened runs (the experiment's [quick] section).
     #[arg(long)]
     quick: bool,
+    /// Run every case over this many seeds, from the experiment's seed on; the verdicts are
+    /// judged over them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    seeds: u64,
     /// Runs carried out at once.
     #[arg(long, default_value_t = 2)]
     jobs: usize,
@@ -277,6 +285,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out_dir: args.out,
                 quick: args.quick,
                 seed: args.seed,
+                seeds: args.seeds.unwrap_or(if args.quick { 1 } else { reproduce::DEFAULT_SEEDS }),
                 trace: false,
                 threads: args.jobs.max(1),
             };
@@ -291,6 +300,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out_dir: args.out,
                 quick: args.quick,
                 seed: args.seed,
+                seeds: args.seeds,
                 trace: args.trace,
                 threads: args.jobs.max(1),
             };

@@ -5,7 +5,8 @@
 //! experiment file of a directory, [`sim`] one file; all go through
 //! [`run_experiments`], which
 //!
-//! 1. expands every experiment into its runs (quick or full, with the seed and trace options);
+//! 1. expands every experiment into its runs (quick or full, with the seed and trace options),
+//!    once per seed of [`Options::seeds`] (the experiment's seed and the ones after it);
 //! 2. runs them with [`crate::run::run`] on up to [`Options::threads`] threads; each run is
 //!    deterministic and its result is stored by index, so nothing depends on thread timing;
 //! 3. writes, under the output directory, `<experiment>/summary.json`, three or four PNG
@@ -74,6 +75,9 @@ pub struct Options {
     pub quick: bool,
     /// Replaces each experiment's global seed.
     pub seed: Option<u64>,
+    /// Every case runs once per seed, from the global seed on (at least 1): the verdicts are
+    /// judged over them (docs/verdicts.md). `ebb reproduce` uses [`DEFAULT_SEEDS`].
+    pub seeds: u64,
     /// Write `trace.txt` and `trace.json` for every run, beside its charts.
     pub trace: bool,
     /// Runs carried out at once (at least 1).
@@ -81,11 +85,23 @@ pub struct Options {
 }
 
 impl Options {
-    /// Full runs into `out_dir`, the files' seeds, no trace, two threads.
+    /// Full runs into `out_dir`, the files' seeds, one seed, no trace, two threads.
     pub fn new(out_dir: impl Into<PathBuf>) -> Options {
-        Options { out_dir: out_dir.into(), quick: false, seed: None, trace: false, threads: 2 }
+        Options {
+            out_dir: out_dir.into(),
+            quick: false,
+            seed: None,
+            seeds: 1,
+            trace: false,
+            threads: 2,
+        }
     }
 }
+
+/// Seeds per case of a full `ebb reproduce`: three, so that a change every seed shows can be
+/// told from one inside the seeds' spread, while the full run stays under two minutes on two
+/// cores (about 31 s a seed, release build; measured in the commit that set it).
+pub const DEFAULT_SEEDS: u64 = 3;
 
 /// Progress of a batch of runs, for a progress bar. Indexes count runs across all
 /// experiments, in run order.
@@ -216,6 +232,8 @@ pub struct Outcome {
     pub report_html: PathBuf,
     /// Whether the runs were shortened (`--quick`): the verdicts are then not the report's.
     pub quick: bool,
+    /// Seeds every case ran over.
+    pub seeds: u64,
 }
 
 impl Outcome {
@@ -253,6 +271,18 @@ impl Outcome {
         if self.quick {
             text.push_str(QUICK_NOTE);
             text.push_str("\n\n");
+        }
+        if self.seeds > 1 {
+            let note = format!(
+                "Every case ran over {} seeds: ours is the mean, with the seeds' range in \
+                 brackets; a change not every seed shows is not the posting's.",
+                self.seeds
+            );
+            for line in wrap(&note, TEXT_WIDTH) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text.push('\n');
         }
         for experiment in &self.experiments {
             let origin = if experiment.own { " (ebb's own experiment)" } else { "" };
@@ -418,16 +448,22 @@ pub fn run_experiments(
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<Outcome, ReproduceError> {
     create_dir(&options.out_dir)?;
+    let seeds = options.seeds.max(1) as usize;
+    // Seed by seed, so a progress bar's first tenth is the first seed's runs.
     let mut jobs: Vec<(usize, RunSpec)> = Vec::new();
-    for (index, experiment) in experiments.iter().enumerate() {
-        for spec in experiment.runs(&expand_options(experiment, options)) {
-            if let Some(dir) = &spec.trace_dir {
-                create_dir(dir)?;
+    for seed in 0..seeds {
+        for (index, experiment) in experiments.iter().enumerate() {
+            for spec in experiment.runs(&expand_options(experiment, options, seed)) {
+                if let Some(dir) = &spec.trace_dir {
+                    create_dir(dir)?;
+                }
+                jobs.push((index, spec));
             }
-            jobs.push((index, spec));
         }
     }
-    let mut results: Vec<Vec<RunResult>> = experiments.iter().map(|_| Vec::new()).collect();
+    let mut results: Vec<Vec<Vec<RunResult>>> =
+        experiments.iter().map(|_| vec![Vec::new(); seeds]).collect();
+    let mut seen = vec![0usize; experiments.len()];
     for ((index, spec), result) in
         jobs.iter().zip(run_all(experiments, &jobs, options.threads, progress))
     {
@@ -436,18 +472,21 @@ pub fn run_experiments(
             run: spec.name.clone(),
             source,
         })?;
-        results[*index].push(result);
+        let per_seed = experiments[*index].cases.len() * experiments[*index].variants.len();
+        results[*index][seen[*index] / per_seed].push(result);
+        seen[*index] += 1;
     }
     write_reports(experiments, results, options)
 }
 
-/// Writes the reports of runs already carried out and evaluates the checks: `results[i]` holds
-/// the results of `experiments[i]` in [`Experiment::run_names`] order, run with `options`.
-/// This is the second half of [`run_experiments`], public so reports can be produced from
-/// results made elsewhere (tests, saved runs).
+/// Writes the reports of runs already carried out and evaluates the checks: `results[i][s]`
+/// holds the results of `experiments[i]` under its `s`-th seed ([`Options::seeds`]), in
+/// [`Experiment::run_names`] order, run with `options`. This is the second half of
+/// [`run_experiments`], public so reports can be produced from results made elsewhere (tests,
+/// saved runs).
 pub fn write_reports(
     experiments: &[Experiment],
-    results: Vec<Vec<RunResult>>,
+    results: Vec<Vec<Vec<RunResult>>>,
     options: &Options,
 ) -> Result<Outcome, ReproduceError> {
     assert_eq!(experiments.len(), results.len(), "one result list per experiment");
@@ -456,10 +495,21 @@ pub fn write_reports(
     let mut sections = Vec::new();
     for (experiment, results) in experiments.iter().zip(results) {
         create_dir(&options.out_dir.join(&experiment.name))?;
-        let specs = experiment.runs(&expand_options(experiment, options));
-        assert_eq!(specs.len(), results.len(), "{}: one result per run", experiment.name);
-        let runs: Vec<(&RunSpec, RunResult)> = specs.iter().zip(results).collect();
-        let (outcome, section) = report_experiment(experiment, &runs, options)?;
+        assert!(!results.is_empty(), "{}: at least one seed", experiment.name);
+        let specs: Vec<Vec<RunSpec>> = (0..results.len())
+            .map(|seed| experiment.runs(&expand_options(experiment, options, seed)))
+            .collect();
+        let global_seeds: Vec<u64> =
+            (0..results.len()).map(|seed| global_seed(experiment, options, seed)).collect();
+        let seeds: Vec<Vec<(&RunSpec, RunResult)>> = specs
+            .iter()
+            .zip(results)
+            .map(|(specs, results)| {
+                assert_eq!(specs.len(), results.len(), "{}: one result per run", experiment.name);
+                specs.iter().zip(results).collect()
+            })
+            .collect();
+        let (outcome, section) = report_experiment(experiment, &seeds, &global_seeds, options)?;
         outcomes.push(outcome);
         sections.push(section);
     }
@@ -476,15 +526,21 @@ pub fn write_reports(
         experiments: sections,
     };
     write_html(&page, &report_html)?;
-    Ok(Outcome { experiments: outcomes, report_html, quick: options.quick })
+    Ok(Outcome { experiments: outcomes, report_html, quick: options.quick, seeds: options.seeds })
 }
 
-fn expand_options(experiment: &Experiment, options: &Options) -> ExpandOptions {
+/// The runs of `experiment` under its `seed`-th seed; only the first seed's are traced.
+fn expand_options(experiment: &Experiment, options: &Options, seed: usize) -> ExpandOptions {
     ExpandOptions {
         quick: options.quick,
-        seed: options.seed,
-        trace_dir: options.trace.then(|| options.out_dir.join(&experiment.name)),
+        seed: Some(global_seed(experiment, options, seed)),
+        trace_dir: (options.trace && seed == 0).then(|| options.out_dir.join(&experiment.name)),
     }
+}
+
+/// The `index`-th global seed of `experiment`: its seed (or `--seed`'s), then the ones after.
+fn global_seed(experiment: &Experiment, options: &Options, index: usize) -> u64 {
+    options.seed.unwrap_or(experiment.seed).wrapping_add(index as u64)
 }
 
 fn create_dir(path: &Path) -> Result<(), ReproduceError> {
@@ -506,7 +562,16 @@ fn intro(options: &Options) -> String {
         intro.push('\n');
         intro.push_str(QUICK_NOTE);
     }
-    if let Some(seed) = options.seed {
+    if options.seeds > 1 {
+        intro.push_str(&format!(
+            "\nEvery case ran over {} seeds (the experiment's seed and the ones after it{}): the \
+             tables show each metric's mean over them, the charts the first seed's runs, and \
+             ours beside a published number is its mean with the seeds' range; a change that \
+             not every seed shows is not counted as the posting's.",
+            options.seeds,
+            options.seed.map_or(String::new(), |seed| format!(", from {seed}"))
+        ));
+    } else if let Some(seed) = options.seed {
         intro.push_str(&format!("\nSeed {seed}."));
     }
     intro

@@ -108,17 +108,27 @@ pub struct CheckOutcome {
     pub level: bool,
     /// Why a side has no value.
     pub error: Option<String>,
+    /// Seeds it was evaluated on (the sides are their means).
+    pub seeds: usize,
+    /// Seeds on which it holds; it passes only when it holds on every seed.
+    pub seeds_held: usize,
 }
 
 impl CheckOutcome {
-    /// `left op right` with the values, e.g. `312 > 200`, or the error.
+    /// `left op right` with the values, e.g. `312 > 200`, or the error; over several seeds,
+    /// the sides' means and on how many seeds it holds (`312 > 200, 2 of 3 seeds`).
     pub fn values(&self) -> String {
-        match (self.left, self.right, &self.error) {
+        let text = match (self.left, self.right, &self.error) {
             (Some(left), Some(right), _) => {
                 format!("{} {} {}", format_number(left), self.op, format_number(right))
             }
             (_, _, Some(error)) => error.clone(),
             _ => "no value".to_owned(),
+        };
+        if self.seeds > 1 {
+            format!("{text}, {} of {} seeds", self.seeds_held, self.seeds)
+        } else {
+            text
         }
     }
 }
@@ -148,6 +158,38 @@ impl Check {
             pass,
             level: self.level,
             error,
+            seeds: 1,
+            seeds_held: usize::from(pass),
+        }
+    }
+
+    /// Evaluates the check on each seed's metrics: it holds when it holds on every seed; the
+    /// sides shown are their means over the seeds (absent when a seed has no value, whose
+    /// error is kept).
+    pub fn evaluate_seeds(&self, seeds: &[RunMetrics]) -> CheckOutcome {
+        let outcomes: Vec<CheckOutcome> =
+            seeds.iter().map(|metrics| self.evaluate(metrics)).collect();
+        let Some(first) = outcomes.first() else {
+            return CheckOutcome {
+                seeds: 0,
+                seeds_held: 0,
+                pass: false,
+                ..self.evaluate(&RunMetrics::new())
+            };
+        };
+        let mean = |side: fn(&CheckOutcome) -> Option<f64>| {
+            let values: Option<Vec<f64>> = outcomes.iter().map(side).collect();
+            values.map(|values| values.iter().sum::<f64>() / values.len() as f64)
+        };
+        let seeds_held = outcomes.iter().filter(|outcome| outcome.pass).count();
+        CheckOutcome {
+            left: mean(|outcome| outcome.left),
+            right: mean(|outcome| outcome.right),
+            pass: seeds_held == outcomes.len(),
+            error: outcomes.iter().find_map(|outcome| outcome.error.clone()),
+            seeds: outcomes.len(),
+            seeds_held,
+            ..first.clone()
         }
     }
 }

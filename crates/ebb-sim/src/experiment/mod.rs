@@ -323,8 +323,10 @@ pub struct PublishedOutcome {
     pub ours: String,
     /// The posting's number.
     pub value: Option<PublishedValue>,
-    /// Ours, the number compared.
+    /// Ours, the number compared: the mean of [`PublishedOutcome::ours_values`].
     pub ours_value: Option<f64>,
+    /// Ours per seed, in seed order (empty when ours has no value).
+    pub ours_values: Vec<f64>,
     /// Ours over the value's nearest point.
     pub ratio: Option<f64>,
     /// The tolerance as written (`x2`, `+-3`, `range`), empty when not compared.
@@ -346,8 +348,19 @@ pub struct PublishedOutcome {
 }
 
 impl Published {
-    /// Renders ours and judges it against the value.
+    /// Renders ours and judges it against the value, for one seed's runs.
     pub fn evaluate(&self, metrics: &RunMetrics, checks: &[CheckOutcome]) -> PublishedOutcome {
+        self.evaluate_seeds(std::slice::from_ref(metrics), metrics, checks)
+    }
+
+    /// Renders ours on `mean` (each run's metrics averaged over the seeds) and judges ours
+    /// computed on each seed's metrics (`seeds`, one map per seed), as [`judge`] says.
+    pub fn evaluate_seeds(
+        &self,
+        seeds: &[RunMetrics],
+        mean: &RunMetrics,
+        checks: &[CheckOutcome],
+    ) -> PublishedOutcome {
         let failed: Vec<String> = self
             .checks
             .iter()
@@ -356,12 +369,24 @@ impl Published {
             })
             .cloned()
             .collect();
-        let ours_value = self.ours_value.as_ref().map(|expr| expr.eval(metrics).map_err(|e| e.0));
-        let judgement = judge(
-            self.rule.as_ref(),
-            ours_value.clone().unwrap_or(Err("no ours_value".to_owned())),
-            &failed,
-        );
+        let ours_values: Option<Result<Vec<f64>, String>> = self
+            .ours_value
+            .as_ref()
+            .map(|expr| seeds.iter().map(|metrics| expr.eval(metrics).map_err(|e| e.0)).collect());
+        let ours_values = ours_values.unwrap_or(Err("no ours_value".to_owned()));
+        let judgement =
+            judge(self.rule.as_ref(), ours_values.as_deref().map_err(Clone::clone), &failed);
+        let ours_values = ours_values.unwrap_or_default();
+        let spread = verdict::mean_and_spread(&ours_values);
+        let mut ours = self.ours.render(mean);
+        if let (Some((_, [low, high])), true) = (spread, seeds.len() > 1) {
+            ours.push_str(&format!(
+                " [{} seeds: {} to {}]",
+                seeds.len(),
+                format_number(low),
+                format_number(high)
+            ));
+        }
         let mut why = judgement.reason;
         if judgement.verdict != Verdict::Reproduced
             && let Some(explanation) = &self.why
@@ -383,9 +408,10 @@ impl Published {
             claim: self.claim.clone(),
             published: self.published.clone(),
             line: self.line.clone(),
-            ours: self.ours.render(metrics),
+            ours,
             value: self.rule.map(|rule| rule.value),
-            ours_value: ours_value.and_then(Result::ok),
+            ours_value: spread.map(|(mean, _)| mean),
+            ours_values,
             ratio: judgement.ratio,
             tolerance: self.rule.map_or(String::new(), |rule| rule.tolerance.to_string()),
             rule: self.rule,
@@ -508,9 +534,27 @@ impl Experiment {
         specs
     }
 
-    /// Evaluates every check on `metrics`, in file order.
+    /// Evaluates every check on `metrics` (one seed's runs), in file order.
     pub fn evaluate_checks(&self, metrics: &RunMetrics) -> Vec<CheckOutcome> {
         self.checks.iter().map(|check| check.evaluate(metrics)).collect()
+    }
+
+    /// Evaluates every check on each seed's metrics, in file order: a check holds when it
+    /// holds for every seed ([`Check::evaluate_seeds`]).
+    pub fn evaluate_checks_seeds(&self, seeds: &[RunMetrics]) -> Vec<CheckOutcome> {
+        self.checks.iter().map(|check| check.evaluate_seeds(seeds)).collect()
+    }
+
+    /// Renders and judges the published rows over several seeds' metrics
+    /// ([`Published::evaluate_seeds`]); `checks` are those of
+    /// [`Experiment::evaluate_checks_seeds`].
+    pub fn evaluate_published_seeds(
+        &self,
+        seeds: &[RunMetrics],
+        mean: &RunMetrics,
+        checks: &[CheckOutcome],
+    ) -> Vec<PublishedOutcome> {
+        self.published.iter().map(|row| row.evaluate_seeds(seeds, mean, checks)).collect()
     }
 
     /// Renders the published rows with our figures and judges each; `checks` are the outcomes

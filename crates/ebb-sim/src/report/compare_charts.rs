@@ -270,6 +270,7 @@ mod tests {
             ours: String::new(),
             value: Some(PublishedValue::Single(value)),
             ours_value: Some(ours),
+            ours_values: vec![ours],
             ratio: Some(ours / value),
             tolerance: tolerance.to_owned(),
             rule: None,

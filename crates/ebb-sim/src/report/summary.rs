@@ -19,6 +19,13 @@
 //! from the file alone. `origin` says whose numbers the rows are: `posting` or `ebb` (ebb's own
 //! experiment, tallied apart); `quick` whether the runs were shortened.
 //!
+//! Seeds: every case runs once per seed of `seeds` (the experiment's seed and the ones after
+//! it; `ebb reproduce` runs three by default). A run's `metrics` are then each metric's mean
+//! over the seeds that measured it, and `metrics_by_seed` lists each seed's own, in `seeds`
+//! order; a row's `ours_value` is the mean of `ours_values`, ours per seed, which the verdict
+//! is computed from (docs/verdicts.md). A one-seed summary has no `metrics_by_seed` and a
+//! one-element `ours_values`.
+//!
 //! Run names are `<case>/<variant>`; metric names carry their unit last (`write_mb_s`,
 //! `pause_ms_p99`). Metrics are kept in a `BTreeMap` so the file lists them sorted and two runs
 //! with the same numbers give the same bytes.
@@ -53,6 +60,9 @@ pub struct Summary {
     /// Whether the runs were shortened (`--quick`).
     #[serde(default)]
     pub quick: bool,
+    /// The global seeds every case ran with, in order (absent in older files: one seed).
+    #[serde(default)]
+    pub seeds: Vec<u64>,
     /// One entry per run, in the order the experiment ran them.
     pub runs: Vec<RunSummary>,
     /// The posting's numbers, ours, and the verdict on each.
@@ -77,8 +87,11 @@ pub struct PublishedSummary {
     pub ours: String,
     /// The posting's number compared (absent: not compared).
     pub published_value: Option<PublishedValue>,
-    /// Our number compared.
+    /// Our number compared: the mean of `ours_values`.
     pub ours_value: Option<f64>,
+    /// Ours per seed, in the order of the summary's `seeds` (absent in older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ours_values: Vec<f64>,
     /// Ours over the posting's (nearest bound of a range).
     pub ratio: Option<f64>,
     /// `x2` (a factor), `+-3` (a distance) or `range`, empty when not compared.
@@ -124,10 +137,14 @@ impl PublishedSummary {
         Ok(Some(Rule { value, tolerance, neutral, noise: self.noise }))
     }
 
-    /// Judges the row again from the file's fields alone.
+    /// Judges the row again from the file's fields alone: ours per seed (`ours_values`, or
+    /// `ours_value` alone in a file without them).
     pub fn rejudge(&self) -> Result<Judgement, String> {
         let rule = self.rule()?;
-        let ours = self.ours_value.ok_or_else(|| "no ours_value".to_owned());
+        let single: Vec<f64> = self.ours_value.into_iter().collect();
+        let values = if self.ours_values.is_empty() { &single } else { &self.ours_values };
+        let ours =
+            if values.is_empty() { Err("no ours_value".to_owned()) } else { Ok(values.as_slice()) };
         Ok(judge(rule.as_ref(), ours, &self.failed_checks))
     }
 }
@@ -148,8 +165,12 @@ pub struct RunSummary {
     pub name: String,
     /// The effective configuration of the run, as the experiment wants to show it.
     pub config: serde_json::Value,
-    /// Metric name (unit last) to value; every value must be finite.
+    /// Metric name (unit last) to value; every value must be finite. Over several seeds, each
+    /// metric's mean over the seeds that measured it.
     pub metrics: BTreeMap<String, f64>,
+    /// Each seed's metrics, in the order of the summary's `seeds`, when there are several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics_by_seed: Vec<BTreeMap<String, f64>>,
 }
 
 impl Summary {
@@ -194,7 +215,7 @@ impl Summary {
 
     fn check_finite(&self, path: &Path) -> Result<(), ReportError> {
         for run in &self.runs {
-            for (metric, &value) in &run.metrics {
+            for (metric, &value) in run.metrics.iter().chain(run.metrics_by_seed.iter().flatten()) {
                 if !value.is_finite() {
                     return Err(ReportError::NonFinite {
                         path: path.to_owned(),
@@ -228,16 +249,19 @@ mod tests {
             experiment: "ioless-throttling".to_owned(),
             origin: "posting".to_owned(),
             quick: false,
+            seeds: vec![1],
             runs: vec![
                 RunSummary {
                     name: "sata/ioless".to_owned(),
                     config: serde_json::json!({"throttle": "ioless", "memory_mb": 4096}),
                     metrics: metrics.clone(),
+                    metrics_by_seed: Vec::new(),
                 },
                 RunSummary {
                     name: "sata/legacy".to_owned(),
                     config: serde_json::json!({"throttle": "legacy"}),
                     metrics: BTreeMap::new(),
+                    metrics_by_seed: Vec::new(),
                 },
             ],
             published: vec![PublishedSummary {
@@ -247,6 +271,7 @@ mod tests {
                 ours: "0 .. 1219 ms".to_owned(),
                 published_value: Some(PublishedValue::Single(324.0)),
                 ours_value: Some(1219.0),
+                ours_values: vec![1219.0],
                 ratio: Some(1219.0 / 324.0),
                 tolerance: "x2".to_owned(),
                 kind: Some("level".to_owned()),
@@ -290,7 +315,7 @@ mod tests {
         let top = value.as_object().expect("object");
         assert_eq!(
             top.keys().collect::<Vec<_>>(),
-            ["experiment", "origin", "published", "quick", "runs", "verdicts"]
+            ["experiment", "origin", "published", "quick", "runs", "seeds", "verdicts"]
         );
         assert_eq!(top["published"][0]["kind"], "level");
         assert_eq!(top["verdicts"]["not-reproduced"].as_u64(), Some(1));

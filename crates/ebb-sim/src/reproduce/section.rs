@@ -4,15 +4,19 @@
 use super::*;
 
 /// Writes one experiment's summary and charts, evaluates it, and builds its report section.
+/// `seeds[i]` are the runs of global seed `global_seeds[i]`; the charts are the first seed's.
 pub(super) fn report_experiment(
     experiment: &Experiment,
-    runs: &[(&RunSpec, RunResult)],
+    seeds: &[Vec<(&RunSpec, RunResult)>],
+    global_seeds: &[u64],
     options: &Options,
 ) -> Result<(ExperimentOutcome, ExperimentSection), ReproduceError> {
     let experiment_dir = options.out_dir.join(&experiment.name);
-    let (metrics, mut summary) = summarize_runs(experiment, runs, options.quick);
-    let checks = experiment.evaluate_checks(&metrics);
-    let published = experiment.evaluate_published(&metrics, &checks);
+    let runs = &seeds[0];
+    let (metrics_by_seed, metrics, mut summary) =
+        summarize_runs(experiment, seeds, global_seeds, options.quick);
+    let checks = experiment.evaluate_checks_seeds(&metrics_by_seed);
+    let published = experiment.evaluate_published_seeds(&metrics_by_seed, &metrics, &checks);
     summary.published = published.iter().map(published_summary).collect();
     summary.verdicts = count_verdicts(published.iter().map(|row| &row.verdict));
     let summary_path = experiment_dir.join("summary.json");
@@ -61,37 +65,70 @@ pub(super) fn report_experiment(
     Ok((outcome, section))
 }
 
-/// Each run's finite metrics (undefined ones, NaN, are left out, as summary.json requires),
-/// and the summary of the runs, whose published rows and verdicts are filled in later.
+/// Each seed's runs' finite metrics (undefined ones, NaN, are left out, as summary.json
+/// requires), their means over the seeds (each metric over the seeds that measured it), and the
+/// summary of the runs, whose published rows and verdicts are filled in later.
 fn summarize_runs(
     experiment: &Experiment,
-    runs: &[(&RunSpec, RunResult)],
+    seeds: &[Vec<(&RunSpec, RunResult)>],
+    global_seeds: &[u64],
     quick: bool,
-) -> (RunMetrics, Summary) {
+) -> (Vec<RunMetrics>, RunMetrics, Summary) {
+    let metrics_by_seed: Vec<RunMetrics> = seeds
+        .iter()
+        .map(|runs| {
+            runs.iter()
+                .map(|(spec, result)| {
+                    let finite: BTreeMap<String, f64> = result
+                        .metrics
+                        .iter()
+                        .filter(|(_, value)| value.is_finite())
+                        .map(|(name, value)| (name.clone(), *value))
+                        .collect();
+                    (spec.name.clone(), finite)
+                })
+                .collect()
+        })
+        .collect();
     let mut metrics = RunMetrics::new();
     let mut summary = Summary {
         experiment: experiment.name.clone(),
         origin: if experiment.own { "ebb" } else { "posting" }.to_owned(),
         quick,
+        seeds: global_seeds.to_vec(),
         runs: Vec::new(),
         published: Vec::new(),
         verdicts: BTreeMap::new(),
     };
-    for (spec, result) in runs {
-        let finite: BTreeMap<String, f64> = result
-            .metrics
+    for (spec, _) in &seeds[0] {
+        let per_seed: Vec<BTreeMap<String, f64>> = metrics_by_seed
             .iter()
-            .filter(|(_, value)| value.is_finite())
-            .map(|(name, value)| (name.clone(), *value))
+            .map(|seed| seed.get(&spec.name).cloned().unwrap_or_default())
             .collect();
-        metrics.insert(spec.name.clone(), finite.clone());
+        let mean = mean_metrics(&per_seed);
+        metrics.insert(spec.name.clone(), mean.clone());
         summary.runs.push(RunSummary {
             name: spec.name.clone(),
             config: config_json(experiment, spec, quick),
-            metrics: finite,
+            metrics: mean,
+            metrics_by_seed: if per_seed.len() > 1 { per_seed } else { Vec::new() },
         });
     }
-    (metrics, summary)
+    (metrics_by_seed, metrics, summary)
+}
+
+/// Each metric's mean over the seeds that measured it (one seed: its metrics, unchanged).
+fn mean_metrics(per_seed: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
+    if let [one] = per_seed {
+        return one.clone();
+    }
+    let mut sums: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+    for (name, value) in per_seed.iter().flatten() {
+        let entry = sums.entry(name.clone()).or_default();
+        entry.0 += value;
+        entry.1 += 1;
+    }
+    sums.into_iter().map(|(name, (sum, count))| (name, sum / f64::from(count))).collect()
 }
 
 /// Each run's charts, drawn into its directory under `experiment_dir`.
@@ -137,6 +174,7 @@ fn published_summary(row: &PublishedOutcome) -> PublishedSummary {
         ours: row.ours.clone(),
         published_value: row.value,
         ours_value: row.ours_value,
+        ours_values: row.ours_values.clone(),
         ratio: row.ratio,
         tolerance: row.tolerance.clone(),
         kind: row
@@ -425,6 +463,7 @@ mod tests {
             ours: String::new(),
             value: None,
             ours_value: None,
+            ours_values: Vec::new(),
             ratio: None,
             tolerance: String::new(),
             rule: None,

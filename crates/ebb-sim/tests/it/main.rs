@@ -614,7 +614,7 @@ fn reports_are_written_from_hand_made_results() {
     let out = tempfile::tempdir().expect("temp dir");
     let options = Options { quick: true, ..Options::new(out.path()) };
     let outcome =
-        reproduce::write_reports(std::slice::from_ref(&experiment), vec![results], &options)
+        reproduce::write_reports(std::slice::from_ref(&experiment), vec![vec![results]], &options)
             .unwrap_or_else(|error| panic!("{error}"));
     assert!(outcome.passed(), "{}", outcome.text());
     assert!(outcome.failed_checks().is_empty());
@@ -651,7 +651,7 @@ fn failed_checks_are_reported() {
     let out = tempfile::tempdir().expect("temp dir");
     let outcome = reproduce::write_reports(
         std::slice::from_ref(&experiment),
-        vec![results],
+        vec![vec![results]],
         &Options::new(out.path()),
     )
     .expect("reports");
@@ -662,6 +662,72 @@ fn failed_checks_are_reported() {
     assert_eq!(failed[0].1.values(), "100 > 200");
     let text = outcome.text();
     assert!(text.contains("FAIL") && text.contains("not-reproduced"), "{text}");
+}
+
+#[test]
+fn verdicts_are_judged_over_the_seeds() {
+    // Goal: with two seeds, summary.json lists the seeds, each run's metrics per seed and their
+    // means, ours per seed on each row; a change whose seeds do not all show it is not
+    // reproduced even when its mean is within the tolerance, and a check holds only on every
+    // seed. Hand-made results (no simulation): row 24 of ioless-throttling is ext4's
+    // throughput change, -1.2% +-1.
+    let experiment = load("ioless-throttling");
+    let seed_results = |bandwidth_mb_s: [f64; 2], legacy_max: [f64; 2]| -> Vec<Vec<RunResult>> {
+        (0..2)
+            .map(|seed| {
+                let mut m = ioless_metrics(legacy_max[seed], 4.0, 60.5);
+                m.get_mut("sata/bandwidth-2010")
+                    .expect("run")
+                    .insert("write_mb_s".to_owned(), bandwidth_mb_s[seed]);
+                experiment.run_names().iter().map(|name| hand_made_result(name, &m[name])).collect()
+            })
+            .collect()
+    };
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = Options { quick: true, seeds: 2, ..Options::new(out.path()) };
+    // Seed one: -1.0%; seed two: +0.5%; mean -0.25%, within +-1 of -1.2 but not every seed's.
+    let outcome = reproduce::write_reports(
+        std::slice::from_ref(&experiment),
+        vec![seed_results([59.4, 60.3], [324.0, 150.0])],
+        &options,
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    let summary_path = out.path().join("ioless-throttling/summary.json");
+    let summary = Summary::read_json(&summary_path).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(summary.seeds, [experiment.seed, experiment.seed + 1]);
+    let legacy = summary.run("sata/legacy").expect("legacy run");
+    assert_eq!(legacy.metrics_by_seed.len(), 2);
+    assert_eq!(legacy.metrics_by_seed[1]["pause_ms_max"], 150.0);
+    assert_eq!(legacy.metric("pause_ms_max"), Some(237.0), "the mean over the seeds");
+    let row = &summary.published[23];
+    assert!(row.claim.contains("ext4"), "{}", row.claim);
+    assert_eq!(row.ours_values.len(), 2);
+    let mean = row.ours_value.expect("ours");
+    assert!((mean - -0.25).abs() < 1e-9, "{mean}");
+    assert_eq!(row.verdict, Verdict::NotReproduced, "{}", row.why);
+    assert!(row.why.contains("inside the seeds' spread"), "{}", row.why);
+    assert!(row.ours.ends_with("[2 seeds: -1.00 to 0.500]"), "{}", row.ours);
+    assert_eq!(row.rejudge().expect("rule").verdict, row.verdict);
+    // The check held on one seed of two: it fails, and says so.
+    let failed = outcome.failed_checks();
+    assert_eq!(failed.len(), 1, "{}", outcome.text());
+    assert_eq!(failed[0].1.values(), "237 > 200, 1 of 2 seeds");
+    let text = outcome.text();
+    assert!(text.contains("Every case ran over 2 seeds"), "{text}");
+    assert!(text.lines().all(|line| line.chars().count() <= 120), "wider than 120:\n{text}");
+    assert_verdicts_consistent(out.path(), 1);
+    // Both seeds going the posting's way: reproduced on the mean (-0.9%).
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = Options { quick: true, seeds: 2, ..Options::new(out.path()) };
+    let outcome = reproduce::write_reports(
+        std::slice::from_ref(&experiment),
+        vec![seed_results([59.4, 59.76], [324.0, 300.0])],
+        &options,
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    assert!(outcome.passed(), "{}", outcome.text());
+    assert_eq!(outcome.experiments[0].published[23].verdict, Verdict::Reproduced);
+    assert_verdicts_consistent(out.path(), 1);
 }
 
 #[test]
@@ -697,7 +763,7 @@ fn quick_experiments_hold() {
     }
     assert!(outcome.report_html.is_file());
     let html = std::fs::read_to_string(&outcome.report_html).expect("report.html");
-    let totals = assert_verdicts_consistent(out.path());
+    let totals = assert_verdicts_consistent(out.path(), 6);
     assert!(!out.path().join("ioless-throttling/sata/writepages-hist.png").exists());
     // The writepages histogram counts every call.
     let nfs = outcome.experiments.iter().find(|e| e.name == "nfs-commit-batching").expect("nfs");
@@ -750,7 +816,7 @@ fn quick_experiments_hold() {
 /// `reproduced` only within its tolerance, that a change's `reproduced` or `direction-only`
 /// lies on the posting's side of its neutral point, and that the counts match the rows.
 /// Returns the counts summed over the postings' experiments and over ebb's own.
-fn assert_verdicts_consistent(dir: &Path) -> [BTreeMap<String, u64>; 2] {
+fn assert_verdicts_consistent(dir: &Path, min_files: usize) -> [BTreeMap<String, u64>; 2] {
     let mut totals: [BTreeMap<String, u64>; 2] = Default::default();
     let mut files = 0;
     for entry in std::fs::read_dir(dir).expect("out dir") {
@@ -780,6 +846,19 @@ fn assert_verdicts_consistent(dir: &Path) -> [BTreeMap<String, u64>; 2] {
             if matches!(row.verdict, Verdict::Reproduced | Verdict::DirectionOnly) {
                 let ours = row.ours_value.expect("ours_value");
                 assert_ne!(rule.direction(ours), Some(false), "{name}: other direction");
+                // Every seed goes the posting's way, not only the mean.
+                for seed in &row.ours_values {
+                    assert_ne!(
+                        rule.direction(*seed),
+                        Some(false),
+                        "{name}: a seed goes the other way"
+                    );
+                }
+                assert_eq!(
+                    row.ours_values.len(),
+                    summary.seeds.len().max(1),
+                    "{name}: ours per seed"
+                );
             }
             if row.kind.as_deref() == Some("change") {
                 assert!(row.neutral.is_some(), "{name}: change without neutral");
@@ -792,7 +871,7 @@ fn assert_verdicts_consistent(dir: &Path) -> [BTreeMap<String, u64>; 2] {
             *tally.entry(verdict.name().to_owned()).or_default() += count;
         }
     }
-    assert!(files >= 6, "only {files} summary.json files");
+    assert!(files >= min_files, "only {files} summary.json files");
     totals
 }
 

@@ -229,14 +229,17 @@ fn finishes(
     Ok(())
 }
 
-/// The experiment in progress loads in both forms: three memory sizes, one and four threads,
+/// The experiment loads in both forms: three memory sizes, one, four and sixteen threads,
 /// three workloads, the RAID-0 array with a swap disk, and the USB stick with a desktop.
 #[test]
 fn reclaim_experiment_loads() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../experiments/reclaim-writeback.toml");
     let e = ebb_sim::experiment::Experiment::load(&path).expect("loads");
-    assert_eq!(e.run_names().len(), 42);
+    assert_eq!(e.run_names().len(), 60);
+    let sixteen: Vec<String> =
+        e.run_names().into_iter().filter(|name| name.contains("-16t/")).collect();
+    assert_eq!(sixteen.len(), 18, "{sixteen:?}");
     for quick in [false, true] {
         let options = ebb_sim::experiment::ExpandOptions { quick, ..Default::default() };
         for r in e.runs(&options) {
