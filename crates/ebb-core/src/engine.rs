@@ -57,6 +57,7 @@ mod maps;
 mod planted;
 mod read;
 mod reclaim;
+mod recommit;
 mod sync;
 mod throttle;
 mod timer;
@@ -375,6 +376,8 @@ pub struct Engine {
     /// Frames handed to writers' reserves and not yet seen dirtied (folded by
     /// `apply_pending`) or given back: what [`Action::ReturnReserves`] could bring back, at most.
     pub(crate) reserved: u64,
+    /// Files owed a commit after a failed close (`recommit.rs`, [`crate::recommit`]).
+    pub(crate) recommits: crate::recommit::Recommits,
 }
 
 impl Engine {
@@ -425,6 +428,7 @@ impl Engine {
             retry_timers: BTreeSet::new(),
             files_opened: 0,
             reserved: 0,
+            recommits: Default::default(),
             cfg: config,
         };
         engine.dirty_limit = engine.global_thresholds().thresh;
@@ -481,6 +485,7 @@ impl Engine {
         }
         consider(self.kswapd_timer());
         consider(self.gate_timer());
+        consider(self.recommits.timer());
         next
     }
 
@@ -542,7 +547,8 @@ impl Engine {
             }
             Event::WriteDone { io, result } => self.write_done(io, result, maps),
             Event::CommitDone { io, result } => self.commit_done(io, result, maps),
-            Event::FileSynced { inode, mark } => self.file_synced(inode, mark),
+            Event::FileSynced { inode, mark } => self.file_synced(inode, mark, maps),
+            Event::FileSyncFailed { inode, error } => self.file_sync_done(inode, Err(error), maps),
             Event::ReadDone { io, result } => self.read_done(io, result, maps),
             Event::DirectReadStart { backend, id } => {
                 if let Some(wb) = self.wbs.get_mut(backend.index()) {
@@ -566,6 +572,7 @@ impl Engine {
         }
         self.drive_all(maps);
         if let Some((inode, emptied)) = touched {
+            self.recommit_touched(inode, emptied, maps);
             self.maybe_forget(inode, emptied, maps);
         }
     }
@@ -667,6 +674,7 @@ impl Engine {
             },
             held_pages: counts.held,
             dirty_pages: counts.dirty,
+            commit_owed: self.recommits.owes(inode),
         })
     }
 

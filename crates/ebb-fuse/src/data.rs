@@ -69,6 +69,8 @@ pub(crate) struct FileReport {
     pub(crate) dirty_pages: u64,
     /// Dirty pages held by an error that will not pass.
     pub(crate) held_pages: u64,
+    /// Its close or backend sync failed: ebb commits it once it is written back.
+    pub(crate) commit_owed: bool,
     /// Throttle pauses of the handle's writer, and their percentiles in microseconds.
     pub(crate) pauses: u64,
     pub(crate) pause_us_p50: u64,
@@ -88,6 +90,7 @@ impl FileReport {
             "error_unseen": self.error_unseen,
             "dirty_pages": self.dirty_pages,
             "held_pages": self.held_pages,
+            "commit_owed": self.commit_owed,
             "pauses": self.pauses,
             "pause_us_p50": self.pause_us_p50,
             "pause_us_p99": self.pause_us_p99,
@@ -259,6 +262,7 @@ pub(crate) fn report_of(
         error_unseen: errors.unseen,
         dirty_pages: errors.dirty_pages,
         held_pages: errors.held_pages,
+        commit_owed: errors.commit_owed,
         pauses: throttle.pauses,
         pause_us_p50: throttle.pause_us_p50,
         pause_us_p99: throttle.pause_us_p99,

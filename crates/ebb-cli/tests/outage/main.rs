@@ -175,6 +175,22 @@ impl Fixture {
         serde_json::from_str(&output.2).unwrap()
     }
 
+    /// `ebb stat` once `done` holds of it, or the last one after `limit`.
+    fn stat_until(
+        &self,
+        done: impl Fn(&serde_json::Value) -> bool,
+        limit: Duration,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let stat = self.stat();
+            if done(&stat) || start.elapsed() > limit {
+                return stat;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Waits (at most `limit`) until the server holds `data` as `name`.
     fn wait_on_server(&self, name: &str, data: &[u8], limit: Duration) -> bool {
         let start = Instant::now();
@@ -468,6 +484,15 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
         .map(|field| meminfo[*field].as_u64().unwrap_or(0))
         .sum::<u64>();
     assert!(0 < unwritten, "{kind:?}: ebb stat shows nothing held: {meminfo}");
+    // dd's close failed as well: ebb owes the file its commit (S3's completion of the
+    // upload), and `ebb stat` says so, per backend and on the file's line.
+    let owed = |stat: &serde_json::Value| {
+        let files = stat["files"].as_array().cloned().unwrap_or_default();
+        let listed = files.iter().filter(|file| file["commit_owed"] == true).count();
+        (stat["bdi"][0]["BdiCommitsOwed"].as_u64(), listed)
+    };
+    let seen = fx.stat_until(|stat| owed(stat) == (Some(1), 1), Duration::from_secs(5));
+    assert_eq!(owed(&seen), (Some(1), 1), "{kind:?}: no commit owed in ebb stat: {seen}");
     // The outage goes on past the deadline a while: the retries must go on with it.
     std::thread::sleep(Duration::from_secs(3));
     fx.proxy.set(Mode::Pass);
@@ -475,6 +500,8 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
         fx.wait_on_server("held", &data, Duration::from_secs(20)),
         "{kind:?}: the held data did not reach the server by itself"
     );
+    let paid = fx.stat_until(|stat| owed(stat) == (Some(0), 0), Duration::from_secs(5));
+    assert_eq!(owed(&paid), (Some(0), 0), "{kind:?}: a commit still owed: {paid}");
 }
 
 /// A writer waiting through an outage longer than the retry backoff's first steps goes on

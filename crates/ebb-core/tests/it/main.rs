@@ -13,6 +13,7 @@ mod granules;
 mod invariants;
 mod nonblocking;
 mod reclaim;
+mod recommit;
 mod requests;
 mod scale;
 mod seeded;
