@@ -196,9 +196,9 @@ pub(crate) struct Wb {
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
-    /// Since when every write or commit to this backend has failed with an
-    /// [`ErrorClass::Outage`] error (`None` once one succeeds).
-    pub(crate) outage_since: Option<Instant>,
+    /// The backend's one outage clock (`crate::outage`): since when every write, COMMIT
+    /// and request to it has failed with an [`ErrorClass::Outage`] error.
+    pub(crate) outage: crate::outage::OutageClock,
     /// The outage outlasted `retry_timeout_secs`: EIO was recorded on its files, fsync and
     /// close report it, and writers that would be throttled fail.
     pub(crate) outage_reported: bool,
@@ -230,7 +230,9 @@ impl Wb {
             throttled_at: None,
             wbt: crate::wbt::Wbt::for_backend(b),
             write_inflight: 0,
-            outage_since: None,
+            outage: crate::outage::OutageClock::new(Duration::from_nanos(
+                b.retry_timeout_secs.saturating_mul(1_000_000_000),
+            )),
             outage_reported: false,
             unstable_files: BTreeSet::new(),
         }

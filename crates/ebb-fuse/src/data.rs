@@ -54,6 +54,21 @@ pub(crate) trait DataPath: Send + Sync {
     fn retry_timeout(&self) -> Duration {
         Duration::from_secs(60)
     }
+    /// A request to the backend failed with `error` (`first`: when the request's first failed
+    /// try began, `started`: this one, `failures`: how many failed before): the outage rule's
+    /// answer on the backend's one clock where the data path keeps it (ebb's engine, whose
+    /// write-back runs the same clock); `None` where it keeps none (the mount's own decides).
+    fn request_failed(
+        &self,
+        _error: ebb_core::IoError,
+        _first: std::time::Instant,
+        _started: std::time::Instant,
+        _failures: u32,
+    ) -> Option<ebb_core::outage::Next> {
+        None
+    }
+    /// A request to the backend succeeded (see [`DataPath::request_failed`]).
+    fn request_succeeded(&self) {}
 }
 
 /// A file's line in `ebb stat` (see [`DataFile::report`]).

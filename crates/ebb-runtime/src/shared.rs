@@ -248,6 +248,9 @@ pub(crate) struct Shared {
     writers_open: Mutex<BTreeMap<WriterId, Weak<dyn ReserveHolder>>>,
     /// Requests for writers' reserves so far ([`Shared::return_reserves`]).
     pub(crate) reserve_sweeps: AtomicU64,
+    /// The backends whose outage clock runs, a bit each (the 64th for the rest), as of the
+    /// engine's last entry: a request's success is reported to the engine only then.
+    backends_down: AtomicU64,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -321,6 +324,7 @@ impl Shared {
             alarms: Default::default(),
             writers_open: Mutex::new(BTreeMap::new()),
             reserve_sweeps: AtomicU64::new(0),
+            backends_down: AtomicU64::new(0),
         });
         let threads = shared.start_threads((rx, reads_rx), io_threads, nice, trace_file);
         (shared, threads)
@@ -384,6 +388,17 @@ impl Shared {
 
     pub(crate) fn deadline(&self, t: ebb_core::Instant) -> std::time::Instant {
         self.clock + std::time::Duration::from_nanos(t.as_nanos())
+    }
+
+    /// The engine's instant of `t` ([`Shared::deadline`]'s inverse).
+    pub(crate) fn instant(&self, t: std::time::Instant) -> ebb_core::Instant {
+        ebb_core::Instant::from_nanos(t.saturating_duration_since(self.clock).as_nanos() as u64)
+    }
+
+    /// Whether backend `b`'s outage clock ran after the engine's last entry
+    /// (`Engine::backend_down`).
+    pub(crate) fn backend_down(&self, b: BackendId) -> bool {
+        self.backends_down.load(Ordering::Acquire) & (1 << b.0.min(63)) != 0
     }
 
     pub(crate) fn next_id(&self) -> u64 {
@@ -548,6 +563,10 @@ impl Shared {
         {
             self.timer_cv.notify_all();
         }
+        let down = (0..self.backends.len() as u32)
+            .filter(|&b| core.engine.backend_down(BackendId(b)))
+            .fold(0u64, |mask, b| mask | 1 << b.min(63));
+        self.backends_down.store(down, Ordering::Release);
     }
 
     /// A handle's writer joins the writers whose reserves [`Action::ReturnReserves`] reaches.

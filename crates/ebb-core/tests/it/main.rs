@@ -12,6 +12,7 @@ mod dynamics;
 mod granules;
 mod invariants;
 mod nonblocking;
+mod outage;
 mod reclaim;
 mod recommit;
 mod requests;
