@@ -57,6 +57,7 @@ mod maps;
 mod planted;
 mod read;
 mod reclaim;
+mod recommit;
 mod sync;
 mod throttle;
 mod timer;
@@ -195,9 +196,9 @@ pub(crate) struct Wb {
     /// Writeback throttling and the writes it counts (all writes in flight).
     pub(crate) wbt: crate::wbt::Wbt,
     pub(crate) write_inflight: u32,
-    /// Since when every write or commit to this backend has failed with an
-    /// [`ErrorClass::Outage`] error (`None` once one succeeds).
-    pub(crate) outage_since: Option<Instant>,
+    /// The backend's one outage clock (`crate::outage`): since when every write, COMMIT
+    /// and request to it has failed with an [`ErrorClass::Outage`] error.
+    pub(crate) outage: crate::outage::OutageClock,
     /// The outage outlasted `retry_timeout_secs`: EIO was recorded on its files, fsync and
     /// close report it, and writers that would be throttled fail.
     pub(crate) outage_reported: bool,
@@ -229,7 +230,9 @@ impl Wb {
             throttled_at: None,
             wbt: crate::wbt::Wbt::for_backend(b),
             write_inflight: 0,
-            outage_since: None,
+            outage: crate::outage::OutageClock::new(Duration::from_nanos(
+                b.retry_timeout_secs.saturating_mul(1_000_000_000),
+            )),
             outage_reported: false,
             unstable_files: BTreeSet::new(),
         }
@@ -375,6 +378,8 @@ pub struct Engine {
     /// Frames handed to writers' reserves and not yet seen dirtied (folded by
     /// `apply_pending`) or given back: what [`Action::ReturnReserves`] could bring back, at most.
     pub(crate) reserved: u64,
+    /// Files owed a commit after a failed close (`recommit.rs`, [`crate::recommit`]).
+    pub(crate) recommits: crate::recommit::Recommits,
 }
 
 impl Engine {
@@ -425,6 +430,7 @@ impl Engine {
             retry_timers: BTreeSet::new(),
             files_opened: 0,
             reserved: 0,
+            recommits: Default::default(),
             cfg: config,
         };
         engine.dirty_limit = engine.global_thresholds().thresh;
@@ -481,6 +487,7 @@ impl Engine {
         }
         consider(self.kswapd_timer());
         consider(self.gate_timer());
+        consider(self.recommits.timer());
         next
     }
 
@@ -542,7 +549,8 @@ impl Engine {
             }
             Event::WriteDone { io, result } => self.write_done(io, result, maps),
             Event::CommitDone { io, result } => self.commit_done(io, result, maps),
-            Event::FileSynced { inode, mark } => self.file_synced(inode, mark),
+            Event::FileSynced { inode, mark } => self.file_synced(inode, mark, maps),
+            Event::FileSyncFailed { inode, error } => self.file_sync_done(inode, Err(error), maps),
             Event::ReadDone { io, result } => self.read_done(io, result, maps),
             Event::DirectReadStart { backend, id } => {
                 if let Some(wb) = self.wbs.get_mut(backend.index()) {
@@ -566,6 +574,7 @@ impl Engine {
         }
         self.drive_all(maps);
         if let Some((inode, emptied)) = touched {
+            self.recommit_touched(inode, emptied, maps);
             self.maybe_forget(inode, emptied, maps);
         }
     }
@@ -667,6 +676,7 @@ impl Engine {
             },
             held_pages: counts.held,
             dirty_pages: counts.dirty,
+            commit_owed: self.recommits.owes(inode),
         })
     }
 

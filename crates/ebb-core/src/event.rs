@@ -219,6 +219,15 @@ pub enum Event {
         /// The mark taken before the sync began.
         mark: u64,
     },
+    /// A sync of the backend file of `inode` failed (an fsync's, a close's, or the one an
+    /// [`Action::SyncFile`] asked for). On a `flush_on_close` backend the engine then owes the
+    /// file a commit (`recommit`).
+    FileSyncFailed {
+        /// The file.
+        inode: InodeId,
+        /// How it failed.
+        error: IoError,
+    },
     /// Drop the file's pages at and after `first_page` (truncate or unlink).
     Truncate {
         /// The file.
@@ -333,6 +342,17 @@ pub enum Action {
         inode: InodeId,
         /// Unstable pages it covers.
         pages: u64,
+    },
+    /// Sync the backend file of `inode`, as after an fsync (on a `flush_on_close` backend its
+    /// commit: S3's CompleteMultipartUpload): take [`crate::Engine::durable_mark`] first,
+    /// then report [`Event::FileSynced`], or [`Event::FileSyncFailed`]. The commit the engine
+    /// owes a file whose close failed, asked for once the file is written back (`recommit`).
+    /// A driver that no longer has the file (deleted) reports it synced.
+    SyncFile {
+        /// Where.
+        backend: BackendId,
+        /// The file.
+        inode: InodeId,
     },
     /// Read pages into frames the engine assigned, then report [`Event::ReadDone`].
     Read {

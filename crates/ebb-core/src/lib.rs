@@ -19,6 +19,7 @@ pub mod outage;
 pub mod pagemap;
 pub mod position;
 pub mod reclaim;
+mod recommit;
 pub mod stats;
 pub mod time;
 pub mod trace;

@@ -1,7 +1,8 @@
 //! The outage rule for requests a caller waits on (a lookup, a create, a read that misses
 //! the cache): whether a backend call that failed because the backend could not be reached
-//! is tried again, when, or answered `EIO`. The drivers (ebb-fuse's request guard) run the
-//! calls and sleep; this module decides.
+//! is tried again, when, or answered `EIO`; and the backend's one outage clock, which the
+//! engine's write-back runs too (`Engine::request_failed`, `Engine::request_succeeded`). The
+//! drivers (ebb-fuse's request guard) run the calls and sleep; this module decides.
 //!
 //! # Goal
 //! An outage is a wait, never an error, for as long as the backend's `retry_timeout_secs`
@@ -16,7 +17,8 @@
 //! # Control law
 //! ```text
 //! since    = start of the first failed try after the last success, over every request of
-//!            the backend (one clock per backend, as the engine's `outage_since`)
+//!            the backend and every write and COMMIT the engine wrote back to it (a write's
+//!            failure counts from its completion; one clock per backend, the engine's)
 //! first    = start of this request's first failed try
 //! start    = min(since, first)
 //! failure at `now`, the request's n-th failure (n = 0, 1, ...):
@@ -32,9 +34,12 @@
 //! of one directory one after another (its directory lock), so with a per-request clock nine
 //! calls queued behind each other in one directory took nine deadlines to fail. With the
 //! backend's clock, once the outage has lasted the deadline every call fails after one try
-//! (which is also a probe: the first answer ends the outage for all). This is the engine's
-//! rule for written-back data (`engine`: `outage_since`, "failed for `retry_timeout_secs`
-//! without a success"), kept separately for requests (see docs/outages.md).
+//! (which is also a probe: the first answer ends the outage for all). The engine's rule for
+//! written-back data ("failed for `retry_timeout_secs` without a success", then `EIO` at
+//! fsync and close) reads the same clock: a request that fails starts it for write-back, a
+//! write that succeeds stops it for requests, so a backend has one notion of "down since"
+//! (the engine keeps one [`OutageClock`] per backend; a driver without an engine, ebb-fuse's
+//! passthrough, keeps its own).
 //!
 //! # Constants
 //! | name | value | unit | provenance |
@@ -70,17 +75,17 @@ pub enum Next {
     Fail(IoError),
 }
 
-/// One backend's outage clock for the requests callers wait on.
+/// One backend's outage clock: the requests callers wait on and the engine's write-back.
 #[derive(Clone, Copy, Debug)]
-pub struct RequestOutage {
+pub struct OutageClock {
     deadline: Duration,
     since: Option<Instant>,
 }
 
-impl RequestOutage {
+impl OutageClock {
     /// A clock for a backend whose `retry_timeout_secs` is `deadline`.
-    pub fn new(deadline: Duration) -> RequestOutage {
-        RequestOutage { deadline, since: None }
+    pub fn new(deadline: Duration) -> OutageClock {
+        OutageClock { deadline, since: None }
     }
 
     /// The backend's `retry_timeout_secs`.
@@ -96,6 +101,12 @@ impl RequestOutage {
     /// A call succeeded: the outage, if any, is over.
     pub fn succeeded(&mut self) {
         self.since = None;
+    }
+
+    /// A backend call failed with an outage error at `at` (the engine's write-back: a write
+    /// or COMMIT, at its completion): the outage runs from then if it was not running.
+    pub fn down(&mut self, at: Instant) {
+        self.since.get_or_insert(at);
     }
 
     /// A request's try that began at `started` failed at `now` with `error`; `first` is when
@@ -138,7 +149,7 @@ mod tests {
 
     #[test]
     fn outage_failures_wait_doubling_to_the_probe_interval_then_eio_at_the_deadline() {
-        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3));
         assert_eq!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(PROBE_MIN));
         assert_eq!(
             clock.failed(REFUSED, at(0), at(60), at(61), 1),
@@ -158,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_clock_is_the_backends_a_request_coming_late_in_an_outage_fails_after_one_try() {
-        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3));
         assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
         // Another request, its first try, 3.5 s into the outage.
         assert_eq!(
@@ -175,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_success_of_the_mounts_own_meanwhile_still_leaves_each_request_one_deadline() {
-        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3));
         assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
         clock.succeeded(); // a read of cached data, say
         let next = clock.failed(REFUSED, at(0), at(3_000), at(3_001), 9);
@@ -184,7 +195,7 @@ mod tests {
 
     #[test]
     fn other_errors_are_answered_at_once_and_leave_the_clock() {
-        let mut clock = RequestOutage::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3));
         let _ = clock.failed(REFUSED, at(0), at(0), at(1), 0);
         let enoent = IoError { errno: errno::ENOENT };
         assert_eq!(clock.failed(enoent, at(10), at(10), at(11), 0), Next::Fail(enoent));
@@ -193,7 +204,7 @@ mod tests {
 
     #[test]
     fn no_patience_fails_at_the_first_outage_error() {
-        let mut clock = RequestOutage::new(Duration::ZERO);
+        let mut clock = OutageClock::new(Duration::ZERO);
         assert_eq!(
             clock.failed(REFUSED, at(0), at(0), at(1), 0),
             Next::Fail(IoError { errno: errno::EIO })

@@ -193,6 +193,12 @@ pub struct Stats {
     pub outage_errors: u64,
     /// Outages that outlasted their backend's `retry_timeout_secs` (EIO reported).
     pub outage_timeouts: u64,
+    /// Commits the engine asked for of files owed one ([`crate::Action::SyncFile`]: their
+    /// close or backend sync failed on a `flush_on_close` backend, and they are written back).
+    pub owed_commits: u64,
+    /// Syncs of backend files on `flush_on_close` backends that failed
+    /// ([`crate::Event::FileSyncFailed`]): each leaves the file owed a commit.
+    pub file_sync_failures: u64,
     /// Retries of held pages (a file's held pages taken for writing again).
     pub held_retries: u64,
     /// Background writes of held pages refused again: not reported to any handle again (the
@@ -341,6 +347,10 @@ pub struct BdiStats {
     /// Pages written, ever.
     #[figure("BdiWritten", Pages)]
     pub written: u64,
+    /// Files whose close or backend sync failed, owed a commit once written back
+    /// (`ebb_core`'s `recommit`: committed without anyone's fsync).
+    #[figure("BdiCommitsOwed", Number)]
+    pub commits_owed: u64,
 }
 }
 
@@ -359,4 +369,7 @@ pub struct FileErrors {
     pub held_pages: u64,
     /// Dirty pages in all (held ones included).
     pub dirty_pages: u64,
+    /// Its close or backend sync failed: the engine commits it once it is written back
+    /// (`recommit`).
+    pub commit_owed: bool,
 }

@@ -54,6 +54,21 @@ pub(crate) trait DataPath: Send + Sync {
     fn retry_timeout(&self) -> Duration {
         Duration::from_secs(60)
     }
+    /// A request to the backend failed with `error` (`first`: when the request's first failed
+    /// try began, `started`: this one, `failures`: how many failed before): the outage rule's
+    /// answer on the backend's one clock where the data path keeps it (ebb's engine, whose
+    /// write-back runs the same clock); `None` where it keeps none (the mount's own decides).
+    fn request_failed(
+        &self,
+        _error: ebb_core::IoError,
+        _first: std::time::Instant,
+        _started: std::time::Instant,
+        _failures: u32,
+    ) -> Option<ebb_core::outage::Next> {
+        None
+    }
+    /// A request to the backend succeeded (see [`DataPath::request_failed`]).
+    fn request_succeeded(&self) {}
 }
 
 /// A file's line in `ebb stat` (see [`DataFile::report`]).
@@ -69,6 +84,8 @@ pub(crate) struct FileReport {
     pub(crate) dirty_pages: u64,
     /// Dirty pages held by an error that will not pass.
     pub(crate) held_pages: u64,
+    /// Its close or backend sync failed: ebb commits it once it is written back.
+    pub(crate) commit_owed: bool,
     /// Throttle pauses of the handle's writer, and their percentiles in microseconds.
     pub(crate) pauses: u64,
     pub(crate) pause_us_p50: u64,
@@ -88,6 +105,7 @@ impl FileReport {
             "error_unseen": self.error_unseen,
             "dirty_pages": self.dirty_pages,
             "held_pages": self.held_pages,
+            "commit_owed": self.commit_owed,
             "pauses": self.pauses,
             "pause_us_p50": self.pause_us_p50,
             "pause_us_p99": self.pause_us_p99,
@@ -259,6 +277,7 @@ pub(crate) fn report_of(
         error_unseen: errors.unseen,
         dirty_pages: errors.dirty_pages,
         held_pages: errors.held_pages,
+        commit_owed: errors.commit_owed,
         pauses: throttle.pauses,
         pause_us_p50: throttle.pause_us_p50,
         pause_us_p99: throttle.pause_us_p99,

@@ -144,6 +144,20 @@ impl DataPath for EbbData {
         backend.map_or(Duration::from_secs(60), |b| Duration::from_secs(b.retry_timeout_secs))
     }
 
+    fn request_failed(
+        &self,
+        error: ebb_core::IoError,
+        first: std::time::Instant,
+        started: std::time::Instant,
+        failures: u32,
+    ) -> Option<ebb_core::outage::Next> {
+        self.ebb.request_failed(&self.backend, error, first, started, failures).ok()
+    }
+
+    fn request_succeeded(&self) {
+        self.ebb.request_succeeded(&self.backend);
+    }
+
     fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
         let file = self.ebb.attach_with(&self.backend, key, open)?;
         Ok(Box::new(EbbFile(file)))

@@ -642,11 +642,6 @@ impl File {
             // The engine wrote the file back; the backend's own commit (an S3 completion).
             result = crate::shared::durable::sync_backend_file(&self.ebb.inner.shared, &self.fs);
         }
-        if flush && result.is_err() {
-            // No close is left to commit what the retries write back: commit it once they
-            // have (`shared/recommit.rs`).
-            shared.recommits.add(shared, self.fs.inode);
-        }
         shared.handle_closed(&self.fs);
         result
     }

@@ -36,6 +36,7 @@ mod device;
 mod file;
 mod frames;
 mod metrics;
+mod outage;
 mod pauses;
 mod shared;
 mod stats;

@@ -44,7 +44,6 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::bufpool::BufPool;
 use crate::frames::FramePool;
 pub(crate) mod durable;
-mod recommit;
 mod writeio;
 
 pub(crate) use writeio::Lane;
@@ -205,9 +204,9 @@ pub(crate) enum Job {
         io: IoId,
         inode: InodeId,
     },
-    /// The backend commit of a file whose close failed, now written back
-    /// ([`recommit::Recommits`]).
-    Recommit {
+    /// The sync of a backend file the engine asked for (`Action::SyncFile`: the commit it
+    /// owes a file whose close failed, now written back).
+    SyncFile {
         inode: InodeId,
     },
     Stop,
@@ -249,8 +248,9 @@ pub(crate) struct Shared {
     writers_open: Mutex<BTreeMap<WriterId, Weak<dyn ReserveHolder>>>,
     /// Requests for writers' reserves so far ([`Shared::return_reserves`]).
     pub(crate) reserve_sweeps: AtomicU64,
-    /// Files whose close failed on a `flush_on_close` backend, to commit once written back.
-    pub(crate) recommits: recommit::Recommits,
+    /// The backends whose outage clock runs, a bit each (the 64th for the rest), as of the
+    /// engine's last entry: a request's success is reported to the engine only then.
+    backends_down: AtomicU64,
 }
 
 /// The page maps as the engine sees them: one lock per file.
@@ -324,7 +324,7 @@ impl Shared {
             alarms: Default::default(),
             writers_open: Mutex::new(BTreeMap::new()),
             reserve_sweeps: AtomicU64::new(0),
-            recommits: Default::default(),
+            backends_down: AtomicU64::new(0),
         });
         let threads = shared.start_threads((rx, reads_rx), io_threads, nice, trace_file);
         (shared, threads)
@@ -388,6 +388,17 @@ impl Shared {
 
     pub(crate) fn deadline(&self, t: ebb_core::Instant) -> std::time::Instant {
         self.clock + std::time::Duration::from_nanos(t.as_nanos())
+    }
+
+    /// The engine's instant of `t` ([`Shared::deadline`]'s inverse).
+    pub(crate) fn instant(&self, t: std::time::Instant) -> ebb_core::Instant {
+        ebb_core::Instant::from_nanos(t.saturating_duration_since(self.clock).as_nanos() as u64)
+    }
+
+    /// Whether backend `b`'s outage clock ran after the engine's last entry
+    /// (`Engine::backend_down`).
+    pub(crate) fn backend_down(&self, b: BackendId) -> bool {
+        self.backends_down.load(Ordering::Acquire) & (1 << b.0.min(63)) != 0
     }
 
     pub(crate) fn next_id(&self) -> u64 {
@@ -527,6 +538,9 @@ impl Shared {
                 Action::Commit { io, inode, .. } => {
                     let _ = self.jobs.send(Job::Commit { io, inode });
                 }
+                Action::SyncFile { inode, .. } => {
+                    let _ = self.jobs.send(Job::SyncFile { inode });
+                }
                 Action::Resume { writer } => {
                     if let Some(slot) = core.writers.remove(&writer) {
                         slot.set(Ok(()));
@@ -549,6 +563,10 @@ impl Shared {
         {
             self.timer_cv.notify_all();
         }
+        let down = (0..self.backends.len() as u32)
+            .filter(|&b| core.engine.backend_down(BackendId(b)))
+            .fold(0u64, |mask, b| mask | 1 << b.min(63));
+        self.backends_down.store(down, Ordering::Release);
     }
 
     /// A handle's writer joins the writers whose reserves [`Action::ReturnReserves`] reaches.
@@ -582,19 +600,10 @@ impl Shared {
         }
     }
 
-    /// Wakes the timer thread to look at its deadlines again.
-    pub(crate) fn wake_timer(&self) {
-        // Under `core`: the timer thread holds it from reading its deadlines to its wait.
-        let _core = self.core.lock();
-        self.timer_cv.notify_all();
-    }
-
     fn timer_loop(&self) {
         let mut core = self.core.lock();
         while !self.shutdown.load(Ordering::SeqCst) {
             let now = self.now();
-            let recommit = self.recommits.start_due(self, now);
-            let earliest = |t: ebb_core::Instant| recommit.map_or(t, |r| r.min(t));
             match core.engine.poll_timeout() {
                 Some(t) if t <= now => {
                     let mut maps = Maps { files: &self.files };
@@ -610,17 +619,13 @@ impl Shared {
                     }
                 }
                 Some(t) => {
-                    let t = earliest(t);
                     core.timer_wake = Some(t);
                     let deadline = self.deadline(t);
                     self.timer_cv.wait_until(&mut core, deadline);
                 }
                 None => {
-                    let t = earliest(ebb_core::Instant::from_nanos(u64::MAX));
-                    core.timer_wake = Some(t);
-                    let second = std::time::Instant::now() + std::time::Duration::from_secs(1);
-                    let deadline = recommit.map_or(second, |r| self.deadline(r).min(second));
-                    self.timer_cv.wait_until(&mut core, deadline);
+                    core.timer_wake = Some(ebb_core::Instant::from_nanos(u64::MAX));
+                    self.timer_cv.wait_for(&mut core, std::time::Duration::from_secs(1));
                 }
             }
             core.timer_wake = None;
@@ -657,13 +662,18 @@ impl Shared {
                         durable::durable_changed(self, &fs);
                     }
                 }
-                Job::Recommit { inode } => {
-                    let result = match self.file(inode) {
-                        Some(fs) => durable::sync_backend_file(self, &fs),
-                        None => Ok(()),
-                    };
-                    self.recommits.done(self, inode, result);
-                }
+                Job::SyncFile { inode } => match self.file(inode) {
+                    // Its outcome goes to the engine as for any sync (`FileSynced`, or
+                    // `FileSyncFailed`), which is the answer the engine waits for.
+                    Some(fs) if !fs.discarded.load(Ordering::Acquire) => {
+                        let _ = durable::sync_backend_file(self, &fs);
+                    }
+                    // Deleted: nothing of it is left to commit.
+                    _ => self.enter(|core, maps, now| {
+                        let mark = core.engine.durable_mark(inode);
+                        core.engine.handle(now, Event::FileSynced { inode, mark }, maps)
+                    }),
+                },
             }
         }
     }

@@ -35,8 +35,12 @@ pub(crate) struct S3Error {
 
 impl S3Error {
     /// Whether retrying at once may succeed: server overload, server errors, timeouts, broken
-    /// connections.
+    /// connections. Not a full server (507, `InsufficientStorage`): it lasts until someone
+    /// frees space, and the engine holds the data and retries it with its own backoff.
     pub(crate) fn retryable(&self) -> bool {
+        if self.errno() == errno::ENOSPC {
+            return false;
+        }
         self.status == 0
             || (500..600).contains(&self.status)
             || matches!(
@@ -94,6 +98,8 @@ pub(crate) fn errno_for(status: u16, code: &str, os_errno: Option<i32>) -> i32 {
         "EntityTooLarge" => return errno::EFBIG,
         "NoSuchBucket" | "NoSuchKey" => return errno::ENOENT,
         "QuotaExceeded" => return errno::EDQUOT,
+        // versitygw's answer when its disk is full (HTTP 507).
+        "InsufficientStorage" => return errno::ENOSPC,
         "SlowDown" | "ServiceUnavailable" => return errno::EAGAIN,
         "RequestTimeout" => return errno::ETIMEDOUT,
         _ => {}
@@ -105,6 +111,7 @@ pub(crate) fn errno_for(status: u16, code: &str, os_errno: Option<i32>) -> i32 {
         403 => errno::EACCES,
         404 => errno::ENOENT,
         503 => errno::EAGAIN,
+        507 => errno::ENOSPC,
         _ => errno::EIO,
     }
 }
@@ -193,7 +200,10 @@ mod tests {
         assert_eq!(error(400, "EntityTooLarge").errno(), errno::EFBIG);
         assert_eq!(error(404, "NoSuchBucket").errno(), errno::ENOENT);
         assert_eq!(error(404, "NoSuchKey").errno(), errno::ENOENT);
-        for held in ["AccessDenied", "EntityTooLarge", "NoSuchBucket"] {
+        assert_eq!(error(507, "InsufficientStorage").errno(), errno::ENOSPC);
+        assert_eq!(error(507, "").errno(), errno::ENOSPC, "a full server without a code");
+        assert!(!error(507, "").retryable(), "a full server retried at once");
+        for held in ["AccessDenied", "EntityTooLarge", "NoSuchBucket", "InsufficientStorage"] {
             let e = error(400, held);
             assert!(!e.retryable(), "{held} retried");
             let errno = e.errno();

@@ -175,6 +175,22 @@ impl Fixture {
         serde_json::from_str(&output.2).unwrap()
     }
 
+    /// `ebb stat` once `done` holds of it, or the last one after `limit`.
+    fn stat_until(
+        &self,
+        done: impl Fn(&serde_json::Value) -> bool,
+        limit: Duration,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let stat = self.stat();
+            if done(&stat) || start.elapsed() > limit {
+                return stat;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Waits (at most `limit`) until the server holds `data` as `name`.
     fn wait_on_server(&self, name: &str, data: &[u8], limit: Duration) -> bool {
         let start = Instant::now();
@@ -468,6 +484,15 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
         .map(|field| meminfo[*field].as_u64().unwrap_or(0))
         .sum::<u64>();
     assert!(0 < unwritten, "{kind:?}: ebb stat shows nothing held: {meminfo}");
+    // dd's close failed as well: ebb owes the file its commit (S3's completion of the
+    // upload), and `ebb stat` says so, per backend and on the file's line.
+    let owed = |stat: &serde_json::Value| {
+        let files = stat["files"].as_array().cloned().unwrap_or_default();
+        let listed = files.iter().filter(|file| file["commit_owed"] == true).count();
+        (stat["bdi"][0]["BdiCommitsOwed"].as_u64(), listed)
+    };
+    let seen = fx.stat_until(|stat| owed(stat) == (Some(1), 1), Duration::from_secs(5));
+    assert_eq!(owed(&seen), (Some(1), 1), "{kind:?}: no commit owed in ebb stat: {seen}");
     // The outage goes on past the deadline a while: the retries must go on with it.
     std::thread::sleep(Duration::from_secs(3));
     fx.proxy.set(Mode::Pass);
@@ -475,6 +500,49 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
         fx.wait_on_server("held", &data, Duration::from_secs(20)),
         "{kind:?}: the held data did not reach the server by itself"
     );
+    let paid = fx.stat_until(|stat| owed(stat) == (Some(0), 0), Duration::from_secs(5));
+    assert_eq!(owed(&paid), (Some(0), 0), "{kind:?}: a commit still owed: {paid}");
+}
+
+/// The S3 server's disk fills (every PUT and UploadPart answered 507 InsufficientStorage, as
+/// versitygw does), then frees: the writer's fsync and close fail with ENOSPC (the server's
+/// own answer, not EIO), the data stays held (`ebb stat`: `Held`, and the commit owed), and
+/// once space is back the held pages are written and the object completed by themselves.
+fn a_full_server_holds_the_data_and_drains_once_freed(kind: Kind) {
+    let name = format!("{kind:?}-full").to_lowercase();
+    let Some(fx) = Fixture::start(kind, &name, 30) else { return };
+    std::fs::write(fx.path("full"), b"").unwrap();
+    let out = std::fs::OpenOptions::new().write(true).open(fx.path("full")).unwrap();
+    let data = pattern(3 * MIB + 7, 5);
+    let source = fx.root.path().join("source");
+    std::fs::write(&source, &data).unwrap();
+    fx.proxy.set(Mode::Full);
+    let writer = Command::new("dd")
+        .arg(format!("if={}", source.display()))
+        .args(["bs=1M", "conv=fsync", "status=none"])
+        .stdout(out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_, code, err) =
+        finish_calls(vec![("dd".into(), String::new(), writer)], Duration::from_secs(30)).remove(0);
+    assert_ne!(code, Some(0), "{kind:?}: fsync on a full server succeeded");
+    assert!(err.contains("No space left on device"), "{kind:?}: dd said {err}");
+    let held = |stat: &serde_json::Value| {
+        let held = stat["meminfo"]["Held"].as_u64().unwrap_or(0);
+        (held > 0, stat["bdi"][0]["BdiCommitsOwed"].as_u64())
+    };
+    let seen = fx.stat_until(|stat| held(stat) == (true, Some(1)), Duration::from_secs(5));
+    assert_eq!(held(&seen), (true, Some(1)), "{kind:?}: not held, or no commit owed: {seen}");
+    assert!(fx.on_server("full").is_none_or(|stored| stored.is_empty()), "{kind:?}: written");
+    // Space is freed: the held pages are retried (1 s, doubling) and the upload completed.
+    fx.proxy.set(Mode::Pass);
+    assert!(
+        fx.wait_on_server("full", &data, Duration::from_secs(30)),
+        "{kind:?}: the held data did not reach the server once space was freed"
+    );
+    let paid = fx.stat_until(|stat| held(stat) == (false, Some(0)), Duration::from_secs(5));
+    assert_eq!(held(&paid), (false, Some(0)), "{kind:?}: {paid}");
 }
 
 /// A writer waiting through an outage longer than the retry backoff's first steps goes on
@@ -544,6 +612,11 @@ fn s3_calls_wait_through_an_outage_shorter_than_the_deadline() {
 #[test]
 fn nfs_past_the_deadline_the_data_is_held_and_written_when_the_server_returns() {
     past_the_deadline_the_data_is_held_and_written_when_the_server_returns(Kind::Nfs);
+}
+
+#[test]
+fn s3_a_full_server_holds_the_data_and_drains_once_freed() {
+    a_full_server_holds_the_data_and_drains_once_freed(Kind::S3);
 }
 
 #[test]

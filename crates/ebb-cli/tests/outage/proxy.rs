@@ -7,6 +7,7 @@
 //! | [`Mode::Refuse`] | refused (the listener is closed: `ECONNREFUSED`) | reset |
 //! | [`Mode::Reset`] | accepted, then reset at once (`ECONNRESET`) | reset |
 //! | [`Mode::Stall`] | accepted, never answered (bytes read and dropped) | nothing more relayed either way |
+//! | [`Mode::Full`] | one HTTP request each: a `PUT` (S3 PutObject, UploadPart) answered `507 Insufficient Storage`, as versitygw answers with its disk full; any other request relayed with `Connection: close` | reset |
 //!
 //! Dropping the proxy stops it: the listener is closed and every relay thread ends within
 //! [`POLL`] (they poll a stop flag between reads of at most that long).
@@ -27,6 +28,8 @@ pub(crate) enum Mode {
     Refuse = 1,
     Reset = 2,
     Stall = 3,
+    /// An S3 server whose disk is full (HTTP only).
+    Full = 4,
 }
 
 impl Mode {
@@ -35,6 +38,7 @@ impl Mode {
             1 => Mode::Refuse,
             2 => Mode::Reset,
             3 => Mode::Stall,
+            4 => Mode::Full,
             _ => Mode::Pass,
         }
     }
@@ -84,7 +88,7 @@ impl Proxy {
     /// What to do with connections from now on.
     pub(crate) fn set(&self, mode: Mode) {
         let old = Mode::from_u8(self.shared.mode.swap(mode as u8, Ordering::SeqCst));
-        if matches!(mode, Mode::Refuse | Mode::Reset) {
+        if matches!(mode, Mode::Refuse | Mode::Reset | Mode::Full) {
             self.shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         let mut listener = self.shared.listener.lock().unwrap();
@@ -128,6 +132,12 @@ fn accept_loop(shared: &Arc<Shared>, server: SocketAddr, _port: u16) {
         let _ = client.set_nonblocking(false);
         match Mode::from_u8(shared.mode.load(Ordering::SeqCst)) {
             Mode::Refuse | Mode::Reset => reset(&client),
+            Mode::Full => {
+                let shared = Arc::clone(shared);
+                let _ = std::thread::Builder::new()
+                    .name("fault-proxy-full".to_owned())
+                    .spawn(move || full(&shared, client, server));
+            }
             Mode::Stall | Mode::Pass => {
                 let shared = Arc::clone(shared);
                 let _ = std::thread::Builder::new()
@@ -167,6 +177,86 @@ fn serve(shared: &Arc<Shared>, client: TcpStream, server: SocketAddr) {
     };
     let _ = upstream.set_nodelay(true);
     let _ = client.set_nodelay(true);
+    let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+    let back = {
+        let shared = Arc::clone(shared);
+        std::thread::spawn(move || relay(&shared, u2, c2, generation))
+    };
+    relay(shared, client, upstream, generation);
+    let _ = back.join();
+}
+
+/// One request of a connection accepted while the server is full: a `PUT` is answered 507
+/// (its body read and dropped); anything else is sent to the server with `Connection: close`
+/// and its answer relayed, so the client's next request comes on a new connection.
+fn full(shared: &Arc<Shared>, client: TcpStream, server: SocketAddr) {
+    let generation = shared.generation.load(Ordering::SeqCst);
+    let _ = client.set_read_timeout(Some(POLL));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 64 << 10];
+    let end = loop {
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if shared.stop.load(Ordering::SeqCst) || head.len() > 1 << 20 {
+            return reset(&client);
+        }
+        match (&client).read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..end]).into_owned();
+    let mut lines = text.split("\r\n");
+    let request = lines.next().unwrap_or_default().to_owned();
+    let headers: Vec<&str> = lines
+        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect();
+    if request.starts_with("PUT ") {
+        let length = headers
+            .iter()
+            .find_map(|h| {
+                h.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(str::trim)
+                    .and_then(|v| v.parse::<usize>().ok())
+            })
+            .unwrap_or(0);
+        let mut left = length.saturating_sub(head.len() - end);
+        while left > 0 && !shared.stop.load(Ordering::SeqCst) {
+            match (&client).read(&mut buf[..left.min(64 << 10)]) {
+                Ok(0) => return,
+                Ok(n) => left -= n,
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(_) => return,
+            }
+        }
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InsufficientStorage</Code>\
+                    <Message>Your request was rejected because there is not enough storage.</Message></Error>";
+        let answer = format!(
+            "HTTP/1.1 507 Insufficient Storage\r\nContent-Type: application/xml\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = (&client).write_all(answer.as_bytes());
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
+    let Ok(upstream) = TcpStream::connect(server) else { return reset(&client) };
+    let mut rewritten = format!("{request}\r\n");
+    for h in &headers {
+        rewritten.push_str(h);
+        rewritten.push_str("\r\n");
+    }
+    rewritten.push_str("Connection: close\r\n\r\n");
+    if (&upstream).write_all(rewritten.as_bytes()).is_err()
+        || (&upstream).write_all(&head[end..]).is_err()
+    {
+        return reset(&client);
+    }
     let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
     let back = {
         let shared = Arc::clone(shared);

@@ -1,6 +1,6 @@
 //! Completions of writes and COMMITs: the page states they move, the bandwidth update they
 //! arm, and the write-error policy (the parent module's doc) they carry out: classes, retries,
-//! the outage deadline, page waiters.
+//! the outage deadline and the requests that run its clock too, page waiters.
 
 use super::*;
 
@@ -210,7 +210,7 @@ impl Engine {
                 }
                 let now = self.now;
                 let wb = &mut self.wbs[b.index()];
-                wb.outage_since.get_or_insert(now);
+                wb.outage.down(now);
                 if self.cfg.backends[b.index()].retry_timeout_secs == 0 {
                     // No patience: reported like any failure.
                     self.record_error(inode, IoError { errno: errno::EIO });
@@ -258,20 +258,50 @@ impl Engine {
         self.reindex_retry(inode, before);
     }
 
+    /// A request a caller waits on (a lookup, a create, a read that misses the cache), made
+    /// by the driver to backend `b`, failed at `now` with `error`: what the outage rule says
+    /// ([`crate::outage::OutageClock::failed`]: `first` is when the request's first failed
+    /// try began, `started` when this one began, `failures` how many failed before), on the
+    /// backend's one clock, which its write-back runs too: a request failing starts the
+    /// outage for the data as well, and its deadline comes as one for both.
+    pub fn request_failed(
+        &mut self,
+        now: Instant,
+        b: BackendId,
+        error: IoError,
+        first: Instant,
+        started: Instant,
+        failures: u32,
+    ) -> crate::outage::Next {
+        self.advance(now);
+        self.wbs[b.index()].outage.failed(error, first, started, now, failures)
+    }
+
+    /// A request to `b` succeeded at `now`: the backend answers, so any outage is over, for
+    /// its write-back too (writers no longer fail; fsync waits for retries again).
+    pub fn request_succeeded(&mut self, now: Instant, b: BackendId) {
+        self.advance(now);
+        self.backend_reached(b);
+    }
+
+    /// Whether `b`'s outage clock runs (a call to it failed since the last success): a driver
+    /// need not report a request's success otherwise.
+    pub fn backend_down(&self, b: BackendId) -> bool {
+        self.wbs[b.index()].outage.since().is_some()
+    }
+
     /// A write or commit to `b` succeeded: any outage is over.
     pub(super) fn backend_reached(&mut self, b: BackendId) {
         let wb = &mut self.wbs[b.index()];
-        wb.outage_since = None;
+        wb.outage.succeeded();
         wb.outage_reported = false;
     }
 
     /// When the backend's current outage turns into EIO for its files (`None`: no outage, or
     /// already reported).
     pub(crate) fn outage_deadline(&self, wb: &Wb) -> Option<Instant> {
-        let since = wb.outage_since.filter(|_| !wb.outage_reported)?;
-        let b = self.wbs.iter().position(|w| std::ptr::eq(w, wb))?;
-        let secs = self.cfg.backends[b].retry_timeout_secs;
-        Some(since + Duration::from_nanos(secs.saturating_mul(1_000_000_000)))
+        let since = wb.outage.since().filter(|_| !wb.outage_reported)?;
+        Some(since + wb.outage.deadline())
     }
 
     /// The backend's outage reached its deadline: every file of it with unwritten data gets

@@ -57,12 +57,15 @@ impl Engine {
         mark
     }
 
-    pub(super) fn file_synced(&mut self, inode: InodeId, mark: u64) {
+    /// [`Event::FileSynced`]: the runs up to `mark` are durable, and a commit owed to the
+    /// file may be paid (`recommit.rs`).
+    pub(super) fn file_synced<M: PageMaps>(&mut self, inode: InodeId, mark: u64, maps: &mut M) {
         let Some(meta) = self.inodes.get_mut(&inode) else { return };
         let unsynced = &mut meta.durability.unsynced;
         while unsynced.front().is_some_and(|r| r.0 <= mark) {
             unsynced.pop_front();
         }
+        self.file_sync_done(inode, Ok(()), maps);
     }
 
     /// The byte ranges of `inode`'s first `size` bytes that are durable (module doc), in order.

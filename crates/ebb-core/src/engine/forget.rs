@@ -8,7 +8,7 @@ impl Engine {
     /// handle, no page cached, no IO in flight, no retry due, no unreported error, no write
     /// waiting for a sync of the file (unless it was just `emptied`, truncated to nothing with
     /// no handle open: deleted, or dropped from the cache, whose earlier writes no handle can
-    /// ask about any more), not in the granule gate. The
+    /// ask about any more), not in the granule gate, not owed a commit (`recommit.rs`). The
     /// driver hears it as [`Action::Forget`] and drops its own state of the file; opening the
     /// file again starts afresh. So what the engine keeps per file is bounded by the files open
     /// or cached, not by the files ever seen.
@@ -33,7 +33,8 @@ impl Engine {
             && meta.hold_retry_at.is_none()
             && (emptied || meta.durability.is_empty())
             && meta.unstable == 0
-            && self.gate.filling(inode).is_none();
+            && self.gate.filling(inode).is_none()
+            && !self.owes_commit(inode);
         if !unused || maps.with(inode, |m| m.counts().resident) > 0 {
             return;
         }

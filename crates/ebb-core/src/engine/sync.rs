@@ -88,6 +88,10 @@ impl Engine {
             }
         }
         if state.closing {
+            if result.is_err() {
+                // No close is left to commit what the retries write back (`recommit.rs`).
+                self.owe_commit(state.inode);
+            }
             if let Some((inode, _)) = self.handles.remove(&state.handle)
                 && let Some(meta) = self.inodes.get_mut(&inode)
             {

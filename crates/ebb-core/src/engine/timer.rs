@@ -1,5 +1,6 @@
 //! The engine's timer: periodic flusher wakeups, delayed bandwidth updates, retries of failed
-//! writes, outage deadlines, paused writers and kswapd's batches that have come due.
+//! writes, outage deadlines, paused writers, kswapd's batches and owed commits that have come
+//! due.
 
 use super::*;
 
@@ -79,6 +80,7 @@ impl Engine {
         }
         self.kswapd_run(maps);
         self.gate_sweep(maps);
+        self.recommit_timer(maps);
     }
 
     /// The delayed bandwidth update armed when a file's writeback ended (the kernel's

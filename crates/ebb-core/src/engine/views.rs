@@ -82,6 +82,7 @@ impl Engine {
             wbt_duty_permille: wb.wbt.duty_permille(),
             dirtied: wb.counters.dirtied,
             written: wb.counters.written,
+            commits_owed: self.commits_owed(b),
         }
     }
 

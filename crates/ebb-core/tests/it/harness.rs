@@ -85,6 +85,8 @@ pub struct Harness {
     pub sleeps: Vec<(usize, Instant, Instant)>,
     /// Files the engine forgot ([`Action::Forget`]).
     pub forgotten: u64,
+    /// Files whose backend sync the engine asked for ([`Action::SyncFile`]), in order.
+    pub synced_files: Vec<InodeId>,
 }
 
 impl Harness {
@@ -120,6 +122,7 @@ impl Harness {
             poll_early: false,
             sleeps: Vec::new(),
             forgotten: 0,
+            synced_files: Vec::new(),
         }
     }
 
@@ -198,6 +201,12 @@ impl Harness {
                 | Action::CloseDone { request, result }
                 | Action::ReadDone { request, result } => {
                     self.done_requests.insert(request, result);
+                }
+                Action::SyncFile { inode, .. } => {
+                    // The backend sync at once, never failing (as the simulator's devices).
+                    self.synced_files.push(inode);
+                    let mark = self.engine.durable_mark(inode);
+                    self.engine.handle(self.now, Event::FileSynced { inode, mark }, &mut self.maps);
                 }
                 Action::Forget { inode } => {
                     self.maps.remove(inode);

@@ -43,6 +43,8 @@ enum Pending {
     Write(IoId, BackendId),
     Read(IoId),
     Commit(IoId),
+    /// A backend sync the engine asked for, with the mark taken before it.
+    SyncFile(InodeId, u64),
 }
 
 struct Driver {
@@ -105,6 +107,10 @@ impl Driver {
                 }
                 Action::Read { io, .. } => self.inflight.push(Pending::Read(io)),
                 Action::Commit { io, .. } => self.inflight.push(Pending::Commit(io)),
+                Action::SyncFile { inode, .. } => {
+                    let mark = self.engine.durable_mark(inode);
+                    self.inflight.push(Pending::SyncFile(inode, mark));
+                }
                 Action::Resume { writer } => {
                     // The writer may go on; like a real driver, run it later (at the next Tick),
                     // not from inside this loop.
@@ -236,6 +242,10 @@ impl Driver {
                         io,
                         result: if outcome == 0 { Err(IoError { errno: 5 }) } else { Ok(()) },
                     },
+                    Pending::SyncFile(inode, _) if outcome == 0 => {
+                        Event::FileSyncFailed { inode, error: IoError { errno: 5 } }
+                    }
+                    Pending::SyncFile(inode, mark) => Event::FileSynced { inode, mark },
                     Pending::Commit(io) => {
                         if outcome == 9 {
                             self.verifier += 1; // the server restarted: uncommitted data is gone
@@ -330,6 +340,7 @@ impl Driver {
                     Pending::Write(io, _) => Event::WriteDone { io, result: Ok(Stability::Stable) },
                     Pending::Read(io) => Event::ReadDone { io, result: Ok(()) },
                     Pending::Commit(io) => Event::CommitDone { io, result: Ok(self.verifier) },
+                    Pending::SyncFile(inode, mark) => Event::FileSynced { inode, mark },
                 };
                 self.engine.handle(self.now, event, &mut self.maps);
                 continue;

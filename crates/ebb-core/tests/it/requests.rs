@@ -190,7 +190,7 @@ fn errno_eio() -> i32 {
     ebb_core::event::errno::EIO
 }
 
-fn ms(ms: u64) -> Instant {
+pub(crate) fn ms(ms: u64) -> Instant {
     Instant::ZERO + Duration::from_millis(ms)
 }
 
@@ -207,7 +207,7 @@ fn dirty_pages(count: u64) -> (Engine, MapStore, InodeId, Writer) {
 }
 
 /// [`dirty_pages`] with a configuration of the caller's.
-fn dirty_pages_with(config: Config, count: u64) -> (Engine, MapStore, InodeId, Writer) {
+pub(crate) fn dirty_pages_with(config: Config, count: u64) -> (Engine, MapStore, InodeId, Writer) {
     let mut engine = Engine::new(config, Instant::ZERO).unwrap();
     let mut maps = MapStore::new();
     let inode = InodeId(1);

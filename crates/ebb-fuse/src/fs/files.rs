@@ -150,10 +150,11 @@ impl Files {
     }
 
     /// The live stats (the data path's JSON) with a `files` list: of the cached files that
-    /// have a handle open here, pages not written or a write error, the `listed` ones with the
-    /// most dirty pages (then errors), each with its errors, pages and the throttle pauses of
-    /// its open handles (the largest percentiles, the summed counts); and `files_not_listed`:
-    /// how many others there are and their dirty and held pages. The cost is one look per
+    /// have a handle open here, pages not written, a write error or a commit owed, the
+    /// `listed` ones with the most dirty pages (then errors), each with its errors, pages,
+    /// whether a commit is owed, and the throttle pauses of its open handles (the largest
+    /// percentiles, the summed counts); and `files_not_listed`: how many others there are,
+    /// their dirty and held pages and commits owed. The cost is one look per
     /// attached file (at most the anchor limit plus the open handles) and a selection, never
     /// one per file the mount has seen.
     pub(crate) fn stats_json(&self, listed: usize) -> String {
@@ -173,7 +174,7 @@ impl Files {
         let reports = crate::data::reports(&handles);
         for ((id, open, _), report) in anchors.iter().zip(reports) {
             if let Some(report) = report
-                && (*open || report.dirty_pages > 0 || report.errors > 0)
+                && (*open || report.dirty_pages > 0 || report.errors > 0 || report.commit_owed)
             {
                 files.insert(*id, (*open, report));
             }
@@ -211,6 +212,7 @@ impl Files {
                 "with_errors": rest.iter().filter(|(_, _, file)| file.errors > 0).count(),
                 "dirty_pages": rest.iter().map(|(_, _, file)| file.dirty_pages).sum::<u64>(),
                 "held_pages": rest.iter().map(|(_, _, file)| file.held_pages).sum::<u64>(),
+                "commits_owed": rest.iter().filter(|(_, _, file)| file.commit_owed).count(),
             }),
         );
         serde_json::to_string_pretty(&stats).unwrap_or_default()

@@ -170,7 +170,7 @@ impl<N: Namespace> EbbFs<N> {
         let (root, attr) = ns
             .root()
             .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", ns.describe())))?;
-        let guard = Guard::new(data.retry_timeout())?;
+        let guard = Guard::new(Arc::clone(&data))?;
         let files = Arc::new(Files::new(data, keep_times, anchor_limit));
         let inner = Arc::new(Inner {
             ns,

@@ -9,8 +9,8 @@
 //! doubling to [`PROBE_MAX`] (the next try is the probe, so a request goes on within
 //! [`PROBE_MAX`] plus one round trip of the server's return), until the backend has failed
 //! for its `retry_timeout_secs` without an answer (one clock for the mount's backend, not one
-//! per request); then `EIO`. No socket errno reaches the application. The engine's write-back
-//! follows the same deadline for data (`ebb_core::engine`).
+//! per request, and the one the engine's write-back runs for data, `Clock::of`); then `EIO`.
+//! No socket errno reaches the application.
 //!
 //! # Killability
 //!
@@ -26,7 +26,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ebb_core::event::{ErrorClass, IoError};
-use ebb_core::outage::{Next, RequestOutage};
+use ebb_core::outage::{Next, OutageClock};
 use ebb_core::{Duration as CoreDuration, Instant as CoreInstant};
 use fuser::{
     Errno, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
@@ -35,6 +35,7 @@ use fuser::{
 use parking_lot::Mutex;
 
 use super::io_ops::killed;
+use crate::data::DataPath;
 use crate::pool::Pool;
 
 pub(crate) use ebb_core::outage::PROBE_MAX;
@@ -52,17 +53,43 @@ pub(crate) fn is_outage(errno: Errno) -> bool {
     IoError { errno: errno.code() }.class() == ErrorClass::Outage
 }
 
-/// The outage clock of the mount's backend ([`RequestOutage`]) on the OS's monotonic clock.
+/// The outage clock of the mount's backend: the data path's where it keeps one (ebb's
+/// engine, whose write-back runs the same clock: [`DataPath::request_failed`]), else one of
+/// the mount's own ([`OutageClock`]) on the OS's monotonic clock.
 pub(crate) struct Clock {
     origin: Instant,
-    state: Mutex<RequestOutage>,
+    state: Mutex<OutageClock>,
+    data: Option<Arc<dyn DataPath>>,
 }
 
 impl Clock {
+    /// A clock of the mount's own, for a backend whose `retry_timeout_secs` is `deadline`.
     pub(crate) fn new(deadline: Duration) -> Clock {
         let deadline =
             CoreDuration::from_nanos(u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX));
-        Clock { origin: Instant::now(), state: Mutex::new(RequestOutage::new(deadline)) }
+        Clock { origin: Instant::now(), state: Mutex::new(OutageClock::new(deadline)), data: None }
+    }
+
+    /// The clock `data` keeps, if it keeps one (else the mount's own).
+    pub(crate) fn of(data: Arc<dyn DataPath>) -> Clock {
+        Clock { data: Some(Arc::clone(&data)), ..Clock::new(data.retry_timeout()) }
+    }
+
+    fn succeeded(&self) {
+        if let Some(data) = &self.data {
+            data.request_succeeded();
+        }
+        self.state.lock().succeeded();
+    }
+
+    fn failed(&self, error: IoError, first: Instant, started: Instant, failures: u32) -> Next {
+        let kept =
+            self.data.as_ref().and_then(|d| d.request_failed(error, first, started, failures));
+        if let Some(next) = kept {
+            return next;
+        }
+        let (first, started, now) = (self.at(first), self.at(started), self.at(Instant::now()));
+        self.state.lock().failed(error, first, started, now, failures)
     }
 
     /// The backend's `retry_timeout_secs`.
@@ -88,15 +115,14 @@ impl Clock {
             let started = Instant::now();
             let errno = match call() {
                 Ok(value) => {
-                    self.state.lock().succeeded();
+                    self.succeeded();
                     return Ok(value);
                 }
                 Err(errno) => errno,
             };
             let error = IoError { errno: errno.code() };
-            let first_at = self.at(*first.get_or_insert(started));
-            let (started, now) = (self.at(started), self.at(Instant::now()));
-            let next = self.state.lock().failed(error, first_at, started, now, failures);
+            let first_at = *first.get_or_insert(started);
+            let next = self.failed(error, first_at, started, failures);
             let wait = match next {
                 // The call's own error, as it came (an outage's is EIO, the core's mapping).
                 Next::Fail(failed) if failed == error => return Err(errno),
@@ -179,11 +205,13 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(deadline: Duration) -> std::io::Result<Arc<Guard>> {
+    /// The guard of a mount whose file data goes through `data` (which may keep the backend's
+    /// outage clock, [`Clock::of`]).
+    pub(crate) fn new(data: Arc<dyn DataPath>) -> std::io::Result<Arc<Guard>> {
         let guard = Arc::new(Guard {
             pool: Pool::new("ebb-fuse-meta", THREADS, QUEUE)?,
             pending: Mutex::new(Vec::new()),
-            clock: Arc::new(Clock::new(deadline)),
+            clock: Arc::new(Clock::of(data)),
         });
         let weak = Arc::downgrade(&guard);
         std::thread::Builder::new()

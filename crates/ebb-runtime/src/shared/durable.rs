@@ -57,8 +57,21 @@ pub(crate) fn durable_changed(shared: &Shared, fs: &FileState) {
 }
 
 /// Trims the backend file to the logical size and syncs it if it was written since, then
-/// tells the engine what the sync made durable (`Event::FileSynced`).
+/// tells the engine what the sync made durable (`Event::FileSynced`), or that it failed
+/// (`Event::FileSyncFailed`: on a flush-on-close backend the engine then owes the file a
+/// commit, which it asks for with `Action::SyncFile` once the file is written back).
 pub(crate) fn sync_backend_file(shared: &Shared, fs: &FileState) -> io::Result<()> {
+    let result = trim_and_sync(shared, fs);
+    if let Err(e) = &result {
+        let (inode, error) = (fs.inode, super::to_io_error(e));
+        shared.enter(|core, maps, now| {
+            core.engine.handle(now, Event::FileSyncFailed { inode, error }, maps)
+        });
+    }
+    result
+}
+
+fn trim_and_sync(shared: &Shared, fs: &FileState) -> io::Result<()> {
     trim_backend_file(fs)?;
     // One sync at a time: a sync that finds nothing written since the last one knows that one
     // has ended, so what completed before its mark is durable either way (an IO thread sets

@@ -13,6 +13,8 @@ use crate::device::{DeviceRequest, IoOp};
 
 /// Identities of the cache flushes that follow an fsync (`Sim::driver_flush`).
 const DRIVER_FLUSH_BIT: u64 = 1 << 61;
+/// Identities of the backend syncs the engine asks for (`Action::SyncFile`, `Sim::sync_file`).
+const SYNC_FILE_BIT: u64 = 1 << 60;
 
 pub(super) enum IoPending {
     Write(IoId),
@@ -55,6 +57,7 @@ impl Sim<'_> {
                         check.flush_submitted(id, backend.index());
                     }
                 }
+                Action::SyncFile { backend, inode } => self.sync_file(backend, inode),
                 Action::Resume { writer } => {
                     let i = writer.0 as usize;
                     self.queue.push(self.now, Ev::Resume(i));
@@ -180,6 +183,10 @@ impl Sim<'_> {
                 self.driver_flush_done(c.id);
                 continue;
             }
+            if c.id & SYNC_FILE_BIT != 0 {
+                self.sync_file_done(c.id, c.verifier);
+                continue;
+            }
             // A two-phase backend (NFS) reports the verifier; a local device reports none.
             let event = match self.ios.remove(&c.id) {
                 Some(IoPending::Write(io)) => {
@@ -261,6 +268,32 @@ impl Sim<'_> {
         if let Some(i) = self.writers.iter().position(|w| w.state == WriterState::Fsyncing(request))
         {
             self.finish_writer(i);
+        }
+    }
+
+    /// The engine owes `inode` a commit ([`Action::SyncFile`]: its close failed on a
+    /// flush-on-close backend, and it is written back now): a flush of the device, with the
+    /// engine's mark before it and [`Event::FileSynced`] after it, as the runtime's
+    /// `sync_backend_file`. The device models never fail a flush, so it is never
+    /// `Event::FileSyncFailed`.
+    fn sync_file(&mut self, backend: BackendId, inode: InodeId) {
+        self.owed_syncs += 1;
+        let id = SYNC_FILE_BIT | self.io_epoch | inode.0;
+        if let Some(check) = self.check.as_deref_mut() {
+            check.flush_submitted(id, backend.index());
+        }
+        let mark = self.engine.durable_mark(inode);
+        self.file_syncs.insert(id, (inode, mark));
+        self.submit(backend, id, IoOp::Flush, inode, 0, 0, true);
+    }
+
+    fn sync_file_done(&mut self, id: u64, verifier: Option<u64>) {
+        if let Some(check) = self.check.as_deref_mut() {
+            check.flush_completed(id, verifier);
+        }
+        if let Some((inode, mark)) = self.file_syncs.remove(&id) {
+            self.engine.handle(self.now, Event::FileSynced { inode, mark }, &mut self.maps);
+            self.check_durable_claims(Some(inode), "after a sync the engine asked for");
         }
     }
 

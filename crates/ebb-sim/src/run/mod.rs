@@ -159,6 +159,9 @@ struct Sim<'a> {
     trace: Option<Tracer>,
     readers: Vec<Reader>,
     fsync_errors: u64,
+    /// Backend syncs the engine asked for (`Action::SyncFile`: commits owed to files whose
+    /// close failed).
+    owed_syncs: u64,
     fsync_errno: i32,
     read_latency: LatencyHistogram,
     read_started: BTreeMap<RequestId, (usize, Instant)>,

@@ -63,6 +63,7 @@ impl<'a> Sim<'a> {
             trace: None,
             readers: Vec::new(),
             fsync_errors: 0,
+            owed_syncs: 0,
             fsync_errno: 0,
             read_latency: LatencyHistogram::new(),
             read_started: BTreeMap::new(),

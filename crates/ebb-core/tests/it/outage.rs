@@ -1,0 +1,95 @@
+//! One outage clock per backend: the requests callers wait on (`Engine::request_failed`,
+//! `Engine::request_succeeded`) and the engine's write-back run the same clock.
+
+use ebb_core::event::errno::{ECONNREFUSED, EIO};
+use ebb_core::outage::Next;
+use ebb_core::*;
+
+use crate::harness::config;
+use crate::requests::{dirty_pages_with, ms};
+
+const REFUSED: IoError = IoError { errno: ECONNREFUSED };
+
+/// Fires the timers up to `t` and answers every write with `result`; returns the fsync
+/// answers.
+fn run(engine: &mut Engine, maps: &mut MapStore, t: Instant) -> Vec<Action> {
+    while let Some(at) = engine.poll_timeout().filter(|&at| at <= t) {
+        engine.handle(at, Event::Timer, maps);
+        if engine.poll_timeout() == Some(at) {
+            break;
+        }
+    }
+    engine.handle(t, Event::Timer, maps);
+    let mut answers = Vec::new();
+    while let Some(action) = engine.poll_action() {
+        match action {
+            Action::Write { io, .. } => {
+                engine.handle(t, Event::WriteDone { io, result: Err(REFUSED) }, maps)
+            }
+            Action::FsyncDone { .. } => answers.push(action),
+            _ => {}
+        }
+    }
+    answers
+}
+
+/// A lookup fails at 0.1 s and the server stays away: an fsync begun at 1.5 s gets EIO at the
+/// backend's deadline counted from the lookup's failure (2.1 s), not from its own writes'
+/// (3.5 s): the backend has one notion of "down since".
+#[test]
+fn a_failed_request_starts_the_outage_for_write_back_too() {
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
+    cfg.backends[0].retry_timeout_secs = 2;
+    let (mut engine, mut maps, _inode, _w) = dirty_pages_with(cfg, 8);
+    let b = BackendId(0);
+    assert!(!engine.backend_down(b));
+    let next = engine.request_failed(ms(100), b, REFUSED, ms(100), ms(100), 0);
+    assert!(matches!(next, Next::Retry(_)), "{next:?}");
+    assert!(engine.backend_down(b));
+    engine.handle(
+        ms(1_500),
+        Event::Fsync { handle: HandleId(1), request: RequestId(1) },
+        &mut maps,
+    );
+    let mut t = ms(1_500);
+    let answer = loop {
+        t += Duration::from_millis(50);
+        assert!(t < ms(6_000), "fsync not answered");
+        if let Some(answer) = run(&mut engine, &mut maps, t).pop() {
+            break answer;
+        }
+    };
+    assert_eq!(
+        answer,
+        Action::FsyncDone { request: RequestId(1), result: Err(IoError { errno: EIO }) }
+    );
+    assert!(t <= ms(2_200), "EIO at {t}, not at the deadline counted from the request's failure");
+    assert_eq!(engine.stats().outage_timeouts, 1);
+    // A request that gets an answer ends the outage for write-back too.
+    engine.request_succeeded(t, b);
+    assert!(!engine.backend_down(b));
+    assert!(engine.poll_timeout().is_some_and(|at| at > t), "no deadline pending, retries only");
+}
+
+/// A write that succeeds ends the outage for requests: a request failing after it gets a full
+/// deadline of its own, not EIO from the clock of before.
+#[test]
+fn a_successful_write_ends_the_outage_for_requests() {
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
+    cfg.backends[0].retry_timeout_secs = 2;
+    let (mut engine, mut maps, _inode, _w) = dirty_pages_with(cfg, 8);
+    let b = BackendId(0);
+    let _ = engine.request_failed(ms(100), b, REFUSED, ms(100), ms(100), 0);
+    // Write-back meanwhile, answered by the server.
+    engine.handle(ms(200), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    while let Some(action) = engine.poll_action() {
+        if let Action::Write { io, .. } = action {
+            let ok = Ok(Stability::Stable);
+            engine.handle(ms(300), Event::WriteDone { io, result: ok }, &mut maps);
+        }
+    }
+    assert!(!engine.backend_down(b));
+    // 3 s after the first failure, past its deadline: a new failure starts a new outage.
+    let next = engine.request_failed(ms(3_100), b, REFUSED, ms(3_100), ms(3_100), 0);
+    assert!(matches!(next, Next::Retry(_)), "{next:?}");
+}
