@@ -315,7 +315,7 @@ pub fn judge(
         return not_reproduced(
             ratio,
             format!(
-                "ours' change is inside the seeds' spread: {} to {} over {} seeds reaches the \
+                "our change is inside the seeds' spread: {} to {} over {} seeds reaches the \
                  neutral point {}, mean {}",
                 super::format_number(low),
                 super::format_number(high),
