@@ -244,17 +244,39 @@ pub(super) fn killed(pid: u32) -> bool {
     pending || exiting(pid)
 }
 
-/// Whether the thread `pid` is exiting (`PF_EXITING` in the flags, the ninth field of
-/// `/proc/PID/stat`): a killed process closes its files on the way out, after its SIGKILL
-/// was taken, and each close of a file on a flush-on-close backend is a flush that would
-/// otherwise wait for the backend (the process sat in `D` state until it answered). Its
-/// data stays in the cache and is written back as any other.
+/// Whether the process `pid` is on its way out: a killed process closes its files on the way
+/// out, after its SIGKILL was taken, and each close of a file on a flush-on-close backend is a
+/// flush that would otherwise wait for the backend (the process sat in `D` state until it
+/// answered). Its data stays in the cache and is written back as any other.
+///
+/// An exiting process has released its memory before it closes its files, so its
+/// `/proc/PID/status` has no `VmSize` line (as a zombie's, or one gone). `/proc/PID/stat`,
+/// which shows `PF_EXITING` directly, must not be read here: on this kernel its read waits
+/// for a lock that a process in `execve` holds while it closes its close-on-exec files, and
+/// such a close is a FLUSH this very thread may be serving (a deadlock seen with a child
+/// started from a descriptor open on the mount).
 fn exiting(pid: u32) -> bool {
-    const PF_EXITING: u64 = 0x4;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
-    // After the command name in parentheses: state, ppid, pgrp, session, tty, tpgid, flags.
-    let flags = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(6));
-    flags.and_then(|flags| flags.parse::<u64>().ok()).is_some_and(|f| f & PF_EXITING != 0)
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return true };
+    !status.lines().any(|line| line.starts_with("VmSize:"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_live_process_is_not_exiting_and_a_zombie_or_a_gone_one_is() {
+        assert!(!super::exiting(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        while std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .is_ok_and(|s| !s.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(super::exiting(pid));
+        child.wait().expect("reap");
+        assert!(super::exiting(pid));
+    }
 }
 
 /// An aligned read around the cache, cut at the size ebb knows. The backend's file may end

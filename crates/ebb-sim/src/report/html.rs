@@ -167,8 +167,15 @@ fn verdicts_value<'a>(comparisons: impl Iterator<Item = &'a Comparison>) -> Valu
         .collect()
 }
 
+/// The text of a row's why in the table: a reason the row above gives word for word is not
+/// repeated (one experiment's 21 rows of a column no case of ours runs share one reason).
+fn shown_why<'a>(why: &'a str, above: Option<&str>) -> &'a str {
+    if !why.is_empty() && above == Some(why) { "same reason as the row above" } else { why }
+}
+
 fn experiment_value(experiment: &ExperimentSection) -> Value {
-    let comparisons = experiment.comparisons.iter().map(|comparison| {
+    let above = |index: usize| index.checked_sub(1).map(|i| experiment.comparisons[i].why.as_str());
+    let comparisons = experiment.comparisons.iter().enumerate().map(|(index, comparison)| {
         Value::from_pairs([
             ("claim", Value::from(comparison.claim.as_str())),
             ("published", Value::from(comparison.published.as_str())),
@@ -176,7 +183,7 @@ fn experiment_value(experiment: &ExperimentSection) -> Value {
             ("ratio", Value::from(comparison.ratio.as_str())),
             ("tolerance", Value::from(comparison.tolerance.as_str())),
             ("verdict", Value::from(comparison.verdict.name())),
-            ("why", Value::from(comparison.why.as_str())),
+            ("why", Value::from(shown_why(&comparison.why, above(index)))),
             ("analysis", Value::from(comparison.analysis.clone().unwrap_or_default())),
         ])
     });
@@ -266,6 +273,17 @@ fn anchor(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reason_repeated_word_for_word_is_shown_once() {
+        assert_eq!(shown_why("no case runs 16X", None), "no case runs 16X");
+        assert_eq!(
+            shown_why("no case runs 16X", Some("no case runs 16X")),
+            "same reason as the row above"
+        );
+        assert_eq!(shown_why("other", Some("no case runs 16X")), "other");
+        assert_eq!(shown_why("", Some("")), "");
+    }
 
     fn example() -> ReportPage {
         ReportPage {
