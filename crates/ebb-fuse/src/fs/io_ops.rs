@@ -260,6 +260,22 @@ fn exiting(pid: u32) -> bool {
     !status.lines().any(|line| line.starts_with("VmSize:"))
 }
 
+/// An aligned read around the cache, cut at the size ebb knows. The backend's file may end
+/// before that size (a hole the cache added by growing the file, never written) or after it
+/// (its last page is written whole): the first reads as zeros, the second is cut.
+fn read_direct(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let size = file.len()?;
+    let valid = usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
+    if valid == 0 {
+        return Ok(0);
+    }
+    let read = file.read_direct_at(buf, offset)?;
+    if read < valid {
+        buf[read..valid].fill(0);
+    }
+    Ok(valid)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -277,20 +293,4 @@ mod tests {
         child.wait().expect("reap");
         assert!(super::exiting(pid));
     }
-}
-
-/// An aligned read around the cache, cut at the size ebb knows. The backend's file may end
-/// before that size (a hole the cache added by growing the file, never written) or after it
-/// (its last page is written whole): the first reads as zeros, the second is cut.
-fn read_direct(file: &dyn DataFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let size = file.len()?;
-    let valid = usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX).min(buf.len());
-    if valid == 0 {
-        return Ok(0);
-    }
-    let read = file.read_direct_at(buf, offset)?;
-    if read < valid {
-        buf[read..valid].fill(0);
-    }
-    Ok(valid)
 }
