@@ -544,6 +544,7 @@ impl Engine {
             Event::InvalidateDone { inode, first_page, pages } => {
                 self.invalidate_done(inode, Run { first: first_page, count: pages })
             }
+            Event::BackendChanged { inode } => self.backend_changed(inode, maps),
             Event::WriteDone { io, result } if self.is_swap_io(io) => {
                 self.swap_done(io, result, maps)
             }

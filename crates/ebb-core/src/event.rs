@@ -235,6 +235,14 @@ pub enum Event {
         /// First page dropped.
         first_page: u64,
     },
+    /// Someone other than the cache changed the backend's file of `inode` (found at an open,
+    /// close-to-open): its clean pages may hold the bytes from before, so they leave the cache,
+    /// and reads in flight keep none of their pages; pages holding data the backend lacks
+    /// (dirty, held, under writeback, unstable) stay: the cache's data wins.
+    BackendChanged {
+        /// The file.
+        inode: InodeId,
+    },
     /// The driver begins changing `pages` pages of `inode` from `first_page` in the backend
     /// behind the cache (a punched or zeroed range, a trimmed end): until the matching
     /// [`Event::InvalidateDone`], no page of the range a read brings in is installed, nor one

@@ -191,6 +191,12 @@ pub(crate) trait DataFile: Send + Sync {
     fn is_clean(&self) -> bool {
         true
     }
+    /// Someone else changed the backing file: the cache drops its copies of the backend's
+    /// bytes, keeping the data the backend lacks ([`ebb_runtime::File::backend_changed`]).
+    /// Default: nothing (no cache).
+    fn backend_changed(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Reports a write error not yet reported to this handle, without closing it.
     fn check_error(&self) -> io::Result<()> {
         Ok(())

@@ -241,6 +241,10 @@ impl DataFile for EbbFile {
         self.0.is_clean()
     }
 
+    fn backend_changed(&self) -> io::Result<()> {
+        self.0.backend_changed()
+    }
+
     fn report(&self) -> Option<FileReport> {
         Some(report_of(&self.0, self.0.errors()))
     }

@@ -15,12 +15,20 @@
 //!
 //! Putting the mtime back hides a change made by someone else between two write-backs (the
 //! backend's mtime moved, then ebb set it back), which the next open must see (close-to-open:
-//! `Files::drop_if_changed`). So, as an NFS client compares a WRITE's pre-operation attributes
-//! with the ones it cached, a write-back that no other write-back of the file overlaps first
-//! reads the backend's mtime and compares it with the one ebb last left there; a difference
-//! marks the file changed underneath ([`FileTimes::changed_underneath`]), which the next open
-//! answers by dropping the file's clean pages. That costs one `getattr` of the backend's file
-//! per write-back of a file written through the mount (a local `stat`, an NFS GETATTR).
+//! `Files::drop_if_changed`, `Files::revalidate`). So, as an NFS client compares a WRITE's
+//! pre-operation attributes with the ones it cached, a write-back that no other write-back of
+//! the file overlaps first reads the backend's mtime and compares it with the one ebb last left
+//! there; a difference marks the file changed underneath ([`FileTimes::changed_underneath`]),
+//! which the next open answers by dropping the file's clean pages. That costs one `getattr` of
+//! the backend's file per write-back of a file written through the mount (a local `stat`, an
+//! NFS GETATTR). An open compares the backend's mtime with the one ebb left there too
+//! ([`FileTimes::baseline_mtime`]), which catches a change made between write-backs.
+//!
+//! What this cannot see: a change made after a write-back's check and before its mtime is put
+//! back, which the putting back hides (microseconds on a local disk; on NFS the length of a
+//! WRITE). A backend offers no way to set a time only if the file is unchanged (ctime does not
+//! help: ebb's own setting of the mtime moves it after the other writer's change). A size
+//! changed meanwhile is still seen at the next open once the file is clean.
 //!
 //! A [`FileTimes`] lives as long as anything holds it: the cached file's [`TimedFile`] (so as
 //! long as the runtime caches the file) and the filesystem's open handles and anchors. A file
@@ -66,6 +74,21 @@ impl FileTimes {
     /// (put back after each write-back), else the one seen when the file was cached.
     pub(crate) fn expected_mtime(&self) -> Option<SystemTime> {
         self.get().map(|times| times.mtime).or(*self.seen.lock())
+    }
+
+    /// The backend's mtime should nobody else have changed the file: the one ebb last left
+    /// there (seen, or put back after a write-back), else [`FileTimes::expected_mtime`];
+    /// `None` before ebb first saw the file.
+    pub(crate) fn baseline_mtime(&self) -> Option<SystemTime> {
+        (*self.left.lock()).or_else(|| self.expected_mtime())
+    }
+
+    /// ebb dropped the pages of the file that a change underneath made stale, keeping its
+    /// own data and times: the backend's `mtime` is the one to compare with from now.
+    pub(crate) fn change_seen(&self, mtime: SystemTime) {
+        let _times = self.times.lock();
+        *self.left.lock() = Some(mtime);
+        self.changed.store(false, Ordering::Release);
     }
 
     /// The backend's file has `mtime` and ebb caches nothing of it yet, or ebb dropped what

@@ -517,6 +517,30 @@ impl File {
         backend()
     }
 
+    /// Someone else changed the backend's file (a caller that found it changed at an open:
+    /// close-to-open): its clean pages leave the cache and reads in flight keep none of theirs
+    /// ([`Event::BackendChanged`]), so reads bring the new bytes; pages holding data the
+    /// backend lacks stay (the cache's data wins). With no such page left, the file's size
+    /// becomes the backend's, unless the backend's is at most the rest of the last page longer
+    /// (the whole last page a write-back wrote before its trim, not someone else's growth).
+    pub fn backend_changed(&self) -> io::Result<()> {
+        let fs = &self.fs;
+        let _t = fs.truncate_lock.lock();
+        let backend = fs.file.size()?;
+        let inode = self.inode();
+        let event = Event::BackendChanged { inode };
+        self.ebb.inner.shared.enter(|core, maps, now| core.engine.handle(now, event, maps));
+        // Writers dirty pages and grow the size under the page-map lock.
+        let map = fs.map.lock();
+        let counts = map.counts();
+        let size = fs.size.load(Ordering::Acquire);
+        let padded = backend > size && backend <= size.next_multiple_of(PAGE_SIZE);
+        if counts.dirty + counts.held + counts.writeback + counts.unstable == 0 && !padded {
+            fs.size.store(backend, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Announces a change of `pages` pages from `first` in the backend behind the cache
     /// ([`Event::Invalidate`]); the guard announces its end when dropped.
     fn invalidating(&self, first: u64, pages: u64) -> Invalidating<'_> {

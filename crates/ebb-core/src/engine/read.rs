@@ -141,6 +141,31 @@ impl Engine {
         }
     }
 
+    /// [`Event::BackendChanged`]: the file's clean pages leave the cache and the reads in
+    /// flight keep none of theirs (they may hold the bytes from before the change); pages the
+    /// backend lacks stay. Reads issued from now on read the changed file.
+    pub(super) fn backend_changed<M: PageMaps>(&mut self, inode: InodeId, maps: &mut M) {
+        let Some(meta) = self.inodes.get(&inode) else { return };
+        let reads: Vec<IoId> = meta.reading.values().map(|&(_, io)| io).collect();
+        for io in reads {
+            if let Some(IoRecord { kind: IoKind::Read { run, stale, .. }, .. }) =
+                self.ios.get_mut(&io)
+            {
+                stale.extend(run.first..run.end());
+            }
+        }
+        let clean: Vec<u64> = maps.with(inode, |m| {
+            m.pages().filter(|(_, p)| p.state == crate::PageState::Clean).map(|(i, _)| i).collect()
+        });
+        for index in clean {
+            // A writer may have dirtied it since (under the page map's lock alone): it stays.
+            let Some(frame) = maps.with(inode, |m| m.evict(index)) else { continue };
+            self.mem.unlink(frame);
+            self.mem.release(frame);
+            self.account(inode, Counters { resident: -1, ..Counters::default() });
+        }
+    }
+
     pub(super) fn read_done<M: PageMaps>(
         &mut self,
         io: IoId,

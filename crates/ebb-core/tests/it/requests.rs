@@ -90,6 +90,34 @@ fn truncate_during_a_read_keeps_stale_pages_out() {
     assert_eq!(h.engine.meminfo().cached, 10, "the stale pages' frames went back to free memory");
 }
 
+/// Someone else changed the backend's file (found at an open): its clean pages leave the
+/// cache, a read in flight installs none of the pages it brings (they may be from before the
+/// change), the dirty pages stay (the cache's data wins), and accounting stays exact.
+#[test]
+fn a_backend_change_drops_clean_pages_and_keeps_dirty_ones() {
+    let mut h = Harness::new(config(256, ThrottlePolicy::Ioless), &[PAGES_PER_SEC]);
+    let inode = InodeId(50);
+    h.request(Event::Open { handle: HandleId(50), inode, backend: BackendId(0) });
+    h.request(Event::Read { inode, first_page: 0, pages: 16, request: RequestId(1) });
+    h.run_until(secs(1));
+    assert_eq!(h.maps.get(inode).unwrap().counts().clean, 16);
+    let mut w = Writer::new(WriterId(1), GroupId(0));
+    let mut pos = 0;
+    while pos < 4 {
+        pos += h.maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 4 - pos)).consumed;
+    }
+    h.engine.flush_writer(h.now, &mut w, &mut h.maps);
+    h.request(Event::Read { inode, first_page: 32, pages: 16, request: RequestId(2) });
+    h.request(Event::BackendChanged { inode });
+    h.run_until(secs(2));
+    assert_eq!(h.done_requests.get(&RequestId(2)), Some(&Ok(())));
+    let map = h.maps.get(inode).unwrap();
+    assert_eq!(map.counts().dirty, 4, "the dirty pages stay");
+    assert!(map.pages().all(|(i, _)| i < 4), "clean or stale pages left: {:?}", map.counts());
+    h.engine.check_accounting(&h.maps, &[&w]).unwrap();
+    assert_eq!(h.engine.meminfo().cached, 4, "the dropped pages' frames went back");
+}
+
 /// Truncate drops dirty pages from the counters at once and keeps accounting exact.
 #[test]
 fn truncate_drops_dirty_pages() {

@@ -61,6 +61,28 @@ pub(crate) struct Files {
     anchor_limit: usize,
 }
 
+/// Whether the backend's file, with `size` and `mtime`, changed underneath since ebb last
+/// looked, and whether the cache of `file` holds nothing the backend lacks. Changed: its mtime
+/// is not the one ebb last left there ([`FileTimes::baseline_mtime`]), a write-back found it
+/// moved ([`FileTimes::changed_underneath`]), or, with nothing to write, its size is not the
+/// cache's (the backend may hold the last page whole until the trim at fsync). A write-back of
+/// ebb's own in flight may look like a change (its mtime is put back after the write): the
+/// cost is clean pages read again, never data lost.
+fn moved(
+    file: &dyn DataFile,
+    times: &FileTimes,
+    size: u64,
+    mtime: SystemTime,
+) -> io::Result<(bool, bool)> {
+    let len = file.len()?;
+    let clean = file.is_clean();
+    let resized = size < len || size > len.next_multiple_of(4096);
+    let changed = times.baseline_mtime().is_some_and(|left| mtime != left)
+        || times.changed_underneath()
+        || (clean && resized);
+    Ok((changed, clean))
+}
+
 /// Closes an anchor's handle (if a request still uses it, the handle is dropped when that
 /// request ends instead).
 fn close_anchor(anchor: Anchor) -> io::Result<()> {
@@ -244,11 +266,11 @@ impl Files {
     }
 
     /// Drops what ebb caches of the file `id` if the backend's file changed underneath
-    /// (its `size` and `mtime` are not what ebb's writes left) and nothing here has it open:
+    /// ([`moved`]), nothing here has it open and the cache holds nothing the backend lacks:
     /// the next open reads the backend's new data (close-to-open consistency, as NFS clients
-    /// keep). A file with data not written yet keeps it (ebb's writes win). Returns whether it
-    /// dropped the cache: closing it may have changed the backend's file (an S3 object gets
-    /// its trimmed size at that close), so attributes read before are out of date.
+    /// keep). Returns whether it dropped the cache: closing it may have changed the backend's
+    /// file (an S3 object gets its trimmed size at that close), so attributes read before are
+    /// out of date. Otherwise an open goes on with [`Files::revalidate`].
     pub(crate) fn drop_if_changed(
         &self,
         id: FileId,
@@ -257,36 +279,54 @@ impl Files {
         mtime: SystemTime,
         open: Opener<'_>,
     ) -> bool {
-        let Some(expected) = times.expected_mtime() else {
+        if times.baseline_mtime().is_none() {
             times.saw(mtime);
             return false;
-        };
+        }
         let anchor = match self.anchors.lock().get(&id) {
             Some(anchor) if anchor.open_handles > 0 => return false,
             Some(anchor) => Some(Arc::clone(&anchor.file)),
             None => None,
         };
-        // The backend has the cache's size, or its last page whole (trimmed at fsync).
-        let changed = |file: &dyn DataFile| {
-            let len = file.len()?;
-            let moved = mtime != expected
-                || size < len
-                || size > len.next_multiple_of(4096)
-                || times.changed_underneath();
-            Ok((moved, file.is_clean()))
-        };
+        let changed = |file: &dyn DataFile| moved(file, times, size, mtime);
         let verdict = match anchor {
             Some(file) => changed(file.as_ref().as_ref()),
             None => self.with_idle(id, open, changed).unwrap_or(Ok((false, true))),
         };
-        // A file with pages not written yet differs from the backend's while a write-back runs
-        // (ebb's own): it keeps its cache either way.
         if let Ok((true, true)) = verdict {
             self.forget_cached(id);
             times.saw(mtime);
             return true;
         }
         false
+    }
+
+    /// At an open through the handle `fh` of a file whose cache [`Files::drop_if_changed`]
+    /// kept (another handle has it open, or it has data the backend lacks): if the backend's
+    /// file changed underneath ([`moved`]), the cache drops its copies of the backend's
+    /// bytes and keeps its own data ([`DataFile::backend_changed`]), so this open reads what
+    /// someone else wrote (close-to-open, whether or not the kernel's release of an earlier
+    /// handle has arrived yet). A file with nothing the backend lacks takes the backend's
+    /// times; one with data not written yet keeps ebb's (ebb's writes win).
+    pub(crate) fn revalidate(
+        &self,
+        fh: u64,
+        times: &FileTimes,
+        size: u64,
+        mtime: SystemTime,
+    ) -> io::Result<()> {
+        let Some(handle) = self.handles.lock().get(&fh).cloned() else { return Ok(()) };
+        let (changed, clean) = moved(handle.file.as_ref(), times, size, mtime)?;
+        if !changed {
+            return Ok(());
+        }
+        handle.file.backend_changed()?;
+        if clean {
+            times.saw(mtime);
+        } else {
+            times.change_seen(mtime);
+        }
+        Ok(())
     }
 
     /// Forgets the cache of the file `id`, which nothing has open here.

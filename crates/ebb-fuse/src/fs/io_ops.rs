@@ -67,8 +67,13 @@ impl<N: Namespace> Inner<N> {
         })?;
         let times = self.files.file_times(file);
         let open = self.opener(node, &times);
-        self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open);
-        self.files.open_handle(file, times.clone(), &open).map_err(to_errno)
+        let dropped = self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open);
+        let fh = self.files.open_handle(file, times.clone(), &open).map_err(to_errno)?;
+        if !dropped && let Err(error) = self.files.revalidate(fh, &times, attr.size, attr.mtime) {
+            let _ = self.files.release(FileHandle(fh));
+            return Err(to_errno(error));
+        }
+        Ok(fh)
     }
 
     /// Creates (or with `flags` lacking `O_EXCL`, opens an existing) regular file and opens a
