@@ -279,9 +279,11 @@ impl Client {
         self.send(request)?;
         self.counters.bytes_uploaded.fetch_add(data.len() as u64, Ordering::Relaxed);
         self.meta.written(key);
-        if data.is_empty() && !key.ends_with('/') {
-            // An empty object, made now (the server's Last-Modified may differ by its clock).
-            self.meta.set_head(key, Some((0, Some(std::time::SystemTime::now()))));
+        if !key.ends_with('/') {
+            // The object, made now (the server's Last-Modified may differ by its clock): the
+            // next stat needs no request.
+            let head = (data.len() as u64, Some(std::time::SystemTime::now()));
+            self.meta.set_head(key, Some(head));
         }
         Ok(())
     }

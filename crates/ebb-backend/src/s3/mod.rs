@@ -23,6 +23,12 @@
 //! open upload commits first. `Capabilities::two_phase` is false: nothing here needs the
 //! engine's COMMIT accounting.
 //!
+//! **Small files: one PutObject.** A file of at most 1 MiB with no upload open is not
+//! written back as a part: its whole content is kept in memory until the commit, which is
+//! then one PutObject instead of CreateMultipartUpload, UploadPart, CompleteMultipartUpload
+//! and a HeadObject (`object/staged.rs`). Uncommitted, such bytes are lost with the process as
+//! an open upload's parts are (aborted at the next start); at most 16 MiB wait so per backend.
+//!
 //! **Lost uploads.** An upload the server no longer knows (NoSuchUpload: aborted by someone
 //! else, or expired by a lifecycle rule) lost its parts. The backend starts a new upload for
 //! the write at hand, but the bytes of earlier parts were only in the lost upload: those
@@ -45,7 +51,8 @@
 //! `EACCES`, `EntityTooLarge` `EFBIG`, `NoSuchBucket` `ENOENT`); see `error.rs`. Messages name
 //! the S3 error code, the request and the key.
 //!
-//! **Memory.** One part-sized buffer per write or carried part in flight, never more; nothing
+//! **Memory.** One part-sized buffer per write or carried part in flight, and the small
+//! files waiting for their PutObject (16 MiB at most), never more; nothing
 //! is spilled to a local disk.
 
 mod client;
@@ -62,7 +69,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -231,6 +238,8 @@ pub(crate) struct Shared {
     prefix: String,
     /// The objects with a handle open, by key.
     objects: Mutex<BTreeMap<String, Weak<Object>>>,
+    /// Bytes of small files kept until their commit's PutObject (`object/staged.rs`).
+    staged_bytes: AtomicU64,
 }
 
 /// A bucket (under a prefix) as a [`Backend`]: one object per file. See the module doc.
@@ -291,6 +300,7 @@ impl S3Backend {
             layout,
             prefix: options.prefix.clone(),
             objects: Mutex::new(BTreeMap::new()),
+            staged_bytes: AtomicU64::new(0),
         };
         abort_leftovers(&shared, &leftovers)?;
         for (from, to) in &leftovers.renames {
