@@ -475,13 +475,7 @@ impl S3Backend {
         for key in &live {
             self.rename_key(key, &format!("{to}{}", &key[from.len()..]))?;
         }
-        for (key, _) in &keys {
-            copy_key(client, key, &format!("{to}{}", &key[from.len()..]))?;
-        }
-        // Deepest first: a directory's marker after the keys under it.
-        for (key, _) in keys.iter().rev() {
-            client.delete_object(key).map_err(S3Error::into_io)?;
-        }
+        move_keys(client, &keys, from, to)?;
         client.meta.forget_under(from);
         client.meta.forget_under(to);
         self.shared.journal.record(Record::Renamed { from, to }).map_err(journal_error)
@@ -561,15 +555,51 @@ fn copy_key(client: &Client, from: &str, to: &str) -> io::Result<()> {
 fn finish_rename(shared: &Shared, from: &str, to: &str) -> io::Result<()> {
     let client = &shared.client;
     let keys = list_keys(client, from)?;
-    for (key, _) in &keys {
-        copy_key(client, key, &format!("{to}{}", &key[from.len()..]))?;
-    }
-    // Deepest first: a directory's marker after the keys under it.
-    for (key, _) in keys.iter().rev() {
-        client.delete_object(key).map_err(S3Error::into_io)?;
-    }
+    move_keys(client, &keys, from, to)?;
     client.counters.renames_finished_at_start.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// Requests in flight at once while a directory's keys are copied, then deleted: 8, as the
+/// engine's part uploads (the same server, the same connections' worth of load). One at a time,
+/// a `mv` of 100 small files took 0.65 s against 0.22-0.28 s for rclone and s3fs (2026-11-28).
+const RENAME_REQUESTS: usize = 8;
+
+/// Copies every key (listed under `from`) to the same key under `to`, then deletes the old
+/// keys: every copy is done before the first delete, and a directory's marker is deleted
+/// after the keys under it (deepest first), so a crash leaves every key under its old name,
+/// its new one or both.
+fn move_keys(client: &Client, keys: &[(String, u64)], from: &str, to: &str) -> io::Result<()> {
+    in_parallel(keys, |(key, _)| copy_key(client, key, &format!("{to}{}", &key[from.len()..])))?;
+    let (markers, objects): (Vec<_>, Vec<_>) = keys.iter().partition(|(key, _)| key.ends_with('/'));
+    in_parallel(&objects, |(key, _)| client.delete_object(key).map_err(S3Error::into_io))?;
+    for (key, _) in markers.iter().rev() {
+        client.delete_object(key).map_err(S3Error::into_io)?;
+    }
+    Ok(())
+}
+
+/// Runs `each` on every item, up to [`RENAME_REQUESTS`] at once; the first error (the items
+/// not begun by then are left).
+fn in_parallel<T: Sync>(items: &[T], each: impl Fn(&T) -> io::Result<()> + Sync) -> io::Result<()> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let work = || -> io::Result<()> {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if items.len() <= index || failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            each(&items[index]).inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
+        }
+    };
+    std::thread::scope(|scope| {
+        let workers: Vec<_> =
+            (0..RENAME_REQUESTS.min(items.len())).map(|_| scope.spawn(work)).collect();
+        workers.into_iter().try_for_each(|worker| {
+            worker.join().unwrap_or_else(|_| Err(io::Error::other("S3 rename worker panicked")))
+        })
+    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
