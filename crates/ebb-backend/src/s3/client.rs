@@ -278,11 +278,11 @@ impl Client {
         request.body = Some(Body::Bytes(data));
         self.send(request)?;
         self.counters.bytes_uploaded.fetch_add(data.len() as u64, Ordering::Relaxed);
-        self.meta.written(key);
-        if data.is_empty() && !key.ends_with('/') {
-            // An empty object, made now (the server's Last-Modified may differ by its clock).
-            self.meta.set_head(key, Some((0, Some(std::time::SystemTime::now()))));
-        }
+        // The object, made now (the server's Last-Modified may differ by its clock): the next
+        // stat needs no request, and its directory's listing stays whole.
+        let head =
+            (!key.ends_with('/')).then(|| (data.len() as u64, Some(std::time::SystemTime::now())));
+        self.meta.made(key, head);
         Ok(())
     }
 

@@ -12,8 +12,15 @@
 //! `--metadata-ttl`. A `ttl` of zero caches nothing.
 //!
 //! Entries: `heads[key]`: the object's size and Last-Modified, or `None` (no object of that
-//! key); `dirs[key]`: whether any key lies under `key/` (a directory). Both maps are pruned
-//! of stale entries when they pass [`ENTRIES_MAX`].
+//! key); `dirs[key]`: whether any key lies under `key/` (a directory); `listed[prefix]`: a
+//! directory whose whole listing is known (its every page read, or made empty by this mount's
+//! mkdir), so that a name in it with no fresh entry in `heads` or `dirs` does not exist: the
+//! lookup of a new name before a create costs no request. A listing's time is when its first
+//! page was asked for, so it goes stale no later than the entries it set. A change that leaves
+//! a key's existence unknown (a commit by CompleteMultipartUpload, a copy) forgets the listing
+//! of its directory; a delete, which may leave the directories above it empty, forgets the
+//! listings above the key's own; a rename of a directory forgets them all. The maps are
+//! pruned of stale entries when they pass [`ENTRIES_MAX`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,6 +44,14 @@ pub(crate) struct MetaCache {
 struct Inner {
     heads: HashMap<String, (Instant, Head)>,
     dirs: HashMap<String, (Instant, bool)>,
+    listed: HashMap<String, Instant>,
+}
+
+/// The directory prefix `key` lies directly in: up to its last `/` (a directory's marker
+/// `a/b/` lies in `a/`), or empty.
+fn parent_prefix(key: &str) -> &str {
+    let name = key.trim_end_matches('/');
+    name.rfind('/').map_or("", |slash| &name[..=slash])
 }
 
 impl MetaCache {
@@ -60,6 +75,31 @@ impl MetaCache {
         let inner = self.inner();
         let (at, dir) = inner.dirs.get(key)?;
         (at.elapsed() < self.ttl).then_some(*dir)
+    }
+
+    /// Whether `key` is known not to exist (neither an object nor a directory): its directory's
+    /// whole listing is fresh and has no such entry.
+    pub(crate) fn absent(&self, key: &str) -> bool {
+        let inner = self.inner();
+        let fresh = |at: &Instant| at.elapsed() < self.ttl;
+        inner.listed.get(parent_prefix(key)).is_some_and(fresh)
+            && !inner.heads.get(key).is_some_and(|(at, head)| fresh(at) && head.is_some())
+            && !inner.dirs.get(key).is_some_and(|(at, dir)| fresh(at) && *dir)
+    }
+
+    /// Every key directly under `prefix` (a directory's, ending with `/`, or empty) is in the
+    /// entries set since `since`: a listing asked for at `since` was read to its end, or this
+    /// mount made the directory, empty, after `since`.
+    pub(crate) fn set_listed(&self, prefix: &str, since: Instant) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut inner = self.inner();
+        if ENTRIES_MAX <= inner.listed.len() {
+            let ttl = self.ttl;
+            inner.listed.retain(|_, at| at.elapsed() < ttl);
+        }
+        inner.listed.insert(prefix.to_owned(), since);
     }
 
     /// The server said (or this process made) `head` of `key`.
@@ -91,14 +131,25 @@ impl MetaCache {
     }
 
     /// This process wrote `key` (its size and time are the server's to say): forgets its head
-    /// and records every directory above it as existing.
+    /// (and so the listing of its directory) and records every directory above it as existing.
     pub(crate) fn written(&self, key: &str) {
+        self.inner().listed.remove(parent_prefix(key));
+        self.made(key, None);
+    }
+
+    /// This process made `key`: records `head` for it (its size and the time it was made;
+    /// `None`: the server's to say, and the caller forgot its directory's listing) and every
+    /// directory above it as existing.
+    pub(crate) fn made(&self, key: &str, head: Head) {
         let mut inner = self.inner();
         inner.heads.remove(key);
         if self.ttl.is_zero() {
             return;
         }
         let now = Instant::now();
+        if head.is_some() {
+            inner.heads.insert(key.to_owned(), (now, head));
+        }
         let mut above = key.trim_end_matches('/');
         if key.ends_with('/') {
             // A directory's marker: the directory exists.
@@ -114,6 +165,11 @@ impl MetaCache {
     /// above it still exist.
     pub(crate) fn deleted(&self, key: &str) {
         let mut inner = self.inner();
+        // The directories above may be gone: the listings that hold them are unknown now.
+        let own = (!key.ends_with('/')).then(|| parent_prefix(key));
+        inner
+            .listed
+            .retain(|prefix, _| !key.starts_with(prefix.as_str()) || Some(prefix.as_str()) == own);
         if !self.ttl.is_zero() {
             inner.heads.insert(key.to_owned(), (Instant::now(), None));
         }
@@ -133,6 +189,7 @@ impl MetaCache {
         inner.heads.retain(|key, _| !key.starts_with(prefix));
         let dir = prefix.trim_end_matches('/');
         inner.dirs.retain(|key, _| !key.starts_with(prefix) && key.as_str() != dir);
+        inner.listed.clear();
     }
 }
 
@@ -160,5 +217,39 @@ mod tests {
         off.set_head("k", Some((1, None)));
         off.written("a/k");
         assert_eq!((off.head("k"), off.dir("a")), (None, None));
+    }
+
+    #[test]
+    fn a_whole_listing_answers_for_missing_names_until_a_change_makes_it_unknown() {
+        let cache = MetaCache::new(Duration::from_secs(60));
+        assert!(!cache.absent("p/d/new"), "nothing listed yet");
+        cache.set_listed("p/d/", Instant::now());
+        cache.set_head("p/d/old", Some((5, None)));
+        assert!(cache.absent("p/d/new"));
+        assert!(!cache.absent("p/d/old"), "listed as an object");
+        assert!(!cache.absent("p/e/new"), "another directory's name");
+        // A create's and a small file's PutObject keep the listing whole.
+        cache.made("p/d/new", Some((0, None)));
+        assert!(!cache.absent("p/d/new"));
+        assert!(cache.absent("p/d/other"));
+        // A delete records the name missing and keeps its own directory's listing.
+        cache.deleted("p/d/old");
+        assert!(cache.absent("p/d/old"));
+        // A commit whose size is the server's to say makes the listing unknown.
+        cache.written("p/d/big");
+        assert!(!cache.absent("p/d/other"));
+        // The root's listing, and one dropped by a delete under it (its directories may go).
+        cache.set_listed("", Instant::now());
+        cache.set_listed("p/d/", Instant::now());
+        assert!(cache.absent("q"));
+        cache.deleted("p/d/new");
+        assert!(!cache.absent("q"), "the root's listing survived a delete below it");
+        assert!(cache.absent("p/d/x"));
+        cache.set_listed("p/", Instant::now());
+        cache.forget_under("p/d/");
+        assert!(!cache.absent("p/x"), "a listing survived a directory rename");
+        let off = MetaCache::new(Duration::ZERO);
+        off.set_listed("p/", Instant::now());
+        assert!(!off.absent("p/x"));
     }
 }

@@ -23,6 +23,12 @@
 //! open upload commits first. `Capabilities::two_phase` is false: nothing here needs the
 //! engine's COMMIT accounting.
 //!
+//! **Small files: one PutObject.** A file of at most 1 MiB with no upload open is not
+//! written back as a part: its whole content is kept in memory until the commit, which is
+//! then one PutObject instead of CreateMultipartUpload, UploadPart, CompleteMultipartUpload
+//! and a HeadObject (`object/staged.rs`). Uncommitted, such bytes are lost with the process as
+//! an open upload's parts are (aborted at the next start); at most 16 MiB wait so per backend.
+//!
 //! **Lost uploads.** An upload the server no longer knows (NoSuchUpload: aborted by someone
 //! else, or expired by a lifecycle rule) lost its parts. The backend starts a new upload for
 //! the write at hand, but the bytes of earlier parts were only in the lost upload: those
@@ -45,7 +51,8 @@
 //! `EACCES`, `EntityTooLarge` `EFBIG`, `NoSuchBucket` `ENOENT`); see `error.rs`. Messages name
 //! the S3 error code, the request and the key.
 //!
-//! **Memory.** One part-sized buffer per write or carried part in flight, never more; nothing
+//! **Memory.** One part-sized buffer per write or carried part in flight, and the small
+//! files waiting for their PutObject (16 MiB at most), never more; nothing
 //! is spilled to a local disk.
 
 mod client;
@@ -62,7 +69,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -231,6 +238,8 @@ pub(crate) struct Shared {
     prefix: String,
     /// The objects with a handle open, by key.
     objects: Mutex<BTreeMap<String, Weak<Object>>>,
+    /// Bytes of small files kept until their commit's PutObject (`object/staged.rs`).
+    staged_bytes: AtomicU64,
 }
 
 /// A bucket (under a prefix) as a [`Backend`]: one object per file. See the module doc.
@@ -291,6 +300,7 @@ impl S3Backend {
             layout,
             prefix: options.prefix.clone(),
             objects: Mutex::new(BTreeMap::new()),
+            staged_bytes: AtomicU64::new(0),
         };
         abort_leftovers(&shared, &leftovers)?;
         for (from, to) in &leftovers.renames {
@@ -465,13 +475,7 @@ impl S3Backend {
         for key in &live {
             self.rename_key(key, &format!("{to}{}", &key[from.len()..]))?;
         }
-        for (key, _) in &keys {
-            copy_key(client, key, &format!("{to}{}", &key[from.len()..]))?;
-        }
-        // Deepest first: a directory's marker after the keys under it.
-        for (key, _) in keys.iter().rev() {
-            client.delete_object(key).map_err(S3Error::into_io)?;
-        }
+        move_keys(client, &keys, from, to)?;
         client.meta.forget_under(from);
         client.meta.forget_under(to);
         self.shared.journal.record(Record::Renamed { from, to }).map_err(journal_error)
@@ -551,15 +555,51 @@ fn copy_key(client: &Client, from: &str, to: &str) -> io::Result<()> {
 fn finish_rename(shared: &Shared, from: &str, to: &str) -> io::Result<()> {
     let client = &shared.client;
     let keys = list_keys(client, from)?;
-    for (key, _) in &keys {
-        copy_key(client, key, &format!("{to}{}", &key[from.len()..]))?;
-    }
-    // Deepest first: a directory's marker after the keys under it.
-    for (key, _) in keys.iter().rev() {
-        client.delete_object(key).map_err(S3Error::into_io)?;
-    }
+    move_keys(client, &keys, from, to)?;
     client.counters.renames_finished_at_start.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// Requests in flight at once while a directory's keys are copied, then deleted: 8, as the
+/// engine's part uploads (the same server, the same connections' worth of load). One at a time,
+/// a `mv` of 100 small files took 0.65 s against 0.22-0.28 s for rclone and s3fs (2026-11-28).
+const RENAME_REQUESTS: usize = 8;
+
+/// Copies every key (listed under `from`) to the same key under `to`, then deletes the old
+/// keys: every copy is done before the first delete, and a directory's marker is deleted
+/// after the keys under it (deepest first), so a crash leaves every key under its old name,
+/// its new one or both.
+fn move_keys(client: &Client, keys: &[(String, u64)], from: &str, to: &str) -> io::Result<()> {
+    in_parallel(keys, |(key, _)| copy_key(client, key, &format!("{to}{}", &key[from.len()..])))?;
+    let (markers, objects): (Vec<_>, Vec<_>) = keys.iter().partition(|(key, _)| key.ends_with('/'));
+    in_parallel(&objects, |(key, _)| client.delete_object(key).map_err(S3Error::into_io))?;
+    for (key, _) in markers.iter().rev() {
+        client.delete_object(key).map_err(S3Error::into_io)?;
+    }
+    Ok(())
+}
+
+/// Runs `each` on every item, up to [`RENAME_REQUESTS`] at once; the first error (the items
+/// not begun by then are left).
+fn in_parallel<T: Sync>(items: &[T], each: impl Fn(&T) -> io::Result<()> + Sync) -> io::Result<()> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let work = || -> io::Result<()> {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if items.len() <= index || failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            each(&items[index]).inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
+        }
+    };
+    std::thread::scope(|scope| {
+        let workers: Vec<_> =
+            (0..RENAME_REQUESTS.min(items.len())).map(|_| scope.spawn(work)).collect();
+        workers.into_iter().try_for_each(|worker| {
+            worker.join().unwrap_or_else(|_| Err(io::Error::other("S3 rename worker panicked")))
+        })
+    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

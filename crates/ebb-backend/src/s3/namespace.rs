@@ -232,6 +232,9 @@ impl S3Namespace {
         }
         let client = self.backend.client();
         let key = self.key(path);
+        if client.meta.absent(&key) {
+            return Ok(None);
+        }
         if client.head_object(&key).map_err(S3Error::into_io)?.is_some() {
             return Ok(Some(self.node(path, false)));
         }
@@ -392,11 +395,15 @@ impl Namespace for S3Namespace {
         _caller: &Credentials,
     ) -> io::Result<(S3Node, Attr)> {
         let path = self.child(parent, name)?;
+        let since = std::time::Instant::now();
         if self.stat(&path)?.is_some() {
             return Err(os_error(errno::EEXIST));
         }
         let marker = format!("{}/", self.key(&path));
-        self.backend.client().put_object(&marker, &[]).map_err(S3Error::into_io)?;
+        let client = self.backend.client();
+        client.put_object(&marker, &[]).map_err(S3Error::into_io)?;
+        // Nothing was under it at that stat: its listing is known, empty.
+        client.meta.set_listed(&marker, since);
         self.created(&path);
         let node = self.node(&path, true);
         let attr = self.attr_of(&node)?;
@@ -505,6 +512,7 @@ impl Namespace for S3Namespace {
         let client = self.backend.client();
         let mut entries = Vec::new();
         let mut continuation: Option<String> = None;
+        let since = std::time::Instant::now();
         loop {
             let listing = client
                 .list_objects(&prefix, Some("/"), continuation.as_deref())
@@ -534,6 +542,7 @@ impl Namespace for S3Namespace {
                 None => break,
             }
         }
+        client.meta.set_listed(&prefix, since);
         Ok(Box::new(entries.into_iter()))
     }
 

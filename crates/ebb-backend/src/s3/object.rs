@@ -30,6 +30,9 @@ use super::error::S3Error;
 use super::journal::Record;
 use crate::backend::{WriteSource, errno_error};
 
+mod staged;
+use staged::Staged;
+
 /// How many times a write or commit starts over after the server lost its upload, before it
 /// gives up with `EIO`.
 const LOST_UPLOAD_ATTEMPTS: u32 = 3;
@@ -55,6 +58,9 @@ struct State {
     lost: Option<String>,
     /// The object was removed through the backend; IO on old handles fails with `ENOENT`.
     removed: bool,
+    /// The whole file, written back and not committed yet, of a small file with no upload
+    /// (committed by one PutObject: see `staged.rs`).
+    staged: Option<Staged>,
 }
 
 #[derive(Debug, Clone)]
@@ -72,7 +78,10 @@ struct UploadedPart {
 impl State {
     /// Whether the file differs from the object on the server.
     fn pending(&self) -> bool {
-        self.upload.is_some() || self.size != self.object_size || self.carried != self.object_size
+        self.upload.is_some()
+            || self.staged.is_some()
+            || self.size != self.object_size
+            || self.carried != self.object_size
     }
 
     fn uploaded(&self, part: u32) -> bool {
@@ -121,6 +130,7 @@ impl Object {
             upload: None,
             lost: None,
             removed: false,
+            staged: None,
         };
         Object {
             key: Mutex::new(key),
@@ -241,6 +251,11 @@ impl Object {
     /// to at least `end`.
     fn write_part(&self, part: u32, mut body: Body<'_, '_>, end: u64) -> io::Result<()> {
         let _part = self.lock_part(part);
+        if part == 1
+            && let Some(result) = self.stage(&body, end)
+        {
+            return result;
+        }
         let mut losses = 0;
         while losses < LOST_UPLOAD_ATTEMPTS {
             let gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
@@ -250,7 +265,10 @@ impl Object {
                     return Err(removed_error(&self.key()));
                 }
                 let size = state.size.max(end);
-                if state.uploaded(part) || !state.parts_fit(&self.shared, size) {
+                if state.uploaded(part)
+                    || state.staged.is_some()
+                    || !state.parts_fit(&self.shared, size)
+                {
                     None
                 } else {
                     state.size = size;
@@ -258,8 +276,8 @@ impl Object {
                 }
             };
             let Some((extent, carried)) = plan else {
-                // The part's earlier bytes are only in the open upload, or growing the file
-                // would change the length of an uploaded part: commit so the object has them.
+                // The part's earlier bytes are only in the open upload (or staged), or growing
+                // the file would change the length of an uploaded part: commit them.
                 drop(gate);
                 self.commit_exclusive()?;
                 continue;
@@ -476,6 +494,9 @@ impl Object {
             if buf.is_empty() || state.size <= offset {
                 return Ok(0);
             }
+            if let Some(count) = self.read_staged(&state, buf, offset) {
+                return Ok(count);
+            }
             let end = state.size.min(offset + buf.len() as u64);
             let layout = self.shared.layout;
             let parts =
@@ -537,14 +558,17 @@ impl Object {
         }
         let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
         let fits = {
-            let state = self.state();
+            let mut state = self.state();
             if state.removed {
                 return Err(removed_error(&self.key()));
             }
             if state.size == size {
                 return Ok(());
             }
-            state.parts_fit(&self.shared, size)
+            if self.resize_staged(&mut state, size) {
+                return Ok(());
+            }
+            state.staged.is_none() && state.parts_fit(&self.shared, size)
         };
         if !fits {
             self.commit_locked()?;
@@ -590,6 +614,9 @@ impl Object {
                 }
                 (state.size, state.carried)
             };
+            if let Some(result) = self.commit_staged() {
+                return result;
+            }
             if size == 0 {
                 return self.commit_empty();
             }
@@ -684,6 +711,7 @@ impl Object {
         let upload = {
             let mut state = self.state();
             state.removed = true;
+            self.unstage(&mut state);
             state.upload.take()
         };
         if let Some(upload) = upload {
@@ -720,7 +748,10 @@ impl Drop for Object {
         if self.commit_exclusive().is_ok() {
             return;
         }
-        let upload = self.state().upload.take();
+        let mut state = self.state();
+        self.unstage(&mut state);
+        let upload = state.upload.take();
+        drop(state);
         if let Some(upload) = upload
             && self.shared.client.abort_upload(&self.key(), &upload.id).is_ok()
         {

@@ -105,6 +105,64 @@ fn s3_parts_are_invisible_until_sync() {
     assert_eq!(counter(&writer, "upload_part_copy_requests"), 0);
 }
 
+/// The counters of the requests a file's commit can make, in one tuple: PutObject,
+/// CreateMultipartUpload, UploadPart, CompleteMultipartUpload, HeadObject.
+fn commit_requests(backend: &S3Backend) -> [u64; 5] {
+    [
+        "put_object_requests",
+        "create_multipart_upload_requests",
+        "upload_part_requests",
+        "complete_multipart_upload_requests",
+        "head_object_requests",
+    ]
+    .map(|name| counter(backend, name))
+}
+
+// A small file (up to 1 MiB, no upload open) written back is kept whole until its commit,
+// which is one PutObject: no upload, nothing visible before sync, reads and truncates served
+// from the kept bytes. A file that outgrows it is committed at its old size and goes on as
+// parts, its bytes intact.
+#[test]
+fn s3_small_file_is_committed_by_one_put() {
+    let Some(server) = TestServer::start("ebb-small-put") else { return };
+    let s3 = backend(&server, "");
+    let observer = S3Backend::open(S3Options {
+        metadata_ttl: std::time::Duration::ZERO,
+        ..options(&server, "")
+    })
+    .unwrap();
+    let file = s3.open("small", CREATE).unwrap();
+    let before = commit_requests(&s3);
+    let mut model = pattern(20, 10_000);
+    file.write_at(&model, 0).unwrap();
+    let patch = pattern(21, 100);
+    file.write_at(&patch, 5000).unwrap();
+    model[5000..5100].copy_from_slice(&patch);
+    assert_eq!(commit_requests(&s3), before, "a request before the commit");
+    assert_eq!(on_server(&observer, "small").unwrap(), b"", "visible before sync");
+    assert_eq!(read_all(&*file), model, "the kept bytes, read back");
+    file.set_size(8000).unwrap();
+    model.truncate(8000);
+    file.sync().unwrap();
+    let after = commit_requests(&s3);
+    assert_eq!(after, [before[0] + 1, before[1], before[2], before[3], before[4]]);
+    assert_eq!(on_server(&observer, "small").unwrap(), model);
+    assert_eq!(s3.multipart_uploads().unwrap(), []);
+
+    // Kept, then outgrown: committed at its old size (one PutObject), then written as a part.
+    let file = s3.open("grows", CREATE).unwrap();
+    let head = pattern(22, 1000);
+    file.write_at(&head, 0).unwrap();
+    let tail = pattern(23, 2 * MIB);
+    file.write_at(&tail, 1000).unwrap();
+    assert_eq!(on_server(&observer, "grows").unwrap(), head, "not committed at its old size");
+    file.sync().unwrap();
+    let mut expected = head.clone();
+    expected.extend_from_slice(&tail);
+    assert_eq!(on_server(&observer, "grows").unwrap(), expected);
+    assert_eq!(s3.multipart_uploads().unwrap(), []);
+}
+
 // A small overwrite in a large object carries the untouched parts by server-side copy.
 #[test]
 fn s3_overwrite_carries_untouched_parts_by_copy() {
