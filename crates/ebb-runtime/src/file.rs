@@ -98,8 +98,9 @@ fn interrupted_error(what: &str) -> io::Error {
 /// throttled handle still 6.5 MiB for 256 writers at once; a handle's quantiles are within
 /// 10% this way, which is enough for its stats (the mount's own pause histogram keeps 2
 /// figures).
+/// `max` is kept exactly beside it (the histogram's own is rounded to its precision).
 #[derive(Default)]
-pub(crate) struct LazyHistogram(Option<Box<Histogram<u32>>>);
+pub(crate) struct LazyHistogram(Option<Box<Histogram<u32>>>, u64);
 
 impl LazyHistogram {
     pub(crate) fn record(&mut self, us: u64) {
@@ -107,6 +108,7 @@ impl LazyHistogram {
             Box::new(Histogram::new_with_bounds(1, 3_600_000_000, 1).expect("valid bounds"))
         });
         histogram.saturating_record(us.max(1));
+        self.1 = self.1.max(us.max(1));
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -118,9 +120,9 @@ impl LazyHistogram {
         self.0.as_ref().filter(|h| !h.is_empty()).map_or(0, |h| h.value_at_quantile(quantile))
     }
 
-    /// The largest value, 0 when empty.
+    /// The largest value, exactly; 0 when empty.
     pub(crate) fn max(&self) -> u64 {
-        self.0.as_ref().filter(|h| !h.is_empty()).map_or(0, |h| h.max())
+        self.1
     }
 }
 
