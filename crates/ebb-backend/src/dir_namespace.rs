@@ -316,9 +316,12 @@ impl DirNamespace {
         self.cache.put(&node.slot, fd);
         let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         let known = live.get(&attr.ino).and_then(Weak::upgrade);
-        if known.is_none_or(|known| known.generation != generation) {
+        if known.as_ref().is_none_or(|known| known.generation != generation) {
             live.insert(attr.ino, Arc::downgrade(&node));
         }
+        // The lock first: dropping the last reference to the known node takes it again.
+        drop(live);
+        drop(known);
         Ok((DirNode(node), attr))
     }
 

@@ -63,8 +63,11 @@ impl Slot {
 
     /// Keeps `fd` in the slot for good (the object could not be opened again without it).
     pub(crate) fn pin(&self, fd: OwnedFd) {
+        // Under the slot's lock: a `get` opening the slot again (which holds the lock) must
+        // not see it pinned without its descriptor.
+        let mut held = self.fd.lock().unwrap_or_else(PoisonError::into_inner);
+        *held = Some(Arc::new(fd));
         self.pinned.store(true, Ordering::Release);
-        *self.fd.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(fd));
     }
 
     /// Whether the slot holds its descriptor for good.
