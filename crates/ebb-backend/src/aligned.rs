@@ -2,8 +2,8 @@
 //! whole number of pages, as `O_DIRECT` IO requires.
 //!
 //! `Vec<u8>` cannot promise its alignment, so this is allocated with `std::alloc` and a
-//! `Layout`, or (a huge-page buffer, [`AlignedBuf::huge`]) as a mapping of its own; it is the
-//! only `unsafe` in the crate.
+//! `Layout`, or (a huge-page buffer, [`AlignedBuf::huge`]) as a mapping of its own; it holds
+//! most of the crate's `unsafe`.
 
 use std::alloc::{self, Layout};
 use std::fmt;

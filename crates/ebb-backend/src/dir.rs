@@ -24,7 +24,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
@@ -34,6 +34,7 @@ use crate::backend::{
     Backend, BackendFile, Capabilities, CommitReply, OpenOptions, Stability, WriteReply,
     check_name, check_request,
 };
+use crate::fd_cache::{FdCache, Slot};
 
 /// Size of the per-thread aligned buffer that unaligned user buffers are copied through.
 const BOUNCE_BYTES: usize = 1 << 20;
@@ -123,13 +124,12 @@ impl Backend for DirBackend {
     fn open(&self, name: &str, options: OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
         check_name(name)?;
         let (fd, created) = self.open_file(name, options)?;
-        Ok(Arc::new(DirFile {
-            name: name.to_owned(),
-            fd,
-            dir: Some(Arc::clone(&self.dir)),
-            capabilities: self.capabilities(),
-            name_sync_pending: AtomicBool::new(created),
-        }))
+        let fd = FileFd::Fixed(Arc::new(fd));
+        let flags = OFlags::empty(); // never opened again
+        let file =
+            DirFile::new(name.to_owned(), fd, flags, Some(Arc::clone(&self.dir)), self.direct);
+        file.name_sync_pending.store(created, Ordering::Release);
+        Ok(Arc::new(file))
     }
 
     fn sync_all(&self) -> Option<io::Result<()>> {
@@ -177,49 +177,123 @@ pub fn open_direct_path(path: &Path) -> io::Result<Arc<dyn BackendFile>> {
 
 /// [`open_direct_path`], or with buffered IO when `direct` is false.
 pub(crate) fn open_path(path: &Path, direct: bool) -> io::Result<Arc<dyn BackendFile>> {
-    let flags = OFlags::RDWR | OFlags::CLOEXEC;
-    let buffered = || rustix::fs::open(path, flags, Mode::empty());
-    let attempt = if direct {
-        rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty())
-    } else {
-        Err(Errno::INVAL)
-    };
-    let (fd, direct) = match attempt {
-        Ok(fd) => (fd, true),
-        Err(Errno::INVAL) => (buffered()?, false),
-        Err(errno) => return Err(errno.into()),
+    let open = |flags| Ok(rustix::fs::open(path, flags, Mode::empty())?);
+    let name = path.display().to_string();
+    let (fd, flags, direct) = open_data(&open, direct, &name)?;
+    Ok(Arc::new(DirFile::new(name, FileFd::Fixed(Arc::new(fd)), flags, None, direct)))
+}
+
+/// Opens a regular file for data like [`open_path`], with `reopen` (which opens the file with
+/// the flags given), keeping its descriptor in `cache`: when the cache closes it, the next
+/// call opens the file again with `reopen`. `name` is for messages.
+pub(crate) fn open_reopenable(
+    name: String,
+    reopen: Reopen,
+    direct: bool,
+    cache: Arc<FdCache>,
+) -> io::Result<Arc<dyn BackendFile>> {
+    let (fd, flags, direct) = open_data(&*reopen, direct, &name)?;
+    let slot = Arc::new(Slot::default());
+    cache.put(&slot, fd);
+    let fd = FileFd::Cached { slot, cache, reopen };
+    Ok(Arc::new(DirFile::new(name, fd, flags, None, direct)))
+}
+
+/// Opens a regular file read-write with `open`, with `O_DIRECT` if `direct` and the
+/// filesystem takes it: the descriptor, the flags it was opened with and whether they
+/// include `O_DIRECT`.
+fn open_data(
+    open: &dyn Fn(OFlags) -> io::Result<OwnedFd>,
+    direct: bool,
+    name: &str,
+) -> io::Result<(OwnedFd, OFlags, bool)> {
+    let buffered = OFlags::RDWR | OFlags::CLOEXEC;
+    let attempt = if direct { open(buffered | OFlags::DIRECT) } else { Err(Errno::INVAL.into()) };
+    let (fd, flags, direct) = match attempt {
+        Ok(fd) => (fd, buffered | OFlags::DIRECT, true),
+        Err(error) if error.raw_os_error() == Some(Errno::INVAL.raw_os_error()) => {
+            (open(buffered)?, buffered, false)
+        }
+        Err(error) => return Err(error),
     };
     let stat = rustix::fs::fstat(&fd)?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file", path.display()),
+            format!("{name} is not a regular file"),
         ));
     }
-    Ok(Arc::new(DirFile {
-        name: path.display().to_string(),
-        fd,
-        dir: None,
-        capabilities: Capabilities {
-            two_phase: false,
-            direct_io: direct,
-            alignment: if direct { PAGE_SIZE as u64 } else { 1 },
-            max_io_bytes: MAX_IO_BYTES,
-            serial_writes: true,
-        },
-        name_sync_pending: AtomicBool::new(false),
-    }))
+    Ok((fd, flags, direct))
+}
+
+/// Opens a file again with the flags given (see [`open_reopenable`]).
+pub(crate) type Reopen = Box<dyn Fn(OFlags) -> io::Result<OwnedFd> + Send + Sync>;
+
+/// A data file's descriptor: its own for its life, or one in a cache that may close it.
+enum FileFd {
+    Fixed(Arc<OwnedFd>),
+    Cached { slot: Arc<Slot>, cache: Arc<FdCache>, reopen: Reopen },
 }
 
 /// One open file of a [`DirBackend`].
 struct DirFile {
     name: String,
-    fd: OwnedFd,
+    fd: FileFd,
+    /// The flags the file was opened with, to open it again.
+    flags: OFlags,
     /// The directory, to make a newly created name durable on the first sync (`None` for a
     /// file opened by path with [`open_direct_path`], whose name its caller manages).
     dir: Option<Arc<OwnedFd>>,
     capabilities: Capabilities,
     name_sync_pending: AtomicBool,
+    /// Writes and size changes so far: a buffered file's cached descriptor stays open from its
+    /// first write until a sync that no write followed (a new descriptor would not see the
+    /// errors of the kernel's write-back of those writes).
+    changes: AtomicU64,
+}
+
+impl DirFile {
+    fn new(
+        name: String,
+        fd: FileFd,
+        flags: OFlags,
+        dir: Option<Arc<OwnedFd>>,
+        direct: bool,
+    ) -> DirFile {
+        DirFile {
+            name,
+            fd,
+            flags,
+            dir,
+            capabilities: Capabilities {
+                two_phase: false,
+                direct_io: direct,
+                alignment: if direct { PAGE_SIZE as u64 } else { 1 },
+                max_io_bytes: MAX_IO_BYTES,
+                serial_writes: true,
+            },
+            name_sync_pending: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
+        }
+    }
+
+    /// The file's descriptor, opened again if its cache closed it.
+    fn fd(&self) -> io::Result<Arc<OwnedFd>> {
+        match &self.fd {
+            FileFd::Fixed(fd) => Ok(Arc::clone(fd)),
+            FileFd::Cached { slot, cache, reopen } => cache.get(slot, || reopen(self.flags)),
+        }
+    }
+
+    /// Counts a change; a buffered file's descriptor is kept open until a sync.
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        if let FileFd::Cached { slot, .. } = &self.fd
+            && !self.capabilities.direct_io
+        {
+            slot.set_busy(true);
+        }
+    }
 }
 
 impl fmt::Debug for DirFile {
@@ -234,15 +308,16 @@ impl fmt::Debug for DirFile {
 impl BackendFile for DirFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         check_request(&self.capabilities, offset, buf.len())?;
+        let fd = self.fd()?;
         if !self.capabilities.direct_io || is_page_aligned(buf) {
-            return read_full(&self.fd, buf, offset, self.capabilities.alignment);
+            return read_full(&*fd, buf, offset, self.capabilities.alignment);
         }
         BOUNCE.with_borrow_mut(|bounce| {
             grow_bounce(bounce);
             let mut done = 0;
             for chunk in buf.chunks_mut(BOUNCE_BYTES) {
                 let staging = &mut bounce[..chunk.len()];
-                let read = read_full(&self.fd, staging, offset + done as u64, PAGE_SIZE as u64)?;
+                let read = read_full(&*fd, staging, offset + done as u64, PAGE_SIZE as u64)?;
                 chunk[..read].copy_from_slice(&staging[..read]);
                 done += read;
                 if read < chunk.len() {
@@ -255,8 +330,10 @@ impl BackendFile for DirFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<WriteReply> {
         check_request(&self.capabilities, offset, buf.len())?;
+        self.changed();
+        let fd = self.fd()?;
         if !self.capabilities.direct_io || is_page_aligned(buf) {
-            write_full(&self.fd, buf, offset)?;
+            write_full(&*fd, buf, offset)?;
         } else {
             BOUNCE.with_borrow_mut(|bounce| {
                 grow_bounce(bounce);
@@ -264,7 +341,7 @@ impl BackendFile for DirFile {
                 for chunk in buf.chunks(BOUNCE_BYTES) {
                     let staging = &mut bounce[..chunk.len()];
                     staging.copy_from_slice(chunk);
-                    write_full(&self.fd, staging, offset + done as u64)?;
+                    write_full(&*fd, staging, offset + done as u64)?;
                     done += chunk.len();
                 }
                 io::Result::Ok(())
@@ -279,7 +356,14 @@ impl BackendFile for DirFile {
     }
 
     fn sync(&self) -> io::Result<()> {
-        retry_interrupted(|| rustix::fs::fdatasync(&self.fd))?;
+        let fd = self.fd()?;
+        let changes = self.changes.load(Ordering::Acquire);
+        retry_interrupted(|| rustix::fs::fdatasync(&*fd))?;
+        if let FileFd::Cached { slot, .. } = &self.fd
+            && self.changes.load(Ordering::Acquire) == changes
+        {
+            slot.set_busy(false);
+        }
         if let Some(dir) = &self.dir
             && self.name_sync_pending.swap(false, Ordering::AcqRel)
             && let Err(errno) = retry_interrupted(|| rustix::fs::fsync(&**dir))
@@ -291,13 +375,15 @@ impl BackendFile for DirFile {
     }
 
     fn size(&self) -> io::Result<u64> {
-        let stat = rustix::fs::fstat(&self.fd)?;
+        let stat = rustix::fs::fstat(&*self.fd()?)?;
         // st_size of a regular file is never negative.
         Ok(u64::try_from(stat.st_size).unwrap_or(0))
     }
 
     fn set_size(&self, size: u64) -> io::Result<()> {
-        retry_interrupted(|| rustix::fs::ftruncate(&self.fd, size))?;
+        self.changed();
+        let fd = self.fd()?;
+        retry_interrupted(|| rustix::fs::ftruncate(&*fd, size))?;
         Ok(())
     }
 }

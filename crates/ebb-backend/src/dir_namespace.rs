@@ -1,15 +1,26 @@
 //! `DirNamespace`: a local directory as a [`Namespace`], the passthrough `ebb mount` serves.
 //!
-//! Every node holds an `O_PATH` descriptor of its object, so operations are `*at` calls
-//! relative to it and never build paths: a rename in the directory, even of a parent, cannot
-//! send an operation to the wrong object. Calls that have no `*at` form with an empty path go
-//! through the descriptor's `/proc/self/fd/N` link, which names the object itself.
+//! Operations go through an `O_PATH` descriptor of the node's object, as `*at` calls relative
+//! to it, and never build paths: a rename in the directory, even of a parent, cannot send an
+//! operation to the wrong object. Calls that have no `*at` form with an empty path go through
+//! the descriptor's `/proc/self/fd/N` link, which names the object itself.
 //!
+//! * **Descriptors.** A node also has the object's file handle (`name_to_handle_at`), so its
+//!   descriptor, and that of a file it opened for data, need not stay open: they live in an
+//!   [`FdCache`] that keeps at most a fixed number open (half the process's descriptor limit)
+//!   and closes the least recently used, and a closed one is opened again by handle, which
+//!   finds the object whatever its names are now (renamed, linked, or replaced under its old
+//!   name, when the handle still names the old object; `ESTALE` once that no longer exists).
+//!   Nodes hold their descriptor for good (*pinned*) where handles cannot be used: a
+//!   filesystem without them, an object on another filesystem mounted inside the directory,
+//!   or a process without `CAP_DAC_READ_SEARCH` (not root); and a node whose object loses its
+//!   last name through this namespace (unlink, rmdir, a rename onto it) is pinned just before,
+//!   so that a file removed while open keeps its data and stays usable, as before.
 //! * **Identity.** `ino` is the backing inode number, so it stays the same for the life of the
-//!   file and across mounts; while a node exists its descriptor keeps the backing filesystem
-//!   from giving the number to another object. Objects on other filesystems mounted inside the
-//!   directory, and any numbered 0 or 1, get numbers of ours from `2^63` up, kept for the life
-//!   of the namespace. `generation` is 0.
+//!   file and across mounts. Objects on other filesystems mounted inside the directory, and any
+//!   numbered 0 or 1, get numbers of ours from `2^63` up, kept for the life of the namespace.
+//!   `generation` is a digest of the file handle (0 for an object without one), so an object
+//!   that reuses a removed object's number has another generation.
 //! * **Owners and modes.** The process runs as root and creates objects itself, so it gives
 //!   each new one what a local filesystem would have given the caller: the caller's uid, its
 //!   gid or a setgid directory's (whose setgid bit new directories inherit; a new file keeps a
@@ -25,17 +36,19 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags, Stat, Timespec, XattrFlags};
 use rustix::io::Errno;
 
 use crate::backend::{Backend, BackendFile};
-use crate::dir::{DirBackend, open_path};
+use crate::dir::{DirBackend, open_reopenable};
+use crate::fd_cache::{FdCache, Slot};
+use crate::handle::FileHandle;
 use crate::namespace::{
     Attr, Credentials, DirEntries, DirEntry, FileKind, Namespace, RenameFlags, SetAttr, SetTime,
     StatFs, XattrSet,
@@ -52,10 +65,21 @@ const XATTR_MAX: usize = 1 << 16;
 /// the next one to give.
 type OtherInos = (HashMap<(u64, u64), u64>, u64);
 
+/// The nodes that exist and can be reopened by handle, by `ino` (the first made of each
+/// object, which the mount keeps), so that one losing its last name can be pinned.
+type LiveNodes = Mutex<HashMap<u64, Weak<NodeInner>>>;
+
 /// A local directory served as a namespace.
 pub struct DirNamespace {
     path: PathBuf,
     root: DirNode,
+    /// A descriptor of the root, not `O_PATH` (file handles are opened on its mount).
+    root_fd: Arc<OwnedFd>,
+    /// The id of the directory's mount, if file handles can be used there (see the module
+    /// doc).
+    handle_mount: Option<i32>,
+    cache: Arc<FdCache>,
+    live: Arc<LiveNodes>,
     /// The directory's device: its objects' `ino` are their inode numbers.
     device: u64,
     /// `ino` of objects that cannot use their own (see the module doc).
@@ -72,15 +96,38 @@ impl fmt::Debug for DirNamespace {
     }
 }
 
-/// A node of a [`DirNamespace`]: an `O_PATH` descriptor of the object.
+/// A node of a [`DirNamespace`]: the object's file handle and its `O_PATH` descriptor while
+/// that is open (see the module doc).
 #[derive(Clone, Debug)]
-pub struct DirNode(Arc<OwnedFd>);
+pub struct DirNode(Arc<NodeInner>);
 
-impl DirNode {
-    /// A path that names the object itself (`/proc/self/fd/N`), valid while the node lives.
-    fn proc_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
+#[derive(Debug)]
+struct NodeInner {
+    /// The `O_PATH` descriptor, while open.
+    slot: Arc<Slot>,
+    /// Opens the object again; `None`: the slot is pinned.
+    handle: Option<FileHandle>,
+    /// The handle's digest (the `generation` told), 0 without a handle.
+    generation: u64,
+    /// The object's `ino`, and the namespace's live nodes this one is among (if it has a
+    /// handle), which it leaves when dropped.
+    ino: u64,
+    live: Weak<LiveNodes>,
+}
+
+impl Drop for NodeInner {
+    fn drop(&mut self) {
+        let Some(live) = self.live.upgrade() else { return };
+        let mut live = live.lock().unwrap_or_else(PoisonError::into_inner);
+        if live.get(&self.ino).is_some_and(|node| std::ptr::eq(node.as_ptr(), self)) {
+            live.remove(&self.ino);
+        }
     }
+}
+
+/// A path that names the object of `fd` itself (`/proc/self/fd/N`), valid while `fd` is open.
+fn proc_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 fn path_flags() -> OFlags {
@@ -173,9 +220,33 @@ impl DirNamespace {
         let fd = rustix::fs::open(path, flags, Mode::empty())
             .map_err(|errno| in_path(path, errno.into()))?;
         let stat = rustix::fs::fstat(&fd)?;
+        // Not O_PATH: open_by_handle_at refuses such a descriptor of the mount.
+        let root_fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| in_path(path, errno.into()))?;
+        let root_fd = Arc::new(root_fd);
+        // File handles are used if the root has one and can be opened by it.
+        let handle_mount = FileHandle::of(fd.as_fd()).ok().and_then(|(handle, mount)| {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+            handle.open(root_fd.as_fd(), flags).ok().map(|_| mount)
+        });
+        let root = NodeInner {
+            slot: Slot::pinned(fd),
+            handle: None,
+            generation: 0,
+            ino: 0,
+            live: Weak::new(),
+        };
         Ok(DirNamespace {
             path: path.to_path_buf(),
-            root: DirNode(Arc::new(fd)),
+            root: DirNode(Arc::new(root)),
+            root_fd,
+            handle_mount,
+            cache: Arc::new(FdCache::for_process()),
+            live: Arc::new(Mutex::new(HashMap::new())),
             device: stat.st_dev,
             others: Mutex::new((HashMap::new(), OTHER_INOS)),
             backend: Arc::new(backend),
@@ -197,10 +268,10 @@ impl DirNamespace {
         })
     }
 
-    fn attr(&self, stat: &Stat) -> Attr {
+    fn attr(&self, stat: &Stat, generation: u64) -> Attr {
         Attr {
             ino: self.ino(stat.st_dev, stat.st_ino),
-            generation: 0,
+            generation,
             kind: kind_of(stat.st_mode),
             perm: (stat.st_mode & 0o7777) as u16,
             nlink: u32::try_from(stat.st_nlink).unwrap_or(u32::MAX),
@@ -216,9 +287,84 @@ impl DirNamespace {
         }
     }
 
+    /// The node of the object `fd` (an `O_PATH` descriptor of it), and its attributes.
     fn node_attr(&self, fd: OwnedFd) -> io::Result<(DirNode, Attr)> {
         let stat = rustix::fs::fstat(&fd)?;
-        Ok((DirNode(Arc::new(fd)), self.attr(&stat)))
+        let handle = self.handle_mount.and_then(|root_mount| {
+            let (handle, mount) = FileHandle::of(fd.as_fd()).ok()?;
+            (mount == root_mount).then_some(handle)
+        });
+        let generation = handle.as_ref().map_or(0, FileHandle::digest);
+        let attr = self.attr(&stat, generation);
+        let Some(handle) = handle else {
+            let node = NodeInner {
+                slot: Slot::pinned(fd),
+                handle: None,
+                generation,
+                ino: attr.ino,
+                live: Weak::new(),
+            };
+            return Ok((DirNode(Arc::new(node)), attr));
+        };
+        let node = Arc::new(NodeInner {
+            slot: Arc::new(Slot::default()),
+            handle: Some(handle),
+            generation,
+            ino: attr.ino,
+            live: Arc::downgrade(&self.live),
+        });
+        self.cache.put(&node.slot, fd);
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = live.get(&attr.ino).and_then(Weak::upgrade);
+        if known.as_ref().is_none_or(|known| known.generation != generation) {
+            live.insert(attr.ino, Arc::downgrade(&node));
+        }
+        // The lock first: dropping the last reference to the known node takes it again.
+        drop(live);
+        drop(known);
+        Ok((DirNode(node), attr))
+    }
+
+    /// The node's `O_PATH` descriptor, opened again by handle if the cache closed it.
+    fn fd(&self, node: &DirNode) -> io::Result<Arc<OwnedFd>> {
+        self.cache.get(&node.0.slot, || self.reopen(&node.0, path_flags()))
+    }
+
+    /// Opens the object of `node` with `flags`: through its pinned descriptor if it has one,
+    /// by handle otherwise.
+    fn reopen(&self, node: &NodeInner, flags: OFlags) -> io::Result<OwnedFd> {
+        reopen(node, &self.root_fd, flags)
+    }
+
+    /// The node's status, through its descriptor if that is open and without caching one
+    /// opened for the call (so that visiting every node, as the mount's sweep for deleted
+    /// files does, leaves the cache to the nodes in use).
+    fn stat(&self, node: &DirNode) -> io::Result<Stat> {
+        match node.0.slot.peek() {
+            Some(fd) => Ok(rustix::fs::fstat(&*fd)?),
+            None => Ok(rustix::fs::fstat(self.reopen(&node.0, path_flags())?)?),
+        }
+    }
+
+    /// Before the name `name` in `parent` goes (unlink, rmdir, a rename onto it): if it is the
+    /// last name of an object a node of this namespace has, that node and a descriptor of the
+    /// object, for [`Slot::pin`] once the name is gone (see the module doc).
+    fn last_name(&self, parent: &OwnedFd, name: &OsStr) -> Option<(Arc<NodeInner>, OwnedFd)> {
+        self.handle_mount?;
+        let stat = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let last = stat.st_nlink <= 1 || kind_of(stat.st_mode) == FileKind::Directory;
+        if !last || stat.st_dev != self.device {
+            return None;
+        }
+        let node = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&stat.st_ino)?
+            .upgrade()?;
+        let fd = rustix::fs::openat(parent, name, path_flags(), Mode::empty()).ok()?;
+        let (handle, _) = FileHandle::of(fd.as_fd()).ok()?;
+        (node.handle.as_ref() == Some(&handle)).then_some((node, fd))
     }
 
     /// Gives the new object `fd` (any descriptor of it) created in `parent` with `mode` the
@@ -230,7 +376,7 @@ impl DirNamespace {
         mode: u32,
         caller: &Credentials,
     ) -> io::Result<()> {
-        let parent = rustix::fs::fstat(&*parent.0)?;
+        let parent = rustix::fs::fstat(&*self.fd(parent)?)?;
         let stat = rustix::fs::fstat(fd)?;
         let kind = kind_of(stat.st_mode);
         let setgid_parent = parent.st_mode & SETGID != 0;
@@ -271,29 +417,45 @@ impl DirNamespace {
         mode: u32,
         caller: &Credentials,
     ) -> io::Result<(DirNode, Attr)> {
-        let result = rustix::fs::openat(&*parent.0, name, path_flags(), Mode::empty())
+        let parent_fd = self.fd(parent)?;
+        let result = rustix::fs::openat(&*parent_fd, name, path_flags(), Mode::empty())
             .map_err(io::Error::from)
             .and_then(|fd| {
                 self.own_new(parent, &fd, mode, caller)?;
                 self.node_attr(fd)
             });
         if result.is_err() {
-            let directory = rustix::fs::statat(&*parent.0, name, AtFlags::SYMLINK_NOFOLLOW)
+            let directory = rustix::fs::statat(&*parent_fd, name, AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|stat| kind_of(stat.st_mode) == FileKind::Directory);
             let flags = if directory { AtFlags::REMOVEDIR } else { AtFlags::empty() };
-            let _ = rustix::fs::unlinkat(&*parent.0, name, flags);
+            let _ = rustix::fs::unlinkat(&*parent_fd, name, flags);
         }
         result
     }
 
     /// The node's kind, refusing symlinks for calls that `/proc/self/fd` would follow.
-    fn not_symlink(&self, node: &DirNode, refusal: Errno) -> io::Result<()> {
-        let stat = rustix::fs::fstat(&*node.0)?;
+    fn not_symlink(fd: &OwnedFd, refusal: Errno) -> io::Result<()> {
+        let stat = rustix::fs::fstat(fd)?;
         if kind_of(stat.st_mode) == FileKind::Symlink {
             return Err(refusal.into());
         }
         Ok(())
     }
+}
+
+/// Opens the object of `node` with `flags` (see [`DirNamespace::reopen`]); `root` is a
+/// descriptor on the mount of the namespace's directory.
+fn reopen(node: &NodeInner, root: &OwnedFd, flags: OFlags) -> io::Result<OwnedFd> {
+    if let Some(handle) = &node.handle
+        && !node.slot.is_pinned()
+    {
+        return handle.open(root.as_fd(), flags);
+    }
+    let Some(fd) = node.slot.peek() else { return Err(Errno::STALE.into()) };
+    if flags.contains(OFlags::PATH) {
+        return fd.try_clone();
+    }
+    Ok(rustix::fs::open(proc_path(&fd), flags | OFlags::CLOEXEC, Mode::empty())?)
 }
 
 /// `S_ISGID`.
@@ -324,51 +486,53 @@ impl Namespace for DirNamespace {
     }
 
     fn root(&self) -> io::Result<(DirNode, Attr)> {
-        let stat = rustix::fs::fstat(&*self.root.0)?;
-        Ok((self.root.clone(), self.attr(&stat)))
+        let stat = rustix::fs::fstat(&*self.root_fd)?;
+        Ok((self.root.clone(), self.attr(&stat, 0)))
     }
 
     fn lookup(&self, parent: &DirNode, name: &OsStr) -> io::Result<(DirNode, Attr)> {
-        let fd = rustix::fs::openat(&*parent.0, name, path_flags(), Mode::empty())?;
+        let fd = rustix::fs::openat(&*self.fd(parent)?, name, path_flags(), Mode::empty())?;
         self.node_attr(fd)
     }
 
     fn getattr(&self, node: &DirNode) -> io::Result<Attr> {
-        Ok(self.attr(&rustix::fs::fstat(&*node.0)?))
+        Ok(self.attr(&self.stat(node)?, node.0.generation))
     }
 
     fn setattr(&self, node: &DirNode, set: &SetAttr, _caller: &Credentials) -> io::Result<Attr> {
+        let fd = self.fd(node)?;
         if set.uid.is_some() || set.gid.is_some() {
             let uid = set.uid.map(rustix::fs::Uid::from_raw);
             let gid = set.gid.map(rustix::fs::Gid::from_raw);
             let flags = AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW;
-            rustix::fs::chownat(&*node.0, "", uid, gid, flags)?;
+            rustix::fs::chownat(&*fd, "", uid, gid, flags)?;
         }
         if let Some(mode) = set.mode {
-            self.not_symlink(node, Errno::OPNOTSUPP)?;
-            rustix::fs::chmod(node.proc_path(), Mode::from_raw_mode(mode & 0o7777))?;
+            DirNamespace::not_symlink(&fd, Errno::OPNOTSUPP)?;
+            rustix::fs::chmod(proc_path(&fd), Mode::from_raw_mode(mode & 0o7777))?;
         }
         if let Some(size) = set.size {
             let flags = OFlags::WRONLY | OFlags::CLOEXEC;
-            let fd = rustix::fs::open(node.proc_path(), flags, Mode::empty())?;
-            rustix::fs::ftruncate(&fd, size)?;
+            let file = rustix::fs::open(proc_path(&fd), flags, Mode::empty())?;
+            rustix::fs::ftruncate(&file, size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let times = rustix::fs::Timestamps {
                 last_access: timespec(set.atime),
                 last_modification: timespec(set.mtime),
             };
-            rustix::fs::utimensat(rustix::fs::CWD, node.proc_path(), &times, AtFlags::empty())?;
+            rustix::fs::utimensat(rustix::fs::CWD, proc_path(&fd), &times, AtFlags::empty())?;
         }
-        self.getattr(node)
+        Ok(self.attr(&rustix::fs::fstat(&*fd)?, node.0.generation))
     }
 
     fn readlink(&self, node: &DirNode) -> io::Result<OsString> {
         // readlinkat with an empty path answers ENOENT for anything but a symlink.
-        if kind_of(rustix::fs::fstat(&*node.0)?.st_mode) != FileKind::Symlink {
+        let fd = self.fd(node)?;
+        if kind_of(rustix::fs::fstat(&*fd)?.st_mode) != FileKind::Symlink {
             return Err(Errno::INVAL.into());
         }
-        let target = rustix::fs::readlinkat(&*node.0, "", Vec::new())?;
+        let target = rustix::fs::readlinkat(&*fd, "", Vec::new())?;
         Ok(OsStr::from_bytes(target.as_bytes()).to_owned())
     }
 
@@ -381,7 +545,7 @@ impl Namespace for DirNamespace {
     ) -> io::Result<(DirNode, Attr)> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        let fd = rustix::fs::openat(&*parent.0, name, flags | OFlags::CLOEXEC, perm)?;
+        let fd = rustix::fs::openat(&*self.fd(parent)?, name, flags | OFlags::CLOEXEC, perm)?;
         drop(fd);
         self.finish_new(parent, name, mode, caller)
     }
@@ -393,7 +557,7 @@ impl Namespace for DirNamespace {
         mode: u32,
         caller: &Credentials,
     ) -> io::Result<(DirNode, Attr)> {
-        rustix::fs::mkdirat(&*parent.0, name, Mode::from_raw_mode(mode & 0o7777))?;
+        rustix::fs::mkdirat(&*self.fd(parent)?, name, Mode::from_raw_mode(mode & 0o7777))?;
         self.finish_new(parent, name, mode, caller)
     }
 
@@ -410,7 +574,7 @@ impl Namespace for DirNamespace {
             return Err(Errno::INVAL.into());
         }
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        rustix::fs::mknodat(&*parent.0, name, file_type(kind), perm, rdev)?;
+        rustix::fs::mknodat(&*self.fd(parent)?, name, file_type(kind), perm, rdev)?;
         self.finish_new(parent, name, mode, caller)
     }
 
@@ -421,7 +585,7 @@ impl Namespace for DirNamespace {
         target: &OsStr,
         caller: &Credentials,
     ) -> io::Result<(DirNode, Attr)> {
-        rustix::fs::symlinkat(target, &*parent.0, name)?;
+        rustix::fs::symlinkat(target, &*self.fd(parent)?, name)?;
         self.finish_new(parent, name, 0o777, caller)
     }
 
@@ -433,16 +597,29 @@ impl Namespace for DirNamespace {
         _caller: &Credentials,
     ) -> io::Result<(DirNode, Attr)> {
         let flags = AtFlags::SYMLINK_FOLLOW;
-        rustix::fs::linkat(rustix::fs::CWD, node.proc_path(), &*new_parent.0, new_name, flags)?;
+        let (fd, new_parent_fd) = (self.fd(node)?, self.fd(new_parent)?);
+        rustix::fs::linkat(rustix::fs::CWD, proc_path(&fd), &*new_parent_fd, new_name, flags)?;
         self.lookup(new_parent, new_name)
     }
 
     fn unlink(&self, parent: &DirNode, name: &OsStr, _caller: &Credentials) -> io::Result<()> {
-        Ok(rustix::fs::unlinkat(&*parent.0, name, AtFlags::empty())?)
+        let parent = self.fd(parent)?;
+        let last = self.last_name(&parent, name);
+        rustix::fs::unlinkat(&*parent, name, AtFlags::empty())?;
+        if let Some((node, fd)) = last {
+            node.slot.pin(fd);
+        }
+        Ok(())
     }
 
     fn rmdir(&self, parent: &DirNode, name: &OsStr, _caller: &Credentials) -> io::Result<()> {
-        Ok(rustix::fs::unlinkat(&*parent.0, name, AtFlags::REMOVEDIR)?)
+        let parent = self.fd(parent)?;
+        let last = self.last_name(&parent, name);
+        rustix::fs::unlinkat(&*parent, name, AtFlags::REMOVEDIR)?;
+        if let Some((node, fd)) = last {
+            node.slot.pin(fd);
+        }
+        Ok(())
     }
 
     fn rename(
@@ -461,12 +638,19 @@ impl Namespace for DirNamespace {
         if flags.exchange {
             raw |= rustix::fs::RenameFlags::EXCHANGE;
         }
-        Ok(rustix::fs::renameat_with(&*parent.0, name, &*new_parent.0, new_name, raw)?)
+        let (parent, new_parent) = (self.fd(parent)?, self.fd(new_parent)?);
+        // The object a rename replaces may lose its last name (an exchange keeps both).
+        let last = if flags.exchange { None } else { self.last_name(&new_parent, new_name) };
+        rustix::fs::renameat_with(&*parent, name, &*new_parent, new_name, raw)?;
+        if let Some((node, fd)) = last {
+            node.slot.pin(fd);
+        }
+        Ok(())
     }
 
     fn readdir(&self, node: &DirNode) -> io::Result<DirEntries> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(node.proc_path(), flags, Mode::empty())?;
+        let fd = rustix::fs::open(proc_path(&*self.fd(node)?), flags, Mode::empty())?;
         let mut entries = Vec::new();
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         while let Some(entry) = dir.read() {
@@ -492,7 +676,7 @@ impl Namespace for DirNamespace {
     }
 
     fn statfs(&self, node: &DirNode) -> io::Result<StatFs> {
-        let s = rustix::fs::statvfs(node.proc_path())?;
+        let s = rustix::fs::statvfs(proc_path(&*self.fd(node)?))?;
         Ok(StatFs {
             blocks: s.f_blocks,
             blocks_free: s.f_bfree,
@@ -507,24 +691,26 @@ impl Namespace for DirNamespace {
 
     fn sync_dir(&self, node: &DirNode) -> io::Result<()> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(node.proc_path(), flags, Mode::empty())?;
+        let fd = rustix::fs::open(proc_path(&*self.fd(node)?), flags, Mode::empty())?;
         Ok(rustix::fs::fsync(&fd)?)
     }
 
     fn getxattr(&self, node: &DirNode, name: &OsStr) -> io::Result<Vec<u8>> {
         // Linux keeps no user attributes on symlinks, and the link would be followed.
-        self.not_symlink(node, Errno::NODATA)?;
+        let fd = self.fd(node)?;
+        DirNamespace::not_symlink(&fd, Errno::NODATA)?;
         let mut value = Vec::with_capacity(XATTR_MAX);
-        rustix::fs::getxattr(node.proc_path(), name, rustix::buffer::spare_capacity(&mut value))?;
+        rustix::fs::getxattr(proc_path(&fd), name, rustix::buffer::spare_capacity(&mut value))?;
         Ok(value)
     }
 
     fn listxattr(&self, node: &DirNode) -> io::Result<Vec<OsString>> {
-        if self.not_symlink(node, Errno::NODATA).is_err() {
+        let fd = self.fd(node)?;
+        if DirNamespace::not_symlink(&fd, Errno::NODATA).is_err() {
             return Ok(Vec::new());
         }
         let mut list = Vec::with_capacity(XATTR_MAX);
-        rustix::fs::listxattr(node.proc_path(), rustix::buffer::spare_capacity(&mut list))?;
+        rustix::fs::listxattr(proc_path(&fd), rustix::buffer::spare_capacity(&mut list))?;
         Ok(list
             .split(|&byte| byte == 0)
             .filter(|name| !name.is_empty())
@@ -540,18 +726,20 @@ impl Namespace for DirNamespace {
         how: XattrSet,
         _caller: &Credentials,
     ) -> io::Result<()> {
-        self.not_symlink(node, Errno::PERM)?;
+        let fd = self.fd(node)?;
+        DirNamespace::not_symlink(&fd, Errno::PERM)?;
         let flags = match how {
             XattrSet::Either => XattrFlags::empty(),
             XattrSet::Create => XattrFlags::CREATE,
             XattrSet::Replace => XattrFlags::REPLACE,
         };
-        Ok(rustix::fs::setxattr(node.proc_path(), name, value, flags)?)
+        Ok(rustix::fs::setxattr(proc_path(&fd), name, value, flags)?)
     }
 
     fn removexattr(&self, node: &DirNode, name: &OsStr, _caller: &Credentials) -> io::Result<()> {
-        self.not_symlink(node, Errno::PERM)?;
-        Ok(rustix::fs::removexattr(node.proc_path(), name)?)
+        let fd = self.fd(node)?;
+        DirNamespace::not_symlink(&fd, Errno::PERM)?;
+        Ok(rustix::fs::removexattr(proc_path(&fd), name)?)
     }
 
     fn fallocate(
@@ -569,11 +757,14 @@ impl Namespace for DirNamespace {
                 How::ZeroRange => FallocateFlags::ZERO_RANGE,
             };
         let flags = OFlags::WRONLY | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(node.proc_path(), flags, Mode::empty())?;
+        let fd = rustix::fs::open(proc_path(&*self.fd(node)?), flags, Mode::empty())?;
         Ok(rustix::fs::fallocate(&fd, mode, offset, len)?)
     }
 
     fn open_file(&self, node: &DirNode) -> io::Result<Arc<dyn BackendFile>> {
-        open_path(&node.proc_path(), self.direct)
+        let (node, root) = (Arc::clone(&node.0), Arc::clone(&self.root_fd));
+        let name = format!("{} (inode {})", self.path.display(), node.ino);
+        let reopen = Box::new(move |flags| reopen(&node, &root, flags));
+        open_reopenable(name, reopen, self.direct, Arc::clone(&self.cache))
     }
 }

@@ -31,8 +31,8 @@
 //! The simulator's backend, `ebb_sim::backend::SimBackend`, lives in `ebb-sim` (files in
 //! memory with a device model's durability) and passes the same suite.
 //!
-//! `unsafe` is denied in the whole crate; the one exception is the allocation inside
-//! [`AlignedBuf`].
+//! `unsafe` is denied in the whole crate; the exceptions are the allocation inside
+//! [`AlignedBuf`] and the file-handle system calls of the directory namespace (`handle.rs`).
 #![deny(unsafe_code)]
 
 mod aligned;
@@ -42,6 +42,8 @@ mod conformance_macro;
 mod dir;
 mod dir_namespace;
 mod faulty;
+mod fd_cache;
+mod handle;
 mod mem;
 mod namespace;
 pub mod namespace_conformance;

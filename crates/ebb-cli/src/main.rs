@@ -244,6 +244,20 @@ fn fixed_mmap_threshold() {
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard one: a directory mount keeps up to
+/// half the soft limit open (descriptors of the files it serves, in a cache that closes and
+/// reopens them), and more is fewer reopens. Failing leaves the limit as it was.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            eprintln!("ebb mount: could not raise the limit on open files: {error}");
+        }
+    }
+}
+
 /// The error and its causes, each said once: a cause whose text the message before it already
 /// holds (`cannot read F: No such file` and then `No such file`) is left out.
 fn error_text(error: &anyhow::Error) -> String {
@@ -329,6 +343,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// local directory, mounted until a signal.
 fn mount(args: MountArgs) -> anyhow::Result<ExitCode> {
     fixed_mmap_threshold();
+    raise_fd_limit();
     let backend = args.backend.clone();
     if let Some(url) = backend.to_str().filter(|text| text.starts_with("s3://")) {
         let Some(endpoint) = args.endpoint.clone() else {

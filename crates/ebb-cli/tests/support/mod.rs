@@ -44,7 +44,26 @@ pub(crate) struct Running {
 
 impl Running {
     pub(crate) fn start(dir: &Path, mnt: &Path, extra: &[&str]) -> Running {
-        let child = Command::new(EBB)
+        Running::start_command(Command::new(EBB), dir, mnt, extra)
+    }
+
+    /// [`Running::start`] with the mount's limit on open files (soft and hard) set to `files`.
+    pub(crate) fn start_with_file_limit(
+        dir: &Path,
+        mnt: &Path,
+        extra: &[&str],
+        files: u32,
+    ) -> Running {
+        let mut command = Command::new("bash");
+        // `exec`: the mount keeps the shell's PID, which the guard kills.
+        let script = format!("ulimit -n {files} && exec \"$@\"");
+        command.args(["-c", &script, "bash", EBB]);
+        Running::start_command(command, dir, mnt, extra)
+    }
+
+    /// Starts `command` (which runs `ebb` with the arguments it is given) as the mount.
+    fn start_command(mut command: Command, dir: &Path, mnt: &Path, extra: &[&str]) -> Running {
+        let child = command
             .args(["mount", "--backend", dir.to_str().unwrap(), mnt.to_str().unwrap()])
             .args(extra)
             .stderr(Stdio::piped())

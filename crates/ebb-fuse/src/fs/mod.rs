@@ -4,9 +4,11 @@
 //! # Nodes
 //!
 //! Every node the kernel knows (looked up and not yet forgotten) holds the namespace's
-//! reference to its object ([`nodes`]); for a local directory that is an `O_PATH` descriptor,
-//! so a rename, even of a parent directory, cannot send an operation to the wrong object. Node
-//! ids, shown as `st_ino`, are the namespace's `ino` (the root is 1).
+//! reference to its object ([`nodes`]); for a local directory that is the object's file handle
+//! and an `O_PATH` descriptor the namespace may close and reopen by handle (so a mount holds a
+//! bounded number of descriptors however many files it has seen), so a rename, even of a
+//! parent directory, cannot send an operation to the wrong object. Node ids, shown as
+//! `st_ino`, are the namespace's `ino` (the root is 1).
 //!
 //! # File data
 //!

@@ -134,7 +134,8 @@ fn concurrent_writers_through_a_small_cache() {
     let cache = ebb.stats().pauses;
     assert!(pauses > 0, "32 MiB through an 8 MiB cache paused no writer");
     assert_eq!(cache.count, pauses);
-    assert_eq!(cache.max_us, longest);
+    // A handle keeps its longest pause exactly, the cache's histogram to 2 significant figures.
+    assert!(longest <= cache.max_us && cache.max_us <= longest + longest / 100 + 1, "{cache:?}");
     assert!(cache.recent.count <= pauses, "{cache:?}");
     assert_eq!(cache.buckets.last().copied(), Some(pauses), "no pause is over 5 s");
     assert!(cache.p50_us <= cache.p99_us && cache.p99_us <= cache.max_us, "{cache:?}");
