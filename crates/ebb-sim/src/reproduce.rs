@@ -554,7 +554,7 @@ fn intro(options: &Options) -> String {
                      published is compared with ours and given a computed verdict: reproduced \
                      (within the stated tolerance), direction-only, not-reproduced (with the \
                      reason, and where the analysis is in docs/) or not-compared (the posting \
-                     gave no number). Device models are ours, so absolute figures often differ; \
+                     gave no number, or the row says why ours cannot be set beside it). Device models are ours, so absolute figures often differ; \
                      rows that compare an effect use its factor or change. The checks below \
                      each table are what must hold in ours."
         .to_owned();

@@ -17,7 +17,8 @@
 //!   value, with at least half of the published effect (the effect floor, [`EFFECT_FLOOR`]),
 //!   but outside the tolerance (or a named check fails);
 //! - `not-reproduced`: neither, or ours has no value;
-//! - `not-compared`: the posting gave no number for it.
+//! - `not-compared`: the posting gave no number for it, or the row says why ours cannot be set
+//!   beside it (a column no case of ours runs).
 //!
 //! An effect the posting reports inside its own noise (`|value - neutral| <= noise`) has no
 //! direction: it is judged against that noise (`+-noise`), not against a factor.
