@@ -160,9 +160,30 @@ pub fn render_png(chart: &Chart, path: &Path, width: u32, height: u32) -> Result
     if !font_registered() {
         return Err(plot_error("the embedded font could not be loaded".to_owned()));
     }
-    let chart = &to_drawn_x(chart);
+    let chart = &to_drawn_x(&merge_identical(chart));
     let bounds = bounds(chart).map_err(plot_error)?;
     draw(chart, bounds, path, (width, height)).map_err(|error| plot_error(error.to_string()))
+}
+
+/// `chart` with each series whose kind and points equal an earlier named one's drawn once,
+/// its legend entry naming both (`legacy = reordered`): two variants that behave the same
+/// would otherwise draw one line over the other and the legend would show a line the chart
+/// does not. Colors stay what they were (a series' position is its default color).
+fn merge_identical(chart: &Chart) -> Chart {
+    let mut series: Vec<Series> = Vec::with_capacity(chart.series.len());
+    for (index, s) in chart.series.iter().enumerate() {
+        let same = series.iter_mut().find(|kept| {
+            !kept.name.is_empty()
+                && !s.name.is_empty()
+                && kept.kind == s.kind
+                && kept.points == s.points
+        });
+        match same {
+            Some(kept) => kept.name = format!("{} = {}", kept.name, s.name),
+            None => series.push(Series { color: Some(s.color.unwrap_or(index)), ..s.clone() }),
+        }
+    }
+    Chart { series, ..chart.clone() }
 }
 
 /// Registers the embedded font with plotters once per process; whether it succeeded.
@@ -465,6 +486,21 @@ fn tick_label(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use std::hash::{DefaultHasher, Hash, Hasher};
+
+    #[test]
+    fn identical_series_are_drawn_once_and_named_together() {
+        let line = |name: &str, y: f64| Series {
+            name: name.to_owned(),
+            points: vec![(0.0, y), (1.0, y)],
+            kind: SeriesKind::Line,
+            color: None,
+        };
+        let chart = Chart::new("t", "x", "y", vec![line("a", 1.0), line("b", 2.0), line("c", 1.0)]);
+        let merged = super::merge_identical(&chart);
+        let names: Vec<&str> = merged.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a = c", "b"]);
+        assert_eq!(merged.series[1].color, Some(1), "b keeps its own color");
+    }
 
     use super::*;
 
