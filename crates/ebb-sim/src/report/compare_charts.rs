@@ -245,6 +245,22 @@ pub fn verdict_chart(experiment: &str, rows: &[PublishedOutcome]) -> Option<Char
             });
         }
     }
+    // A row not compared has no distance: a grey dot on the bottom edge marks it, so its place
+    // on the axis reads as "not compared", not as a gap.
+    let not_compared: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| row.verdict == Verdict::NotCompared)
+        .map(|(index, _)| ((index + 1) as f64, -DISTANCE_MAX - 0.15))
+        .collect();
+    if !not_compared.is_empty() {
+        series.push(Series {
+            name: Verdict::NotCompared.name().to_owned(),
+            points: not_compared,
+            kind: SeriesKind::Points,
+            color: Some(9),
+        });
+    }
     let mut chart = Chart::new(
         experiment,
         "published number (row of the table)",
@@ -309,6 +325,13 @@ mod tests {
         ];
         let chart = verdict_chart("e", &rows).expect("compared rows");
         assert!(chart.x_integer);
+        // A row not compared is marked on the bottom edge, not left as a gap.
+        let mut with_gap = rows.to_vec();
+        with_gap.insert(1, row(1.0, 1.0, "x2", Verdict::NotCompared));
+        with_gap[1].rule = None;
+        let chart = verdict_chart("e", &with_gap).expect("compared rows");
+        let marked = chart.series.iter().find(|s| s.name == "not-compared").expect("marked");
+        assert_eq!(marked.points, [(2.0, -DISTANCE_MAX - 0.15)]);
         assert!(chart.point_radius_px >= 5, "{}", chart.point_radius_px);
     }
 
