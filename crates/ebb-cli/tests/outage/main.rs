@@ -449,20 +449,20 @@ fn calls_wait_through_an_outage_shorter_than_the_deadline(kind: Kind) {
     assert!(fx.wait_on_server("written-s", &vec![0; 64 << 16], Duration::from_secs(20)));
 }
 
-/// Past the deadline fsync gets EIO, the data stays held (`ebb stat` shows it) and is written
-/// once the server returns, without anyone's fsync.
-fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: Kind) {
-    let name = format!("{kind:?}-held").to_lowercase();
-    let Some(fx) = Fixture::start(kind, &name, 2) else { return };
-    // The writer opens the file before the outage (an open needs the server, as on NFS: it
-    // would get EIO past the deadline), then writes and fsyncs during it: dd writes to its
-    // standard output, the descriptor opened here.
-    std::fs::write(fx.path("held"), b"").unwrap();
-    let out = std::fs::OpenOptions::new().write(true).open(fx.path("held")).unwrap();
-    let data = pattern(4 * MIB + 5, 3);
-    let source = fx.root.path().join("source");
-    std::fs::write(&source, &data).unwrap();
-    fx.proxy.set(Mode::Refuse);
+/// Opens `name` on the mount before the proxy turns to `mode` (an open needs the server, as
+/// on NFS: it would fail past the deadline), then dd writes `data` to it with an fsync through
+/// that descriptor (its standard output) while the fault lasts; dd's exit code and stderr.
+fn dd_into_a_file_opened_before(
+    fx: &Fixture,
+    name: &str,
+    data: &[u8],
+    mode: Mode,
+) -> (Option<i32>, String) {
+    std::fs::write(fx.path(name), b"").unwrap();
+    let out = std::fs::OpenOptions::new().write(true).open(fx.path(name)).unwrap();
+    let source = fx.root.path().join(format!("{name}.source"));
+    std::fs::write(&source, data).unwrap();
+    fx.proxy.set(mode);
     let writer = Command::new("dd")
         .arg(format!("if={}", source.display()))
         .args(["bs=1M", "conv=fsync", "status=none"])
@@ -470,10 +470,18 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut ended =
-        finish_calls(vec![("dd".into(), String::new(), writer)], Duration::from_secs(30));
-    let (_, code, err) = ended.remove(0);
-    let dd = (code, err);
+    let (_, code, err) =
+        finish_calls(vec![("dd".into(), String::new(), writer)], Duration::from_secs(30)).remove(0);
+    (code, err)
+}
+
+/// Past the deadline fsync gets EIO, the data stays held (`ebb stat` shows it) and is written
+/// once the server returns, without anyone's fsync.
+fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: Kind) {
+    let name = format!("{kind:?}-held").to_lowercase();
+    let Some(fx) = Fixture::start(kind, &name, 2) else { return };
+    let data = pattern(4 * MIB + 5, 3);
+    let dd = dd_into_a_file_opened_before(&fx, "held", &data, Mode::Refuse);
     assert_ne!(dd.0, Some(0), "{kind:?}: fsync past the deadline succeeded");
     assert!(dd.1.contains("Input/output error"), "{kind:?}: {}", dd.1);
     let stat = fx.stat();
@@ -511,21 +519,8 @@ fn past_the_deadline_the_data_is_held_and_written_when_the_server_returns(kind: 
 fn a_full_server_holds_the_data_and_drains_once_freed(kind: Kind) {
     let name = format!("{kind:?}-full").to_lowercase();
     let Some(fx) = Fixture::start(kind, &name, 30) else { return };
-    std::fs::write(fx.path("full"), b"").unwrap();
-    let out = std::fs::OpenOptions::new().write(true).open(fx.path("full")).unwrap();
     let data = pattern(3 * MIB + 7, 5);
-    let source = fx.root.path().join("source");
-    std::fs::write(&source, &data).unwrap();
-    fx.proxy.set(Mode::Full);
-    let writer = Command::new("dd")
-        .arg(format!("if={}", source.display()))
-        .args(["bs=1M", "conv=fsync", "status=none"])
-        .stdout(out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (_, code, err) =
-        finish_calls(vec![("dd".into(), String::new(), writer)], Duration::from_secs(30)).remove(0);
+    let (code, err) = dd_into_a_file_opened_before(&fx, "full", &data, Mode::Full);
     assert_ne!(code, Some(0), "{kind:?}: fsync on a full server succeeded");
     assert!(err.contains("No space left on device"), "{kind:?}: dd said {err}");
     let held = |stat: &serde_json::Value| {
