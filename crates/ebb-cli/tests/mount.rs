@@ -7,7 +7,7 @@
 mod support;
 use support::{EBB, Running, dirs, fuse_available, is_mounted};
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -669,11 +669,7 @@ fn a_file_changed_underneath_with_dirty_pages_drops_its_stale_clean_pages() {
     let (_root, dir, mnt) = dirs();
     let running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
     let (old, page0, page1) = (pattern(8192, 1), pattern(4096, 2), pattern(4096, 3));
-    {
-        let f = std::fs::File::create(mnt.join("f")).unwrap();
-        f.write_all_at(&old, 0).unwrap();
-        f.sync_all().unwrap();
-    }
+    create_synced(&mnt.join("f"), &old);
     // Page 1 is cached clean by reading it through the mount.
     assert!(std::fs::read(mnt.join("f")).unwrap() == old, "the file as written");
     {
@@ -697,6 +693,13 @@ fn a_file_changed_underneath_with_dirty_pages_drops_its_stale_clean_pages() {
 
 /// Writes `data` at `offset` into `path` with `dd` (a second process changing the backing
 /// file, as another user of DIR would), within a deadline.
+/// Creates `path` holding `data`, written and fsynced through the mount.
+fn create_synced(path: &Path, data: &[u8]) {
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
 fn write_from_another_process(path: &Path, data: &[u8], offset: u64) {
     let source = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(source.path(), data).unwrap();
@@ -725,11 +728,7 @@ fn an_open_reads_a_change_underneath_while_another_descriptor_has_the_file_open(
     let (_root, dir, mnt) = dirs();
     let running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
     let (old, page1) = (pattern(8192, 1), pattern(4096, 3));
-    {
-        let f = std::fs::File::create(mnt.join("f")).unwrap();
-        f.write_all_at(&old, 0).unwrap();
-        f.sync_all().unwrap();
-    }
+    create_synced(&mnt.join("f"), &old);
     let reader = std::fs::File::open(mnt.join("f")).unwrap();
     let mut got = vec![0u8; 8192];
     reader.read_exact_at(&mut got, 0).unwrap();
@@ -757,11 +756,7 @@ fn an_open_while_pages_are_dirty_drops_the_clean_pages_a_change_underneath_made_
     let (_root, dir, mnt) = dirs();
     let running = Running::start(&dir, &mnt, &["--memory", "64MiB"]);
     let (old, page0, page1) = (pattern(8192, 1), pattern(4096, 2), pattern(4096, 3));
-    {
-        let f = std::fs::File::create(mnt.join("f")).unwrap();
-        f.write_all_at(&old, 0).unwrap();
-        f.sync_all().unwrap();
-    }
+    create_synced(&mnt.join("f"), &old);
     assert!(std::fs::read(mnt.join("f")).unwrap() == old, "the file as written");
     let writer = std::fs::OpenOptions::new().write(true).open(mnt.join("f")).unwrap();
     writer.write_all_at(&page0, 0).unwrap();
