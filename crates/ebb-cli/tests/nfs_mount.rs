@@ -4,16 +4,14 @@
 //! what was fsync'ed.
 
 mod support;
-use support::is_mounted;
+use support::{EBB, Running};
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ebb_backend::NfsServer;
 
-const EBB: &str = env!("CARGO_BIN_EXE_ebb");
 const MIB: usize = 1 << 20;
 
 /// Whether this machine can run these tests; if not, SKIPPED on stderr (a failure under CI).
@@ -31,63 +29,11 @@ fn available() -> bool {
     true
 }
 
-/// A running `ebb mount` of the server's export; killed and detached on drop.
-struct Running {
-    child: Option<Child>,
-    mnt: PathBuf,
-}
-
-impl Running {
-    fn start(server: &NfsServer, mnt: &Path) -> Running {
-        let child = Command::new(EBB)
-            .args(["mount", "--backend", server.url(), "--memory", "64MiB"])
-            .arg(mnt)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child: Some(child), mnt: mnt.to_path_buf() };
-        let start = Instant::now();
-        while ebb_fuse::read_stats(mnt).is_err() {
-            if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ebb mount exited with {status}: {}", running.stderr());
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "ebb mount did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        running
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
-        assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
-    }
-
-    fn wait(&mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.as_mut().unwrap().wait().unwrap();
-        let stderr = self.stderr();
-        self.child = None;
-        (status, stderr)
-    }
-
-    fn stderr(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(stderr) = self.child.as_mut().and_then(|child| child.stderr.as_mut()) {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-    }
+/// `ebb mount` of `server`'s export at `mnt` with a 64 MiB budget.
+fn mount_nfs(server: &NfsServer, mnt: &Path) -> Running {
+    let mut command = Command::new(EBB);
+    command.args(["mount", "--backend", server.url(), "--memory", "64MiB"]).arg(mnt);
+    Running::spawn(&mut command, mnt)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -112,7 +58,7 @@ fn setup() -> Option<(NfsServer, tempfile::TempDir, PathBuf)> {
 #[test]
 fn nfs_mount_writes_renames_and_drains_at_sigterm() {
     let Some((server, _root, mnt)) = setup() else { return };
-    let mut running = Running::start(&server, &mnt);
+    let mut running = mount_nfs(&server, &mnt);
     let big = pattern(40 * MIB + 123, 1);
     std::fs::write(mnt.join("big"), &big).unwrap();
     std::fs::create_dir(mnt.join("dir")).unwrap();
@@ -141,7 +87,7 @@ fn nfs_mount_writes_renames_and_drains_at_sigterm() {
 #[test]
 fn nfs_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
     let Some((server, _root, mnt)) = setup() else { return };
-    let running = Running::start(&server, &mnt);
+    let running = mount_nfs(&server, &mnt);
     let data = pattern(24 * MIB, 2);
     {
         use std::io::Write;
@@ -159,7 +105,7 @@ fn nfs_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
 #[test]
 fn nfs_stat_answers_while_the_server_is_stopped() {
     let Some((mut server, _root, mnt)) = setup() else { return };
-    let running = Running::start(&server, &mnt);
+    let running = mount_nfs(&server, &mnt);
     std::fs::write(mnt.join("before"), pattern(MIB, 3)).unwrap();
     server.pause().unwrap();
     let start = Instant::now();

@@ -4,96 +4,38 @@
 //! the next start leaves no multipart upload behind.
 
 mod support;
-use support::{fuse_available, is_mounted};
+use support::{EBB, Running, fuse_available};
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ebb_backend::s3::test_server::{ACCESS_KEY_ID, SECRET_ACCESS_KEY, TestServer};
 use ebb_backend::{Backend, OpenOptions, S3Backend};
 
-const EBB: &str = env!("CARGO_BIN_EXE_ebb");
 const MIB: usize = 1 << 20;
 
-/// A running `ebb mount` of the server's bucket; killed and detached on drop.
-struct Running {
-    child: Option<Child>,
-    mnt: PathBuf,
+/// `ebb mount` of `server`'s bucket at `mnt` (state in `state`) with a 64 MiB budget.
+fn mount_s3(server: &TestServer, state: &Path, mnt: &Path) -> Running {
+    mount_s3_with(server, state, mnt, "64MiB")
 }
 
-impl Running {
-    fn start(server: &TestServer, state: &Path, mnt: &Path) -> Running {
-        Running::start_with(server, state, mnt, "64MiB")
-    }
-
-    fn start_with(server: &TestServer, state: &Path, mnt: &Path, memory: &str) -> Running {
-        Running::start_args(server, state, mnt, &["--memory", memory])
-    }
-
-    fn start_args(server: &TestServer, state: &Path, mnt: &Path, args: &[&str]) -> Running {
-        let child = Command::new(EBB)
-            .args(["mount", "--backend", &format!("s3://{}/m", server.bucket())])
-            .args(["--endpoint", &server.endpoint()])
-            .args(args)
-            .arg(mnt)
-            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
-            .env("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
-            .env("XDG_STATE_HOME", state)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child: Some(child), mnt: mnt.to_path_buf() };
-        let start = Instant::now();
-        while ebb_fuse::read_stats(mnt).is_err() {
-            if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ebb mount exited with {status}: {}", running.stderr());
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "ebb mount did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        running
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
-        assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
-    }
-
-    /// SIGKILL by kill(2) from this process, not by running kill(1): a forked child closes
-    /// its copies of the test's open files at exec, and each such close is a FUSE flush,
-    /// which on S3 (flush_on_close, as NFS's close-to-open) writes the file back and commits.
-    fn kill(&mut self) {
-        self.child.as_mut().unwrap().kill().unwrap();
-    }
-
-    fn wait(&mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.as_mut().unwrap().wait().unwrap();
-        let stderr = self.stderr();
-        self.child = None;
-        (status, stderr)
-    }
-
-    fn stderr(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(stderr) = self.child.as_mut().and_then(|child| child.stderr.as_mut()) {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    }
+fn mount_s3_with(server: &TestServer, state: &Path, mnt: &Path, memory: &str) -> Running {
+    mount_s3_args(server, state, mnt, &["--memory", memory])
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-    }
+fn mount_s3_args(server: &TestServer, state: &Path, mnt: &Path, args: &[&str]) -> Running {
+    let mut command = Command::new(EBB);
+    command
+        .args(["mount", "--backend", &format!("s3://{}/m", server.bucket())])
+        .args(["--endpoint", &server.endpoint()])
+        .args(args)
+        .arg(mnt)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
+        .env("XDG_STATE_HOME", state);
+    Running::spawn(&mut command, mnt)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -140,7 +82,7 @@ fn setup(bucket: &str) -> Option<(TestServer, tempfile::TempDir, PathBuf)> {
 fn s3_mount_writes_renames_and_drains_at_sigterm() {
     let Some((server, root, mnt)) = setup("ebb-mount-drain") else { return };
     let state = root.path().join("state");
-    let mut running = Running::start(&server, &state, &mnt);
+    let mut running = mount_s3(&server, &state, &mnt);
     let big = pattern(20 * MIB + 123, 1);
     std::fs::write(mnt.join("big"), &big).unwrap();
     std::fs::create_dir(mnt.join("dir")).unwrap();
@@ -173,7 +115,7 @@ fn s3_mount_writes_renames_and_drains_at_sigterm() {
 fn s3_mount_many_writers_in_a_small_cache_upload_each_part_about_once() {
     let Some((server, root, mnt)) = setup("ebb-mount-writers") else { return };
     let state = root.path().join("state");
-    let mut running = Running::start_with(&server, &state, &mnt, "128MiB");
+    let mut running = mount_s3_with(&server, &state, &mnt, "128MiB");
     const WRITERS: u8 = 16;
     let writers: Vec<_> = (0..WRITERS)
         .map(|i| {
@@ -215,7 +157,7 @@ fn s3_mount_many_writers_in_a_small_cache_upload_each_part_about_once() {
 fn s3_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
     let Some((server, root, mnt)) = setup("ebb-mount-kill") else { return };
     let state = root.path().join("state");
-    let mut running = Running::start(&server, &state, &mnt);
+    let mut running = mount_s3(&server, &state, &mnt);
     let synced = pattern(12 * MIB, 2);
     let mut file = std::fs::File::create(mnt.join("synced")).unwrap();
     file.write_all(&synced).unwrap();
@@ -239,7 +181,7 @@ fn s3_mount_sigkill_after_fsync_keeps_what_was_fsynced() {
     let left = S3Backend::open(options).unwrap().multipart_uploads().unwrap();
     assert!(!left.is_empty(), "no upload was open at the kill: no crash mid-upload was tested");
     // The next mount (its start) aborts what the killed one left.
-    let restarted = Running::start(&server, &state, &mnt);
+    let restarted = mount_s3(&server, &state, &mnt);
     let backend = S3Backend::open({
         let mut options = server.options("m/");
         options.state_dir = Some(state.join("check"));
@@ -258,7 +200,7 @@ fn s3_mount_keeps_a_removed_open_file_usable() {
     use std::os::unix::fs::FileExt;
     let Some((server, root, mnt)) = setup("ebb-mount-removed") else { return };
     let state = root.path().join("state");
-    let mut running = Running::start(&server, &state, &mnt);
+    let mut running = mount_s3(&server, &state, &mnt);
     let data = pattern(3 * MIB, 4);
     for replace in [false, true] {
         let path = mnt.join("f");
@@ -341,12 +283,12 @@ fn s3_mount_truncate_by_path_shows_the_new_size_at_once() {
     let state = root.path().join("state");
     let data = pattern(3 * MIB, 5);
     // "old": written through an earlier mount, so this one never opened it.
-    let mut earlier = Running::start(&server, &state, &mnt);
+    let mut earlier = mount_s3(&server, &state, &mnt);
     std::fs::write(mnt.join("old"), &data).unwrap();
     earlier.signal("-TERM");
     let (status, stderr) = earlier.wait();
     assert!(status.success(), "{stderr}");
-    let mut running = Running::start(&server, &state, &mnt);
+    let mut running = mount_s3(&server, &state, &mnt);
     std::fs::write(mnt.join("cached"), &data).unwrap();
     // The last size grows "old" again: zeros past 5000 bytes.
     let mut old = data[..5000].to_vec();
@@ -452,7 +394,7 @@ fn s3_mount_mv_of_a_directory_copies_on_the_server() {
     let Some((server, root, mnt)) = setup("ebb-mount-mvdir") else { return };
     let state = root.path().join("state");
     fill_directory(&server, &state);
-    let running = Running::start(&server, &state, &mnt);
+    let running = mount_s3(&server, &state, &mnt);
     std::fs::create_dir(mnt.join("d/empty")).unwrap();
     let (copies, uploaded) =
         (backend_counter(&mnt, "copy_object_requests"), backend_counter(&mnt, "bytes_uploaded"));
@@ -483,7 +425,7 @@ fn s3_mount_sigkill_mid_directory_rename_then_restart_finishes_it() {
     let Some((server, root, mnt)) = setup("ebb-mount-mvkill") else { return };
     let state = root.path().join("state");
     fill_directory(&server, &state);
-    let mut running = Running::start(&server, &state, &mnt);
+    let mut running = mount_s3(&server, &state, &mnt);
     let mut mv = Command::new("mv")
         .arg(mnt.join("d"))
         .arg(mnt.join("e"))
@@ -530,7 +472,7 @@ fn s3_mount_sigkill_mid_directory_rename_then_restart_finishes_it() {
         assert!(!found.is_empty(), "{name} is under neither name after the kill");
         assert!(found.iter().all(|data| *data == numbered(index)), "{name} changed");
     }
-    let restarted = Running::start(&server, &state, &mnt);
+    let restarted = mount_s3(&server, &state, &mnt);
     assert_eq!(backend_counter(&mnt, "renames_finished_at_start"), 1);
     assert!(!mnt.join("d").exists(), "the old name is still there after the restart");
     for index in 0..RENAMED_FILES {
@@ -578,7 +520,7 @@ fn delta(
 fn s3_mount_requests_per_small_file() {
     let Some((server, root, mnt)) = setup("ebb-mount-requests") else { return };
     let state = root.path().join("state");
-    let running = Running::start_args(&server, &state, &mnt, &["--metadata-ttl", "600"]);
+    let running = mount_s3_args(&server, &state, &mnt, &["--metadata-ttl", "600"]);
     std::fs::create_dir(mnt.join("d")).unwrap();
     let path = mnt.join("d/small");
     let mut counts = Vec::new();

@@ -63,12 +63,16 @@ impl Running {
 
     /// Starts `command` (which runs `ebb` with the arguments it is given) as the mount.
     fn start_command(mut command: Command, dir: &Path, mnt: &Path, extra: &[&str]) -> Running {
-        let child = command
+        command
             .args(["mount", "--backend", dir.to_str().unwrap(), mnt.to_str().unwrap()])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .args(extra);
+        Running::spawn(&mut command, mnt)
+    }
+
+    /// Starts `command` (a whole `ebb mount ...` of any backend) and waits until the mount at
+    /// `mnt` answers.
+    pub(crate) fn spawn(command: &mut Command, mnt: &Path) -> Running {
+        let child = command.stderr(Stdio::piped()).spawn().unwrap();
         let mut running = Running { child: Some(child), mnt: mnt.to_path_buf() };
         // Mounted once the root answers with its stats (a hang detector, not a speed check).
         let start = Instant::now();
@@ -84,6 +88,11 @@ impl Running {
 
     pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGKILL, as a crash would (the mountpoint stays until the guard is dropped).
+    pub(crate) fn kill(&mut self) {
+        self.child.as_mut().unwrap().kill().unwrap();
     }
 
     pub(crate) fn signal(&self, name: &str) {
