@@ -373,7 +373,14 @@ fn mount(args: MountArgs) -> anyhow::Result<ExitCode> {
         ebb_fuse::DataMode::Ebb => ebb_fuse::DirNamespace::open(&backend),
         ebb_fuse::DataMode::Passthrough => ebb_fuse::DirNamespace::open_buffered(&backend),
     }
-    .map_err(|error| std::io::Error::new(error.kind(), format!("backend directory {error}")))?;
+    .map_err(|error| {
+        // A backend directory that is not there is a bad setting (exit 2), not a failed mount.
+        let kind = match error.kind() {
+            std::io::ErrorKind::NotFound => std::io::ErrorKind::InvalidInput,
+            kind => kind,
+        };
+        std::io::Error::new(kind, format!("backend directory {error}"))
+    })?;
     ebb_fuse::run(&config, namespace)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -89,8 +89,15 @@ fn bad_mount_and_stat_arguments_are_reported() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("/nonexistent-ebb-dir"), "{stderr}");
+    let output = Command::new(EBB)
+        .args(["mount", "--backend", dir.to_str().unwrap(), "/nonexistent-ebb-mnt"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mountpoint /nonexistent-ebb-mnt"), "{stderr}");
     let output = Command::new(EBB).arg("stat").arg(&dir).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());

@@ -132,11 +132,13 @@ impl Mount {
                 config.mountpoint.display()
             );
         }
+        // A mountpoint that is not there is a bad setting (InvalidInput: `ebb mount` exits 2).
         let mountpoint = config.mountpoint.canonicalize().map_err(|error| {
-            io::Error::new(
-                error.kind(),
-                format!("mountpoint {}: {error}", config.mountpoint.display()),
-            )
+            let kind = match error.kind() {
+                io::ErrorKind::NotFound => io::ErrorKind::InvalidInput,
+                kind => kind,
+            };
+            io::Error::new(kind, format!("mountpoint {}: {error}", config.mountpoint.display()))
         })?;
         check_places(namespace.local_directory(), &mountpoint)?;
         let backend = namespace.backend();
