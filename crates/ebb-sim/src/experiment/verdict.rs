@@ -353,7 +353,10 @@ pub fn judge(
         } else {
             Verdict::NotReproduced
         };
-        return Judgement { verdict, ratio, reason: format!("check {checks} fails; {size}") };
+        let (check, fails) =
+            if failed_checks.len() == 1 { ("check", "fails") } else { ("checks", "fail") };
+        let reason = format!("{check} {checks} {fails}; {size}");
+        return Judgement { verdict, ratio, reason };
     }
     if inside && direction != Some(false) {
         return Judgement { verdict: Verdict::Reproduced, ratio, reason: String::new() };
@@ -488,6 +491,10 @@ mod tests {
         // A failed check cannot lift a small effect to direction-only either.
         let failed = ["regime".to_owned()];
         assert_eq!(judge(Some(&rule), Ok(&[1.0]), &failed).verdict, Verdict::NotReproduced);
+        let two = ["regime".to_owned(), "writes".to_owned()];
+        let both = judge(Some(&rule), Ok(&[1.0]), &two);
+        assert!(both.reason.starts_with("checks regime, writes fail;"), "{}", both.reason);
+        assert!(judge(Some(&rule), Ok(&[1.0]), &failed).reason.starts_with("check regime fails;"));
     }
 
     #[test]
