@@ -22,9 +22,9 @@
 //! work calls writepages on it even with nothing dirty (the kernel counts those calls too). A
 //! call that wrote something commits once its writes have completed; one that wrote nothing
 //! commits at once; with no write of the file in flight its write_inode step commits as well,
-//! and what that commits counts as progress. Under `legacy-2020` accounting unstable pages count
-//! toward the background threshold, so a background pass goes on past the call that took the
-//! dirty pages into a call that finds none: two calls per wakeup.
+//! and what that commits counts as progress. Under `legacy-2020` and `rfc-2020` accounting
+//! unstable pages count toward the background threshold, so a background pass goes on past the
+//! call that took the dirty pages into a call that finds none: two calls per wakeup.
 //!
 //! Submission is paced by the backend's request slots (`queue_depth`): a submitter (the
 //! flusher, an fsync, or a legacy writer doing its own writeback) takes pages from its file only

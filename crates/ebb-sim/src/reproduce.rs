@@ -274,8 +274,8 @@ impl Outcome {
         }
         if self.seeds > 1 {
             let note = format!(
-                "Every case ran over {} seeds: ours is the mean, with the seeds' range in \
-                 brackets; a change not every seed shows is not the posting's.",
+                "Every case ran over {} seeds: the verdict judges the seeds' median, shown \
+                 in brackets with their range; a change not every seed shows is not the posting's.",
                 self.seeds
             );
             for line in wrap(&note, TEXT_WIDTH) {
@@ -566,8 +566,8 @@ fn intro(options: &Options) -> String {
         intro.push_str(&format!(
             "\nEvery case ran over {} seeds (the experiment's seed and the ones after it{}): the \
              tables show each metric's mean over them, the charts the first seed's runs, and \
-             ours beside a published number is its mean with the seeds' range; a change that \
-             not every seed shows is not counted as the posting's.",
+             a published number is judged on the seeds' median, shown with their range; a \
+             change that not every seed shows is not counted as the posting's.",
             options.seeds,
             options.seed.map_or(String::new(), |seed| format!(", from {seed}"))
         ));

@@ -34,7 +34,7 @@
 //! | `throttle` | global |  | ioless | legacy, bandwidth-2010, ioless | Writer-throttling policy (docs/mechanisms.md#3-writer-throttling). |
 //! | `reclaim` | global |  | flusher-only | legacy, flusher-only | Reclaim policy (docs/mechanisms.md#6-reclaim). |
 //! | `kswapd_scan_ns` | global | ns/page | 0 | 0..=1000000 | kswapd's CPU time per page it scans (0: kswapd balances the zones instantly). |
-//! | `unstable_accounting` | global |  | fixed | legacy-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (docs/mechanisms.md#7-two-phase-backends). |
+//! | `unstable_accounting` | global |  | fixed | legacy-2020, rfc-2020, fixed | Accounting of pages written to a two-phase backend but not yet committed (docs/mechanisms.md#7-two-phase-backends). |
 //! | `throttle_counter_reads` | global |  | reordered | pre-2009, reordered | Which shared counters the legacy throttle check reads (docs/mechanisms.md#8-cheap-throttle-path): `reordered` (2.6.32 on, Kennedy 2009: each once per pass, reused after the loop) or `pre-2009` (2.6.31: re-read for the limits, again to clip the backend's limit, and again after the loop); docs/throttling.md. |
 //! | `io_thread_nice` | global | nice | 10 | 0..=19 | Nice value of the runtime's IO threads (ebb's own; 0: the priority of the thread that built the cache). |
 //! | `io_thread_ioprio` | global |  | inherit | inherit, best-effort-7, idle | IO priority of the runtime's IO threads: inherit, best-effort-7 or idle. |
@@ -107,7 +107,13 @@ pub enum ReclaimPolicy {
 pub enum UnstableAccounting {
     /// Before v5.8: unstable pages count as reclaimable, so they trigger background writeback.
     Legacy2020,
-    /// Since v5.8: unstable pages count with writeback; writeback starts only above thresholds.
+    /// The posted RFC (NeilBrown, March 2020): the throttle counts unstable pages with
+    /// writeback and wakes the flusher only above the thresholds, but a background pass still
+    /// counts them toward the background threshold (`wb_over_bg_thresh` unchanged), so it goes
+    /// on past the call that took the dirty pages.
+    Rfc2020,
+    /// Since v5.8: unstable pages count with writeback everywhere; writeback starts, and a
+    /// background pass goes on, only above the thresholds.
     Fixed,
 }
 
@@ -236,7 +242,7 @@ macro_rules! named_enum {
 
 named_enum!(ThrottlePolicy, "throttle", Legacy => "legacy", Bandwidth2010 => "bandwidth-2010", Ioless => "ioless");
 named_enum!(ReclaimPolicy, "reclaim", Legacy => "legacy", FlusherOnly => "flusher-only");
-named_enum!(UnstableAccounting, "unstable_accounting", Legacy2020 => "legacy-2020", Fixed => "fixed");
+named_enum!(UnstableAccounting, "unstable_accounting", Legacy2020 => "legacy-2020", Rfc2020 => "rfc-2020", Fixed => "fixed");
 named_enum!(WbtMode, "wbt", Off => "off", On => "on", Ebb => "ebb");
 named_enum!(IoPriority, "io_thread_ioprio", Inherit => "inherit", BestEffortLow => "best-effort-7", Idle => "idle");
 named_enum!(CounterReads, "throttle_counter_reads", Pre2009 => "pre-2009", Reordered => "reordered");
@@ -295,11 +301,21 @@ impl ReclaimPolicy {
 }
 
 impl UnstableAccounting {
-    /// Whether unstable pages count as reclaimable (before v5.8), so that they start
-    /// background writeback, rather than with the pages under writeback.
+    /// Whether the throttle check counts unstable pages as reclaimable (before the 2020 fix),
+    /// so that they start background writeback, rather than with the pages under writeback.
     pub fn unstable_is_reclaimable(self) -> bool {
         match self {
             UnstableAccounting::Legacy2020 => true,
+            UnstableAccounting::Rfc2020 | UnstableAccounting::Fixed => false,
+        }
+    }
+
+    /// Whether a background pass counts unstable pages toward the background threshold
+    /// (`wb_over_bg_thresh`), so that it goes on while dirty plus unstable pages exceed it:
+    /// before v5.8, the posted RFC included.
+    pub fn background_counts_unstable(self) -> bool {
+        match self {
+            UnstableAccounting::Legacy2020 | UnstableAccounting::Rfc2020 => true,
             UnstableAccounting::Fixed => false,
         }
     }
@@ -761,6 +777,7 @@ mod tests {
         assert_eq!("bandwidth-2010".parse::<ThrottlePolicy>(), Ok(ThrottlePolicy::Bandwidth2010));
         assert_eq!("flusher-only".parse::<ReclaimPolicy>(), Ok(ReclaimPolicy::FlusherOnly));
         assert_eq!("legacy-2020".parse::<UnstableAccounting>(), Ok(UnstableAccounting::Legacy2020));
+        assert_eq!("rfc-2020".parse::<UnstableAccounting>(), Ok(UnstableAccounting::Rfc2020));
         let err = "fast".parse::<ThrottlePolicy>().unwrap_err();
         assert_eq!(err.knob, "throttle");
         assert!(err.reason.contains("ioless"));

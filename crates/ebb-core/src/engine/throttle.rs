@@ -79,7 +79,8 @@ const BW2010_BANDWIDTH: u64 = 100 << 20;
 pub(crate) struct Global {
     /// Dirty + writeback + unstable: what throttling limits.
     pub(crate) dirty: u64,
-    /// What writeback could reduce: dirty pages, plus unstable under legacy-2020.
+    /// What writeback could reduce: dirty pages, plus unstable under legacy-2020 (the throttle's
+    /// `nr_reclaimable`).
     pub(crate) reclaimable: u64,
     pub(crate) thresh: u64,
     pub(crate) bg_thresh: u64,

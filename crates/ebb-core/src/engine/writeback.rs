@@ -281,7 +281,7 @@ impl Engine {
     /// Whether background writeback should run (the kernel's `wb_over_bg_thresh`).
     pub(crate) fn over_bg_thresh(&self, b: BackendId) -> bool {
         let t = self.global_thresholds();
-        let legacy = self.cfg.unstable_accounting.unstable_is_reclaimable();
+        let legacy = self.cfg.unstable_accounting.background_counts_unstable();
         let global = self.global.writable() + if legacy { self.global.unstable() } else { 0 };
         if global > t.bg_thresh {
             return true;

@@ -177,7 +177,8 @@ fn reclaim_policies_differ_in_who_writes() {
 /// reclaimable (`legacy-2020`), writers' throttle checks keep waking the flusher and each
 /// wakeup's pass makes a call for the few pages dirtied since and an empty one, committing per
 /// call; counted with writeback (`fixed`), the flusher runs only when dirty pages alone pass
-/// the background threshold and takes large batches. Everything ends committed either way.
+/// the background threshold and takes large batches (`rfc-2020`, the posted form, likewise).
+/// Everything ends committed either way.
 #[test]
 fn unstable_accounting_sets_writepages_batching() {
     let run = |accounting: UnstableAccounting| {
@@ -201,13 +202,20 @@ fn unstable_accounting_sets_writepages_batching() {
     };
     let (legacy_calls, legacy_per_call, legacy_commits) = run(UnstableAccounting::Legacy2020);
     let (fixed_calls, fixed_per_call, fixed_commits) = run(UnstableAccounting::Fixed);
+    // The posted RFC: the throttle no longer wakes the flusher for unstable pages, so it
+    // batches as the merged form does, though its background passes still count them.
+    let (rfc_calls, rfc_per_call, rfc_commits) = run(UnstableAccounting::Rfc2020);
     let detail = format!(
         "legacy-2020 {legacy_calls} calls of {legacy_per_call} pages, {legacy_commits} commits; \
+         rfc-2020 {rfc_calls} calls of {rfc_per_call} pages, {rfc_commits} commits; \
          fixed {fixed_calls} calls of {fixed_per_call} pages, {fixed_commits} commits"
     );
     assert!(legacy_calls >= 5 * fixed_calls, "{detail}");
     assert!(fixed_per_call >= 5 * legacy_per_call, "{detail}");
     assert!(legacy_commits > fixed_commits, "{detail}");
+    assert!(legacy_calls >= 5 * rfc_calls, "{detail}");
+    assert!(rfc_per_call >= 5 * legacy_per_call, "{detail}");
+    assert!(legacy_commits > rfc_commits, "{detail}");
 }
 
 /// `commit_batch_ratio` (ebb's own): a streaming writer's COMMITs wait until the file's

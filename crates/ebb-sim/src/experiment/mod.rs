@@ -323,7 +323,7 @@ pub struct PublishedOutcome {
     pub ours: String,
     /// The posting's number.
     pub value: Option<PublishedValue>,
-    /// Ours, the number compared: the mean of [`PublishedOutcome::ours_values`].
+    /// Ours, the number compared: the median of [`PublishedOutcome::ours_values`].
     pub ours_value: Option<f64>,
     /// Ours per seed, in seed order (empty when ours has no value).
     pub ours_values: Vec<f64>,
@@ -354,7 +354,8 @@ impl Published {
     }
 
     /// Renders ours on `mean` (each run's metrics averaged over the seeds) and judges ours
-    /// computed on each seed's metrics (`seeds`, one map per seed), as [`judge`] says.
+    /// computed on each seed's metrics (`seeds`, one map per seed) on their median, as
+    /// [`judge`] says; the rendered text ends with the seeds' spread and median.
     pub fn evaluate_seeds(
         &self,
         seeds: &[RunMetrics],
@@ -377,14 +378,15 @@ impl Published {
         let judgement =
             judge(self.rule.as_ref(), ours_values.as_deref().map_err(Clone::clone), &failed);
         let ours_values = ours_values.unwrap_or_default();
-        let spread = verdict::mean_and_spread(&ours_values);
+        let spread = verdict::median_and_spread(&ours_values);
         let mut ours = self.ours.render(mean);
-        if let (Some((_, [low, high])), true) = (spread, seeds.len() > 1) {
+        if let (Some((median, [low, high])), true) = (spread, seeds.len() > 1) {
             ours.push_str(&format!(
-                " [{} seeds: {} to {}]",
+                " [{} seeds: {} to {}, median {}]",
                 seeds.len(),
                 format_number(low),
-                format_number(high)
+                format_number(high),
+                format_number(median)
             ));
         }
         let mut why = judgement.reason;
@@ -410,7 +412,7 @@ impl Published {
             line: self.line.clone(),
             ours,
             value: self.rule.map(|rule| rule.value),
-            ours_value: spread.map(|(mean, _)| mean),
+            ours_value: spread.map(|(median, _)| median),
             ours_values,
             ratio: judgement.ratio,
             tolerance: self.rule.map_or(String::new(), |rule| rule.tolerance.to_string()),

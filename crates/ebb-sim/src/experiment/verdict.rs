@@ -24,10 +24,11 @@
 //! direction: it is judged against that noise (`+-noise`), not against a factor.
 //!
 //! **Seeds.** Ours is one value per seed (each case runs over several seeds, the device models'
-//! random service times and the readers' offsets drawn anew). The mean is judged, and a change
-//! counts only when every seed shows it: a change whose seeds' spread (lowest to highest)
-//! reaches the neutral point is inside the seeds' own noise and is `not-reproduced`, however
-//! close its mean is to the posting's. One seed is a spread of one value.
+//! random service times and the readers' offsets drawn anew). The median is judged (one odd
+//! seed does not move it; the mean of the middle two for an even count), and a change counts
+//! only when every seed shows it: a change whose seeds' spread (lowest to highest) reaches the
+//! neutral point is inside the seeds' own noise and is `not-reproduced`, however close its
+//! median is to the posting's. One seed is a spread of one value.
 //!
 //! The ratio shown is ours over the value (over the nearest bound of a range, 1 inside it).
 //! [`judge`] reads nothing but its arguments, which summary.json carries whole (the rule, ours
@@ -269,20 +270,26 @@ pub struct Judgement {
     pub reason: String,
 }
 
-/// The mean of ours over the seeds and its spread, lowest and highest.
-pub fn mean_and_spread(values: &[f64]) -> Option<(f64, [f64; 2])> {
-    if values.is_empty() {
+/// The median of ours over the seeds (the mean of the middle two for an even count) and its
+/// spread, lowest and highest; `None` for no value or a non-finite one.
+pub fn median_and_spread(values: &[f64]) -> Option<(f64, [f64; 2])> {
+    if values.is_empty() || values.iter().any(|value| !value.is_finite()) {
         return None;
     }
-    let mean = values.iter().sum::<f64>() / values.len() as f64;
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some((mean, [low, high]))
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    let median = if sorted.len() % 2 == 1 {
+        sorted[middle]
+    } else {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    };
+    Some((median, [sorted[0], sorted[sorted.len() - 1]]))
 }
 
 /// Judges ours against the rule (`None`: the posting gave no number); `failed_checks` are the
 /// ids of the row's checks that do not hold. `ours` holds one value per seed, or is `Err` with
-/// the reason when our number could not be computed; the mean is judged, and a change only
+/// the reason when our number could not be computed; the median is judged, and a change only
 /// counts as one when every seed lies on the posting's side of the neutral point.
 pub fn judge(
     rule: Option<&Rule>,
@@ -301,7 +308,7 @@ pub fn judge(
         Ok(_) => return not_reproduced(None, "ours has no finite value".to_owned()),
         Err(reason) => return not_reproduced(None, format!("ours has no value: {reason}")),
     };
-    let Some((ours, [low, high])) = mean_and_spread(values) else {
+    let Some((ours, [low, high])) = median_and_spread(values) else {
         return not_reproduced(None, "ours has no value".to_owned());
     };
     let value = rule.value;
@@ -310,14 +317,14 @@ pub fn judge(
     let inside = within(value, ours, tolerance);
     let direction = rule.direction(ours);
     if direction == Some(true) && values.iter().any(|seed| rule.direction(*seed) != Some(true)) {
-        // The mean goes the posting's way, but not every seed does: the change is inside the
+        // The median goes the posting's way, but not every seed does: the change is inside the
         // seeds' spread, so ours shows no change of its own.
         let neutral = rule.neutral.unwrap_or_default();
         return not_reproduced(
             ratio,
             format!(
                 "our change is inside the seeds' spread: {} to {} over {} seeds reaches the \
-                 neutral point {}, mean {}",
+                 neutral point {}, median {}",
                 super::format_number(low),
                 super::format_number(high),
                 values.len(),
@@ -346,7 +353,10 @@ pub fn judge(
         } else {
             Verdict::NotReproduced
         };
-        return Judgement { verdict, ratio, reason: format!("check {checks} fails; {size}") };
+        let (check, fails) =
+            if failed_checks.len() == 1 { ("check", "fails") } else { ("checks", "fail") };
+        let reason = format!("{check} {checks} {fails}; {size}");
+        return Judgement { verdict, ratio, reason };
     }
     if inside && direction != Some(false) {
         return Judgement { verdict: Verdict::Reproduced, ratio, reason: String::new() };
@@ -481,6 +491,10 @@ mod tests {
         // A failed check cannot lift a small effect to direction-only either.
         let failed = ["regime".to_owned()];
         assert_eq!(judge(Some(&rule), Ok(&[1.0]), &failed).verdict, Verdict::NotReproduced);
+        let two = ["regime".to_owned(), "writes".to_owned()];
+        let both = judge(Some(&rule), Ok(&[1.0]), &two);
+        assert!(both.reason.starts_with("checks regime, writes fail;"), "{}", both.reason);
+        assert!(judge(Some(&rule), Ok(&[1.0]), &failed).reason.starts_with("check regime fails;"));
     }
 
     #[test]
@@ -502,7 +516,7 @@ mod tests {
 
     #[test]
     fn a_change_inside_the_seeds_spread_is_not_the_postings() {
-        // Goal: the mean is judged, but a change counts only when every seed shows it (issue
+        // Goal: the median is judged, but a change counts only when every seed shows it (issue
         // 35: one seed's verdict does not survive a skeptical reading; reclaim row 14 went from
         // -1.3 to +5.7 points when one 14 us memory wait disappeared).
         let rule = change(PublishedValue::Single(-1.0), Tolerance::Absolute(10.0), 0.0);
@@ -510,16 +524,16 @@ mod tests {
         assert_eq!(straddles.verdict, Verdict::NotReproduced);
         assert!(straddles.reason.contains("inside the seeds' spread"), "{}", straddles.reason);
         assert!(straddles.reason.contains("-3 to 1 over 3 seeds"), "{}", straddles.reason);
-        // Every seed on the posting's side: the mean, -2.5, is judged as one seed's would be.
+        // Every seed on the posting's side: the median, -2.5, is judged as one seed's would be.
         assert_eq!(judge(Some(&rule), Ok(&[-3.0, -2.0, -2.5]), &[]).verdict, Verdict::Reproduced);
         // A seed on the neutral point shows no change either.
         let touching = judge(Some(&rule), Ok(&[-3.0, 0.0, -2.0]), &[]);
         assert_eq!(touching.verdict, Verdict::NotReproduced);
-        // Direction-only too needs every seed: a large mean with one seed the other way is not.
+        // Direction-only too needs every seed: a large median with one seed the other way is not.
         let big = change(PublishedValue::Single(12.0), Tolerance::Absolute(3.0), 0.0);
         assert_eq!(judge(Some(&big), Ok(&[30.0, 25.0, 20.0]), &[]).verdict, Verdict::DirectionOnly);
         assert_eq!(judge(Some(&big), Ok(&[60.0, 25.0, -1.0]), &[]).verdict, Verdict::NotReproduced);
-        // A level, and a change with no published direction, are judged on the mean alone.
+        // A level, and a change with no published direction, are judged on the median alone.
         assert_eq!(
             judge(Some(&level(10.0, X2)), Ok(&[4.0, 16.0]), &[]).verdict,
             Verdict::Reproduced
@@ -528,7 +542,14 @@ mod tests {
         assert_eq!(judge(Some(&zero), Ok(&[-1.5, 1.5, 0.5]), &[]).verdict, Verdict::Reproduced);
         // No seed gave a value: not reproduced, with the reason.
         assert_eq!(judge(Some(&rule), Ok(&[]), &[]).verdict, Verdict::NotReproduced);
-        assert_eq!(mean_and_spread(&[1.0, 4.0, 1.0]), Some((2.0, [1.0, 4.0])));
+        assert_eq!(median_and_spread(&[1.0, 4.0, 1.0]), Some((1.0, [1.0, 4.0])));
+        assert_eq!(median_and_spread(&[4.0, 1.0]), Some((2.5, [1.0, 4.0])));
+        assert_eq!(median_and_spread(&[1.0, f64::NAN]), None);
+        // One odd seed does not move the median: 4, 5 and 60 against 10 (x2) is reproduced on
+        // the median, 5, where the mean, 23, is not.
+        let odd = judge(Some(&level(10.0, X2)), Ok(&[4.0, 60.0, 5.0]), &[]);
+        assert_eq!(odd.verdict, Verdict::Reproduced, "{}", odd.reason);
+        assert_eq!(odd.ratio, Some(0.5));
     }
 
     #[test]

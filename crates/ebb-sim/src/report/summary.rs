@@ -22,7 +22,7 @@
 //! Seeds: every case runs once per seed of `seeds` (the experiment's seed and the ones after
 //! it; `ebb reproduce` runs three by default). A run's `metrics` are then each metric's mean
 //! over the seeds that measured it, and `metrics_by_seed` lists each seed's own, in `seeds`
-//! order; a row's `ours_value` is the mean of `ours_values`, ours per seed, which the verdict
+//! order; a row's `ours_value` is the median of `ours_values`, ours per seed, which the verdict
 //! is computed from (docs/verdicts.md). A one-seed summary has no `metrics_by_seed` and a
 //! one-element `ours_values`.
 //!
@@ -87,7 +87,7 @@ pub struct PublishedSummary {
     pub ours: String,
     /// The posting's number compared (absent: not compared).
     pub published_value: Option<PublishedValue>,
-    /// Our number compared: the mean of `ours_values`.
+    /// Our number compared: the median of `ours_values`.
     pub ours_value: Option<f64>,
     /// Ours per seed, in the order of the summary's `seeds` (absent in older files).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

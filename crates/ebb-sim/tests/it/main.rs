@@ -408,6 +408,57 @@ fn every_published_number_stays_a_row() {
 }
 
 #[test]
+fn every_compared_posting_row_quotes_its_line() {
+    // Goal: issue 35: every number of a posting that is compared says where the posting gives
+    // it (`line`, the posting's line verbatim), so a reader can find it; ebb's own experiments
+    // quote no posting. (The lines were checked against the postings' texts when written.)
+    let mut unquoted = Vec::new();
+    for name in EMBEDDED_FILES.iter().map(|(name, _)| name.trim_end_matches(".toml")) {
+        let experiment = load(name);
+        if experiment.own {
+            continue;
+        }
+        for row in experiment.published.iter().filter(|row| row.rule.is_some()) {
+            if row.line.as_deref().is_none_or(|line| line.trim().is_empty()) {
+                unquoted.push(format!("{name} | {}", row.claim));
+            }
+        }
+    }
+    assert!(unquoted.is_empty(), "compared rows without their line: {unquoted:#?}");
+}
+
+#[test]
+fn each_posting_is_judged_against_the_variant_of_its_patch() {
+    // Goal: issue 35: a posting's "after" rows compare the variant that implements its patch
+    // (Wu 2010: bandwidth-2010, not the 3.2 ioless design; NeilBrown 2020: the posted rfc-2020,
+    // not the merged fixed form); the other variants' rows are context, never compared.
+    for (name, patch, others) in [
+        ("ioless-throttling", "bandwidth-2010", &["ioless"][..]),
+        ("nfs-commit-batching", "rfc-2020", &["fixed"][..]),
+    ] {
+        let experiment = load(name);
+        let mut judged_after = 0;
+        for row in &experiment.published {
+            let runs: Vec<&str> =
+                row.ours_value.iter().flat_map(|e| e.references()).map(|r| r.0).collect();
+            let variants: Vec<&str> =
+                runs.iter().filter_map(|run| run.split_once('/')).map(|(_, v)| v).collect();
+            if row.rule.is_some() && variants.contains(&patch) {
+                judged_after += 1;
+            }
+            for other in others {
+                assert!(
+                    row.rule.is_none() || !variants.contains(other),
+                    "{name} | {}: {other} is context, not the posting's patch",
+                    row.claim
+                );
+            }
+        }
+        assert!(judged_after >= 2, "{name}: only {judged_after} rows judge {patch}");
+    }
+}
+
+#[test]
 fn every_compared_row_states_its_kind_and_a_change_its_neutral_point() {
     // Goal: issue 35's rules at load time: a row with a value says whether it is a change
     // (and then gives its neutral point, so its direction is always checked) or a level; a
@@ -706,7 +757,7 @@ fn verdicts_are_judged_over_the_seeds() {
     assert!((mean - -0.25).abs() < 1e-9, "{mean}");
     assert_eq!(row.verdict, Verdict::NotReproduced, "{}", row.why);
     assert!(row.why.contains("inside the seeds' spread"), "{}", row.why);
-    assert!(row.ours.ends_with("[2 seeds: -1.00 to 0.500]"), "{}", row.ours);
+    assert!(row.ours.ends_with("[2 seeds: -1.00 to 0.500, median -0.250]"), "{}", row.ours);
     assert_eq!(row.rejudge().expect("rule").verdict, row.verdict);
     // The check held on one seed of two: it fails, and says so.
     let failed = outcome.failed_checks();
@@ -1303,7 +1354,7 @@ mod nfs {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../experiments/nfs-commit-batching.toml");
         let e = ebb_sim::experiment::Experiment::load(&path).expect("loads");
-        assert_eq!(e.run_names(), ["nfs/legacy-2020", "nfs/fixed"]);
+        assert_eq!(e.run_names(), ["nfs/legacy-2020", "nfs/rfc-2020", "nfs/fixed"]);
         let runs = e.runs(&ebb_sim::experiment::ExpandOptions::default());
         assert!(runs.iter().all(|r| r.config.backends[0].max_write_pages == 256));
         assert!(runs.iter().all(|r| r.config.backends[0].queue_depth == 65_536));

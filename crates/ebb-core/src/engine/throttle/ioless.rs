@@ -82,8 +82,9 @@ impl Engine {
     }
 
     /// Past freerun writeback must run. Before the 2020 fix this woke the flusher
-    /// unconditionally; with the fix (`fixed`, "writeback scheduled only above the
-    /// thresholds", the posting `004_*`) only while the reclaimable pages exceed thresh, so a
+    /// unconditionally; with the fix (`rfc-2020` as posted, `fixed` as merged: "writeback
+    /// scheduled only above the thresholds", the posting `004_*`) only while the reclaimable
+    /// pages exceed thresh, so a
     /// client full of unstable pages waits for COMMITs instead of writing tiny batches. Under
     /// `strict_limit` (`wbd`: the backend's own limits) the writer is throttled by its
     /// backend's own counters, so the backend's reclaimable pages over its own threshold need
