@@ -459,7 +459,12 @@ fn a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(
     let (mut slow, mut not_blocked) = (Vec::new(), Vec::new());
     for (name, _script, child) in &mut children {
         if child.try_wait().unwrap().is_some() {
-            not_blocked.push(name.clone()); // answered without the backend: nothing to kill
+            // Answered without the backend: nothing to kill. The stat of `old` and its
+            // truncate to the size it has may be (over S3, seen in some runs); every other
+            // call needs the server.
+            if !["lookup+getattr", "setattr"].contains(&name.as_str()) {
+                not_blocked.push(name.clone());
+            }
             continue;
         }
         let killed_at = Instant::now();
@@ -736,7 +741,12 @@ fn nfs_a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs() {
 
 /// Fails today (issue 34): over NFS, with a writer throttled, or an fsync or a flush waiting
 /// for write-back, while the server stalls, killed processes stay alive past 2 s (all of
-/// them, the calls on paths included: 10 of 10 in one run, 11 of 11 in another).
+/// them, the calls on paths included: 10 of 10 in one run, 11 of 11 in another). Not yet
+/// sorted out how much of it is the test's own: it spawns its children while it holds
+/// descriptors with unwritten data on the mount, and each child's execve closes its
+/// close-on-exec copies, a FLUSH that waits for the stalled server (the exec itself then
+/// waits, as over the kernel's NFS client). Spawn the children before opening those, or
+/// open them without close-on-exec only in the child, before trusting the result.
 #[test]
 #[ignore = "fails: processes blocked in write, fsync or flush on a stalled server outlive SIGKILL (issue 34)"]
 fn nfs_a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs() {
