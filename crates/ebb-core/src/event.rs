@@ -23,6 +23,8 @@ pub mod errno {
     pub const EPERM: i32 = 1;
     /// No such file or directory (a network backend's file or bucket removed underneath).
     pub const ENOENT: i32 = 2;
+    /// Interrupted (the caller's signal: the call was given up, the server not asked to the end).
+    pub const EINTR: i32 = 4;
     /// I/O error.
     pub const EIO: i32 = 5;
     /// Bad file descriptor: a read of a file the engine does not know.
@@ -33,6 +35,10 @@ pub mod errno {
     pub const ENOMEM: i32 = 12;
     /// Permission denied (a server refusing the write: NFS3ERR_ACCES, S3 AccessDenied).
     pub const EACCES: i32 = 13;
+    /// Too many open files in the system.
+    pub const ENFILE: i32 = 23;
+    /// Too many open files (the process's limit).
+    pub const EMFILE: i32 = 24;
     /// File too large.
     pub const EFBIG: i32 = 27;
     /// No space left on device.
@@ -63,6 +69,8 @@ pub mod errno {
     pub const ESTALE: i32 = 116;
     /// Quota exceeded.
     pub const EDQUOT: i32 = 122;
+    /// Operation canceled.
+    pub const ECANCELED: i32 = 125;
 }
 
 /// What the engine does with a failed write (the write-error policy, see `engine`'s module

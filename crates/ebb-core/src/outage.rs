@@ -10,9 +10,15 @@
 //!
 //! # Signals
 //! Each call's outcome, with the time its try started and the time it failed: a failure of
-//! the [`ErrorClass::Outage`] class ([`IoError::class`]), or a success. No window; no
-//! samples are kept. Other errors pass to the caller and leave the clock alone (some are the
-//! mount's own, `EBADF`, `EROFS`, and say nothing of the server).
+//! the [`ErrorClass::Outage`] class ([`IoError::class`]), an answer, or an error that says
+//! nothing of the server. No window; no samples are kept. An answer is a success or any
+//! other error ([`is_answer`]): `ENOENT`, `EACCES`, `ENOSPC` or `EIO` from the server mean
+//! it was reached, so they end the outage as a success does, and pass to the caller. An error
+//! the caller or the mount made itself leaves the clock alone: `EINTR` and `ECANCELED` (the
+//! caller gave up, the server was not heard to the end), `EBADF`, `EROFS` (a stopping mount
+//! refuses changes itself; a server's `NFS3ERR_ROFS` is then not counted as an answer, which
+//! only delays the outage's end to the next one), `ENOMEM`, `EMFILE`, `ENFILE` (local
+//! resources).
 //!
 //! # Control law
 //! ```text
@@ -25,7 +31,10 @@
 //!     now - start >= deadline   ->  EIO
 //!     otherwise                 ->  try again after min(PROBE_MIN * 2^n, PROBE_MAX,
 //!                                                       start + deadline - now)
-//! a success                     ->  since = none (the outage is over)
+//! an answer (a success, or an error the server gave: `is_answer`)
+//!                               ->  since = none (the outage is over)
+//! `EINTR` and the mount's own errors
+//!                               ->  nothing (the clock runs on)
 //! ```
 //! A success may be the mount's own (a read of cached data, `ebb stat`) while the server is
 //! still away: it resets `since`, and `first` still bounds each request to one deadline of
@@ -58,6 +67,23 @@
 //! Unit tests below; through the mount, `crates/ebb-cli/tests/outage/`.
 
 use crate::event::{ErrorClass, IoError, errno};
+
+/// Whether a failed call's `error` is the server's answer (it was reached: the outage, if
+/// any, is over), rather than an outage or an error the caller or the mount made itself
+/// (module doc, Signals).
+pub fn is_answer(error: IoError) -> bool {
+    error.class() != ErrorClass::Outage
+        && !matches!(
+            error.errno,
+            errno::EINTR
+                | errno::ECANCELED
+                | errno::EBADF
+                | errno::EROFS
+                | errno::ENOMEM
+                | errno::EMFILE
+                | errno::ENFILE
+        )
+}
 use crate::time::{Duration, Instant};
 
 /// The first wait before a failed call is tried again.
@@ -112,7 +138,7 @@ impl OutageClock {
     /// A request's try that began at `started` failed at `now` with `error`; `first` is when
     /// the request's first failed try began (`started` for the first), `failures` how many of
     /// its tries failed before this one. Errors other than an outage are the caller's answer
-    /// at once.
+    /// at once; one the server gave ([`is_answer`]) ends the outage as a success does.
     pub fn failed(
         &mut self,
         error: IoError,
@@ -122,6 +148,9 @@ impl OutageClock {
         failures: u32,
     ) -> Next {
         if error.class() != ErrorClass::Outage {
+            if is_answer(error) {
+                self.succeeded();
+            }
             return Next::Fail(error);
         }
         let since = (*self.since.get_or_insert(started)).min(first);
@@ -194,12 +223,34 @@ mod tests {
     }
 
     #[test]
-    fn other_errors_are_answered_at_once_and_leave_the_clock() {
+    fn other_errors_are_passed_at_once_and_the_servers_end_the_outage() {
         let mut clock = OutageClock::new(Duration::from_secs(3));
         let _ = clock.failed(REFUSED, at(0), at(0), at(1), 0);
+        // The caller's signal and the mount's own errors say nothing of the server.
+        for own in [errno::EINTR, errno::EBADF, errno::EROFS, errno::EMFILE] {
+            let own = IoError { errno: own };
+            assert_eq!(clock.failed(own, at(10), at(10), at(11), 0), Next::Fail(own));
+            assert_eq!(clock.since(), Some(at(0)), "errno {}", own.errno);
+        }
+        // The server answers, with an error: it is reached, the outage is over.
         let enoent = IoError { errno: errno::ENOENT };
-        assert_eq!(clock.failed(enoent, at(10), at(10), at(11), 0), Next::Fail(enoent));
-        assert_eq!(clock.since(), Some(at(0)));
+        assert_eq!(clock.failed(enoent, at(20), at(20), at(21), 0), Next::Fail(enoent));
+        assert_eq!(clock.since(), None);
+        // So a failure 3.5 s after the first one starts a new outage, with its own deadline,
+        // rather than EIO at once on the clock of the old one.
+        let next = clock.failed(REFUSED, at(3_500), at(3_500), at(3_501), 0);
+        assert_eq!(next, Next::Retry(PROBE_MIN));
+        assert_eq!(clock.since(), Some(at(3_500)));
+    }
+
+    #[test]
+    fn only_outages_and_the_callers_or_mounts_own_errors_are_not_answers() {
+        for answer in [errno::ENOENT, errno::EACCES, errno::ENOSPC, errno::EIO, errno::ESTALE] {
+            assert!(is_answer(IoError { errno: answer }), "errno {answer}");
+        }
+        for not in [errno::ECONNREFUSED, errno::ETIMEDOUT, errno::EAGAIN, errno::EINTR] {
+            assert!(!is_answer(IoError { errno: not }), "errno {not}");
+        }
     }
 
     #[test]

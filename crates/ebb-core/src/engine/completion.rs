@@ -74,7 +74,8 @@ impl Engine {
     }
 
     /// Where a write's pages go by its result: clean, unstable under the verifier's slot, held
-    /// (an error of class `Hold`) or dirty again. A success means the backend is reached.
+    /// (an error of class `Hold`) or dirty again. A success, or an error the server gave
+    /// (`ENOSPC`, `EIO`: [`crate::outage::is_answer`]), means the backend is reached.
     fn write_end(&mut self, b: BackendId, result: Result<Stability, IoError>) -> WriteEnd {
         let end = match result {
             Ok(Stability::Stable) => WriteEnd::Stable,
@@ -84,7 +85,7 @@ impl Engine {
             Err(e) if e.class() == ErrorClass::Hold => WriteEnd::Hold,
             Err(_) => WriteEnd::Redirty,
         };
-        if result.is_ok() {
+        if result.map_or_else(crate::outage::is_answer, |_| true) {
             self.backend_reached(b);
         }
         if end == WriteEnd::Hold && self.planted(CoreBug::DropHeldPage) {
@@ -274,6 +275,10 @@ impl Engine {
         failures: u32,
     ) -> crate::outage::Next {
         self.advance(now);
+        if crate::outage::is_answer(error) {
+            // The server answered, with an error: reached, as at a success.
+            self.backend_reached(b);
+        }
         self.wbs[b.index()].outage.failed(error, first, started, now, failures)
     }
 
@@ -290,7 +295,8 @@ impl Engine {
         self.wbs[b.index()].outage.since().is_some()
     }
 
-    /// A write or commit to `b` succeeded: any outage is over.
+    /// A write, commit or request to `b` was answered (a success, or an error the server
+    /// gave): any outage is over.
     pub(super) fn backend_reached(&mut self, b: BackendId) {
         let wb = &mut self.wbs[b.index()];
         wb.outage.succeeded();
@@ -480,7 +486,7 @@ impl Engine {
                 out
             }
         };
-        if result.is_ok() {
+        if result.map_or_else(crate::outage::is_answer, |_| true) {
             self.backend_reached(b);
         }
         self.stats.verifier_redirtied += out.redirtied;

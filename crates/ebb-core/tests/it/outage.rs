@@ -93,3 +93,52 @@ fn a_successful_write_ends_the_outage_for_requests() {
     let next = engine.request_failed(ms(3_100), b, REFUSED, ms(3_100), ms(3_100), 0);
     assert!(matches!(next, Next::Retry(_)), "{next:?}");
 }
+
+/// An error the server gives is an answer: it ends the outage, for write-back too, as a success
+/// does. The caller's signal (`EINTR`) says nothing of the server and leaves the clock running.
+/// Before, only a success ended it: a lookup answered `ENOENT` left the clock of the outage
+/// before, and the next refused call past its deadline got `EIO` at its first try.
+#[test]
+fn an_error_the_server_gives_ends_the_outage_and_eintr_does_not() {
+    use ebb_core::event::errno::{EINTR, ENOENT};
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
+    cfg.backends[0].retry_timeout_secs = 2;
+    let (mut engine, _maps, _inode, _w) = dirty_pages_with(cfg, 8);
+    let b = BackendId(0);
+    let _ = engine.request_failed(ms(100), b, REFUSED, ms(100), ms(100), 0);
+    let eintr = IoError { errno: EINTR };
+    assert_eq!(engine.request_failed(ms(200), b, eintr, ms(200), ms(200), 0), Next::Fail(eintr));
+    assert!(engine.backend_down(b), "EINTR ended the outage");
+    let enoent = IoError { errno: ENOENT };
+    let next = engine.request_failed(ms(300), b, enoent, ms(300), ms(300), 0);
+    assert_eq!(next, Next::Fail(enoent));
+    assert!(!engine.backend_down(b), "the server's ENOENT did not end the outage");
+    // 3 s after the first failure, past its deadline: a new outage, waited through.
+    let next = engine.request_failed(ms(3_100), b, REFUSED, ms(3_100), ms(3_100), 0);
+    assert!(matches!(next, Next::Retry(_)), "{next:?}");
+}
+
+/// A write the server refuses for want of space (`ENOSPC`) is its answer: the outage a request
+/// started is over for the requests too.
+#[test]
+fn a_write_the_server_refuses_ends_the_outage_for_requests() {
+    use ebb_core::event::errno::ENOSPC;
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
+    cfg.backends[0].retry_timeout_secs = 2;
+    let (mut engine, mut maps, _inode, _w) = dirty_pages_with(cfg, 8);
+    let b = BackendId(0);
+    let _ = engine.request_failed(ms(100), b, REFUSED, ms(100), ms(100), 0);
+    engine.handle(ms(200), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let mut writes = 0;
+    while let Some(action) = engine.poll_action() {
+        if let Action::Write { io, .. } = action {
+            writes += 1;
+            let full = Err(IoError { errno: ENOSPC });
+            engine.handle(ms(300), Event::WriteDone { io, result: full }, &mut maps);
+        }
+    }
+    assert!(writes > 0, "the fsync wrote nothing");
+    assert!(!engine.backend_down(b), "the server's ENOSPC did not end the outage");
+    let next = engine.request_failed(ms(3_100), b, REFUSED, ms(3_100), ms(3_100), 0);
+    assert!(matches!(next, Next::Retry(_)), "{next:?}");
+}
