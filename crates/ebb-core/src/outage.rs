@@ -67,6 +67,7 @@
 //! Unit tests below; through the mount, `crates/ebb-cli/tests/outage/`.
 
 use crate::event::{ErrorClass, IoError, errno};
+use crate::time::{Duration, Instant};
 
 /// Whether a failed call's `error` is the server's answer (it was reached: the outage, if
 /// any, is over), rather than an outage or an error the caller or the mount made itself
@@ -84,7 +85,6 @@ pub fn is_answer(error: IoError) -> bool {
                 | errno::ENFILE
         )
 }
-use crate::time::{Duration, Instant};
 
 /// The first wait before a failed call is tried again.
 pub const PROBE_MIN: Duration = Duration::from_millis(50);
