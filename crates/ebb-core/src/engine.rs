@@ -6,41 +6,9 @@
 //! each file live in a [`PageMap`] the driver keeps (so the runtime can lock files separately)
 //! and lends to the engine through [`PageMaps`] when a decision needs them.
 //!
-//! # Inputs
-//!
-//! Everything that changes the engine arrives through one of these; each that takes `now`
-//! advances the engine's clock, which must never go backwards. Outputs are the
-//! [`Action`]s [`Engine::poll_action`] yields (drain them after every input) and the instant
-//! [`Engine::poll_timeout`] names for the next [`Event::Timer`].
-//!
-//! | input | from | what the engine does |
-//! |---|---|---|
-//! | [`Event::Open`] | a handle opened | knows the file and its backend; the handle's error sequence starts |
-//! | [`Event::Close`] | a handle closed | writes back first on a `flush_on_close` backend; [`Action::CloseDone`] with an unseen error |
-//! | [`Event::Fsync`] | fsync | writes, waits, commits the file's pages; [`Action::FsyncDone`] |
-//! | [`Event::Sync`] | sync | the same for every dirty page; [`Action::SyncDone`] |
-//! | [`Event::Read`] | a read that misses the cache | [`Action::Read`] with readahead, shared with reads in flight; [`Action::ReadDone`] |
-//! | [`Event::Truncate`] | truncate, unlink | drops the pages at and past a page |
-//! | [`Event::Invalidate`], [`Event::InvalidateDone`] | the driver changing the backend's file behind the cache | reads bring no page of the range in meanwhile |
-//! | [`Event::BackendChanged`] | another writer changed the backend's file | clean pages leave the cache |
-//! | [`Event::WriteDone`], [`Event::CommitDone`], [`Event::ReadDone`] | an IO the engine asked for completed | pages change state; errors take the write-error policy below |
-//! | [`Event::FileSynced`], [`Event::FileSyncFailed`] | the driver's sync of a backend file | durability marks; a failed one owes a commit |
-//! | [`Event::DirectReadStart`], [`Event::DirectRead`] | an O_DIRECT read | feeds writeback throttling (wbt) |
-//! | [`Event::AnonAlloc`], [`Event::AnonFree`] | memory outside the cache | kswapd, memory waiters |
-//! | [`Event::Timer`] | [`Engine::poll_timeout`]'s instant came | flusher, wbt, bandwidth, retries, outage deadlines, kswapd |
-//! | [`Engine::writer_step`] | a writer: pages dirtied by [`crate::write_pages`], a sleep ended, a wait answered | the writer protocol (`crate::writer::call`): marks a file dirty (`inode_dirtied`), throttle check (`balance_dirty_pages`), wait for a page under writeback (`wait_for_page`), continue the call (`throttle_continue`); returns done, proceed, sleep, wait or fail |
-//! | [`Engine::writer_write`] | a single-threaded driver's writer | [`crate::write_pages`] on the lent map, then `writer_step` |
-//! | [`Engine::anon_fault`] | a writer faulting in anonymous memory | frames with reclaim; a wait continues through `writer_step` |
-//! | [`Engine::flush_writer`], [`Engine::writer_exit`] | an idle or exiting writer | folds its batch in; exit returns its frames |
-//! | [`Engine::return_reserves`] | the answer to [`Action::ReturnReserves`] | takes back idle writers' frame reserves |
-//! | [`Engine::check_handle_error`] | a flush that keeps the handle open | reports an unseen write error once (errseq) |
-//! | [`Engine::durable_mark`] | before the driver syncs a backend file | the mark [`Event::FileSynced`] reports |
-//! | [`Engine::request_failed`], [`Engine::request_succeeded`] | the driver's own requests to a backend (lookups, reads that miss) | the backend's outage clock |
-//! | [`Engine::trace_dirty_state`] | a traced driver's sampling | a `global_dirty_state` trace line |
-//! | [`Engine::plant`] | the swarm's tests | plants a bug (`planted-bugs` feature) |
-//!
-//! The rest of the public methods only read (`meminfo`, `bdi_stats`, `check_accounting`, ...)
-//! or drain outputs (`poll_action`, `drain_trace`).
+//! Inputs: events ([`Engine::handle`]), a writer's steps ([`Engine::writer_step`]) and a few
+//! direct calls, each listed in ARCHITECTURE.md's table of the engine's inputs; outputs:
+//! [`Engine::poll_action`], [`Engine::poll_timeout`]. `now` must never go backwards.
 //!
 //! # Write-error policy
 //!
