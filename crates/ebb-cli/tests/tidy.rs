@@ -6,6 +6,9 @@
 //!   ebb-cli. A new crate must be added to the table.
 //! - Only ebb-cli depends on `anyhow` or writes to stdout (`println!`, `print!`, `stdout()` in
 //!   another crate's `src/`).
+//! - Only ebb-core sequences a writer's call: no other crate (sources, tests, examples) calls
+//!   `balance_dirty_pages`, `wait_for_page`, `throttle_continue` or `inode_dirtied`; drivers
+//!   use the writer protocol (`Engine::writer_step`).
 //! - Every constant a module's constants table names (an `UPPER_SNAKE` entry of a table whose
 //!   header starts `| name |`) is a `const` of its crate.
 //! - No source file is longer than `LINES_MAX` lines outside its tests (files under `tests/`,
@@ -491,6 +494,62 @@ fn only_the_engine_implements_engine() {
         }
     }
     assert!(found.is_empty(), "impl Engine outside ebb-core's engine/:\n{}", found.join("\n"));
+}
+
+/// The engine functions a writer's call is made of, which only ebb-core calls: every other
+/// crate goes through the writer protocol (`Engine::writer_step`, `Engine::writer_write`).
+const WRITER_CALL_INTERNALS: &[&str] =
+    &["balance_dirty_pages", "wait_for_page", "throttle_continue", "inode_dirtied"];
+
+/// The writer-call internal `line` calls (`.name(` or `::name(`, outside a comment), if any.
+fn calls_a_writer_internal(line: &str) -> Option<&'static str> {
+    let code = line.split("//").next().unwrap_or("");
+    WRITER_CALL_INTERNALS.iter().copied().find(|name| {
+        code.match_indices(&format!("{name}(")).any(|(at, _)| {
+            let before = &code[..at];
+            before.ends_with('.') || before.ends_with("::")
+        })
+    })
+}
+
+#[test]
+fn only_ebb_core_sequences_a_writer_call() {
+    assert_eq!(
+        calls_a_writer_internal("e.balance_dirty_pages(now, w, maps)"),
+        Some("balance_dirty_pages")
+    );
+    assert_eq!(
+        calls_a_writer_internal("Engine::throttle_continue(&mut e, now)"),
+        Some("throttle_continue")
+    );
+    assert_eq!(
+        calls_a_writer_internal("let name = \"ebb_balance_dirty_pages_pause_seconds\";"),
+        None
+    );
+    assert_eq!(calls_a_writer_internal("// then e.wait_for_page(..)"), None);
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for (name, dir) in crates(&root) {
+        if name == "ebb-core" {
+            continue;
+        }
+        for file in rust_files(&dir) {
+            if file.ends_with("tests/tidy.rs") {
+                continue; // its examples above
+            }
+            let text = std::fs::read_to_string(&file).expect("read source");
+            for (index, line) in text.lines().enumerate() {
+                if let Some(call) = calls_a_writer_internal(line) {
+                    found.push(format!("{}:{}: {call}", relative(&root, &file), index + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a writer's call sequenced outside ebb-core (use Engine::writer_step):\n{}",
+        found.join("\n")
+    );
 }
 
 /// The policy enums, whose variants are compared only inside their own module (ebb-core's

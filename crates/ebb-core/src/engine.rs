@@ -6,10 +6,9 @@
 //! each file live in a [`PageMap`] the driver keeps (so the runtime can lock files separately)
 //! and lends to the engine through [`PageMaps`] when a decision needs them.
 //!
-//! Entry points: [`Engine::handle`] for events, [`Engine::balance_dirty_pages`] and
-//! [`Engine::throttle_continue`] for writers, [`Engine::inode_dirtied`] when a write makes a
-//! clean file dirty, [`Engine::poll_action`] and [`Engine::poll_timeout`] for outputs. Every
-//! entry point takes `now`, which must never go backwards.
+//! Inputs: events ([`Engine::handle`]), a writer's steps ([`Engine::writer_step`]) and a few
+//! direct calls, each listed in ARCHITECTURE.md's table of the engine's inputs; outputs:
+//! [`Engine::poll_action`], [`Engine::poll_timeout`]. `now` must never go backwards.
 //!
 //! # Write-error policy
 //!
@@ -64,6 +63,7 @@ mod timer;
 mod truncate;
 mod views;
 mod writeback;
+mod writer_call;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -697,7 +697,7 @@ impl Engine {
 
     /// A write made a clean file dirty (`WriteStep::inode_became_dirty`): put it on its
     /// backend's dirty list so the flusher sees it (the kernel's `__mark_inode_dirty`).
-    pub fn inode_dirtied(&mut self, now: Instant, inode: InodeId) {
+    pub(crate) fn inode_dirtied(&mut self, now: Instant, inode: InodeId) {
         self.advance(now);
         self.mark_inode_dirty(inode);
     }

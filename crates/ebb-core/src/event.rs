@@ -383,8 +383,8 @@ pub enum Action {
         /// Pages.
         pages: u64,
     },
-    /// A writer that got [`Verdict::Wait`] may go on: it calls
-    /// [`crate::Engine::throttle_continue`].
+    /// A writer that got [`crate::WriterNext::Wait`] may go on: it steps with
+    /// [`crate::WriterInput::Continue`] ([`crate::Engine::writer_step`]).
     Resume {
         /// The writer.
         writer: WriterId,
@@ -433,7 +433,8 @@ pub enum Action {
     },
 }
 
-/// What a writer must do after a throttle check.
+/// What a throttle call decided (inside the engine; drivers get it as a
+/// [`crate::WriterNext`] from [`crate::Engine::writer_step`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Go on writing. `stalled` is the time spent in this throttle call, from its first
@@ -445,13 +446,13 @@ pub enum Verdict {
         /// ended without a pause); false for checks that found the writer in freerun.
         throttled: bool,
     },
-    /// Sleep until `until`, then call [`crate::Engine::throttle_continue`].
+    /// Sleep until `until`, then continue the call (`Engine::throttle_continue`).
     Sleep {
         /// Wake-up time.
         until: Instant,
     },
     /// Wait for [`Action::Resume`] (IO the writer issued, a page under writeback, memory),
-    /// then call [`crate::Engine::throttle_continue`].
+    /// then continue the call (`Engine::throttle_continue`).
     Wait,
     /// The write cannot go on: the cache is full of pages held by `error` (the backend is
     /// full or read-only) so no memory will come, or the writer's backend has been unreachable

@@ -37,4 +37,4 @@ pub use pagemap::{PageMap, PageState, Run};
 pub use stats::{BdiStats, FileErrors, MemInfo, Stats};
 pub use time::{Duration, Instant};
 pub use trace::TraceEvent;
-pub use writer::{NextStep, WriteStep, Writer, write_pages};
+pub use writer::{NextStep, WaitOn, WriteStep, Writer, WriterInput, WriterNext, write_pages};

@@ -5,12 +5,17 @@
 //! counters in `balance_dirty_pages`. ebb does the same: [`write_pages`] updates the file's
 //! [`PageMap`] and this [`Writer`], nothing shared. Counter changes and new frames are batched
 //! here and folded into the engine at the writer's next throttle check, where the shared
-//! counters are read once.
+//! counters are read once. The calls a writer makes, and when, are the writer protocol
+//! ([`WriterInput`], [`WriterNext`], `call.rs`).
 //!
 //! Between checks the shared counters lag the page maps by at most the writer's batch (the
 //! kernel's per-CPU counter error, docs/mechanisms.md#8-cheap-throttle-path);
 //! [`crate::Engine::check_accounting`]
 //! adds the pending batches back when it verifies the totals.
+
+mod call;
+
+pub use call::{WaitOn, WriterInput, WriterNext};
 
 use crate::ids::{FrameId, GroupId, InodeId, WriterId};
 use crate::pagemap::{DirtyStop, PageMap};
@@ -158,8 +163,8 @@ impl Writer {
 
     /// The end of the sleep the writer's last verdict asked for, while its throttle call waits
     /// for it: a writer that does not sleep in place (`File::try_write_at`) continues the call
-    /// ([`crate::Engine::throttle_continue`]) only once this has passed, as a sleeping writer
-    /// wakes then, and is throttled exactly as one that slept.
+    /// ([`WriterInput::Continue`]) only once this has passed, as a sleeping writer wakes then,
+    /// and is throttled exactly as one that slept.
     pub fn paused_until(&self) -> Option<Instant> {
         self.sleep_until
     }
@@ -185,22 +190,22 @@ impl Writer {
 pub struct WriteStep {
     /// Pages of the request processed from its start; the writer resumes after them.
     pub consumed: u64,
-    /// The file had no dirty pages before: call [`crate::Engine::inode_dirtied`] now so the
-    /// flusher sees it.
+    /// The file had no dirty pages before: the engine must hear of the step
+    /// ([`WriteStep::needs_engine`]) so the flusher sees the file.
     pub inode_became_dirty: bool,
     /// What stopped the step.
     pub next: NextStep,
 }
 
-/// The writer's next move after [`write_pages`].
+/// What stopped [`write_pages`] (the engine acts on it in [`crate::Engine::writer_step`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextStep {
     /// The request is done and no check is due.
     Done,
-    /// A throttle check is due (or frames ran out): call
-    /// [`crate::Engine::balance_dirty_pages`] and obey the verdict before writing on.
+    /// A throttle check is due (or frames ran out): the engine decides before the writer
+    /// writes on.
     Check,
-    /// A page is under writeback: call [`crate::Engine::wait_for_page`] and obey the verdict.
+    /// A page is under writeback: the writer waits for it before writing on.
     Busy(u64),
 }
 

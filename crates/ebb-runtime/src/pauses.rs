@@ -2,7 +2,7 @@
 //! sleep, as percentiles since the start, over the last seconds, and as cumulative buckets (the
 //! Prometheus histogram `ebb_balance_dirty_pages_pause_seconds`).
 //!
-//! The engine decides each pause ([`ebb_core::Verdict::Sleep`]); the runtime sleeps it and
+//! The engine decides each pause ([`ebb_core::WriterNext::Sleep`]); the runtime sleeps it and
 //! records it here, once per pause (a writer about to sleep, never the per-page path). The
 //! memory is fixed: two histograms of 2 significant digits (1 µs to an hour) for the whole run
 //! and for each of the last two windows, and one counter per bucket bound.

@@ -37,7 +37,7 @@ use crossbeam::channel::{Receiver, Sender};
 use ebb_backend::{AlignedBuf, Backend, BackendFile, Capabilities};
 use ebb_core::{
     Action, BackendId, Engine, Event, FrameId, HandleId, InodeId, IoError, IoId, PAGE_SIZE,
-    PageMap, PageMaps, RequestId, Stability, Verdict, Writer, WriterId,
+    PageMap, PageMaps, RequestId, Stability, Writer, WriterId, WriterInput, WriterNext,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -504,21 +504,22 @@ impl Shared {
         })
     }
 
-    /// Runs a writer call; on `Wait`, registers the slot the `Resume` will fill before the
+    /// Takes one step of a writer's call under the engine lock (the writer protocol,
+    /// `Engine::writer_step`); on `Wait`, registers the slot the `Resume` will fill before the
     /// engine lock is released.
-    pub(crate) fn writer_call(
+    pub(crate) fn writer_step(
         &self,
         w: &mut Writer,
-        f: impl FnOnce(&mut Engine, ebb_core::Instant, &mut Writer, &mut Maps<'_>) -> Verdict,
-    ) -> (Verdict, Option<Arc<Slot>>) {
+        input: WriterInput,
+    ) -> (WriterNext, Option<Arc<Slot>>) {
         self.enter(|core, maps, now| {
-            let v = f(&mut core.engine, now, w, maps);
-            let slot = (v == Verdict::Wait).then(|| {
+            let next = core.engine.writer_step(now, w, input, maps);
+            let slot = matches!(next, WriterNext::Wait { .. }).then(|| {
                 let s = Slot::new();
                 core.writers.insert(w.id, s.clone());
                 s
             });
-            (v, slot)
+            (next, slot)
         })
     }
 

@@ -371,7 +371,7 @@ impl Engine {
     }
 
     /// A writer found a page under writeback: it waits for that file's next completion.
-    pub fn wait_for_page<M: PageMaps>(
+    pub(crate) fn wait_for_page<M: PageMaps>(
         &mut self,
         now: Instant,
         w: &mut Writer,

@@ -132,16 +132,17 @@ impl Engine {
     }
 
     /// A writer touches `pages` new pages of an anonymous mapping (page faults): takes frames
-    /// for them, reclaiming as a file allocation does. Returns the pages granted; when none
-    /// could be had the verdict is [`Verdict::Wait`] (the writer waits for memory, then calls
-    /// [`Engine::throttle_continue`] and faults again).
+    /// for them, reclaiming as a file allocation does. Returns the pages granted and the
+    /// writer's next move (the writer protocol, `crate::writer::call`): when none could be had
+    /// it is [`crate::WriterNext::Wait`] for memory (or a sleep of reclaim's throttling); the writer
+    /// then continues ([`crate::WriterInput::Continue`]) and faults again.
     pub fn anon_fault<M: PageMaps>(
         &mut self,
         now: Instant,
         w: &mut Writer,
         pages: u64,
         maps: &mut M,
-    ) -> (u64, Verdict) {
+    ) -> (u64, crate::WriterNext) {
         self.advance(now);
         self.apply_pending(w, maps);
         let class = self.mem.top_zone();
@@ -164,7 +165,7 @@ impl Engine {
             Verdict::Proceed { stalled: Duration::ZERO, throttled: false }
         };
         self.drive_all(maps);
-        (got, verdict)
+        (got, self.writer_next(w, verdict))
     }
 
     /// Gives back the frame reserves of `writers` (the answer to [`Action::ReturnReserves`]):

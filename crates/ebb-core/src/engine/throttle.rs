@@ -144,7 +144,7 @@ impl Engine {
 
     /// A writer owes a throttle check (`write_pages` returned `NextStep::Check`): fold its
     /// batch in, refill its frames, and decide. Obey the verdict before writing on.
-    pub fn balance_dirty_pages<M: PageMaps>(
+    pub(crate) fn balance_dirty_pages<M: PageMaps>(
         &mut self,
         now: Instant,
         w: &mut Writer,
@@ -216,7 +216,7 @@ impl Engine {
 
     /// A writer's sleep ended ([`Writer::paused_until`]) or it received [`Action::Resume`]:
     /// continue its throttle call.
-    pub fn throttle_continue<M: PageMaps>(
+    pub(crate) fn throttle_continue<M: PageMaps>(
         &mut self,
         now: Instant,
         w: &mut Writer,

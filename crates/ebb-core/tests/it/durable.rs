@@ -39,7 +39,10 @@ fn stable_writes_are_durable_after_a_sync() {
     assert_eq!(step.consumed, 16);
     h.engine.flush_writer(h.now, &mut w, &mut h.maps);
     assert_eq!(durable(&mut h), vec![16 * PAGE_SIZE..PAGES * PAGE_SIZE], "dirty pages");
-    h.engine.inode_dirtied(h.now, inode);
+    // The engine's part of the step: the file, clean since the sync, is dirty again.
+    assert!(step.inode_became_dirty);
+    let next = h.engine.writer_step(h.now, &mut w, WriterInput::Wrote { inode, step }, &mut h.maps);
+    assert_eq!(next, WriterNext::Done);
     h.request(Event::Sync { request: RequestId(1) });
     h.run();
     h.request(Event::FileSynced { inode, mark: early });

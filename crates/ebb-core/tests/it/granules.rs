@@ -153,16 +153,16 @@ fn a_writer_that_jumps_to_its_stop_writes_on_after_one_check() {
     let (inode, now) = (h.dds[dd].inode, Instant::ZERO);
     let mut w = Writer::new(WriterId(99), GroupId(0));
     // Its first check hands it frames.
-    h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
+    check(&mut h.engine, now, &mut w, inode, &mut h.maps);
     let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, 0, 40));
     assert_eq!((step.consumed, step.next), (32, NextStep::Check));
-    let verdict = h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
-    assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+    let next = h.engine.writer_step(now, &mut w, WriterInput::Wrote { inode, step }, &mut h.maps);
+    assert!(matches!(next, WriterNext::Proceed { .. }), "{next:?}");
     // The stop is at the granule's end, page 64: a write there stops first.
     let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, GRANULE, 8));
     assert_eq!((step.consumed, step.next), (0, NextStep::Check));
-    let verdict = h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
-    assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+    let next = h.engine.writer_step(now, &mut w, WriterInput::Wrote { inode, step }, &mut h.maps);
+    assert!(matches!(next, WriterNext::Proceed { .. }), "{next:?}");
     let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, GRANULE, 8));
     assert_eq!(step.consumed, 8, "the writer goes on after its check");
 }
@@ -177,8 +177,8 @@ fn an_fsync_writes_a_granule_with_scattered_dirty_pages_in_one_write() {
     let (inode, now) = (h.dds[dd].inode, Instant::ZERO);
     let mut w = Writer::new(WriterId(99), GroupId(0));
     for page in [3, 10, 11, 40, GRANULE + 6] {
-        let verdict = h.engine.balance_dirty_pages(now, &mut w, &mut h.maps);
-        assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
+        let next = check(&mut h.engine, now, &mut w, inode, &mut h.maps);
+        assert!(matches!(next, WriterNext::Proceed { .. }), "{next:?}");
         let step = h.maps.with(inode, |m| write_pages(&mut w, inode, m, page, 1));
         assert_eq!(step.consumed, 1, "page {page}");
     }

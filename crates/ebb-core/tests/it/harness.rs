@@ -241,8 +241,9 @@ impl Harness {
             match ev {
                 Ev::Step(i) => self.step(i),
                 Ev::Resume(i) => {
+                    let w = &mut self.dds[i].w;
                     let v =
-                        self.engine.throttle_continue(self.now, &mut self.dds[i].w, &mut self.maps);
+                        self.engine.writer_step(self.now, w, WriterInput::Continue, &mut self.maps);
                     self.obey(i, v);
                 }
                 Ev::EarlyPoll(i, until) => {
@@ -252,7 +253,12 @@ impl Harness {
                     assert_eq!(owed, Some(until), "the pause owed is the verdict's");
                     if owed.is_none_or(|t| t <= self.now) {
                         let w = &mut self.dds[i].w;
-                        let v = self.engine.throttle_continue(self.now, w, &mut self.maps);
+                        let v = self.engine.writer_step(
+                            self.now,
+                            w,
+                            WriterInput::Continue,
+                            &mut self.maps,
+                        );
                         self.obey(i, v);
                     }
                 }
@@ -322,44 +328,36 @@ impl Harness {
         dd.pos += step.consumed;
         dd.request_left -= step.consumed;
         let cpu = Duration::from_nanos(step.consumed * self.ns_per_page);
-        if step.inode_became_dirty {
-            self.engine.inode_dirtied(self.now, inode);
+        if step.next == NextStep::Check {
+            dd.checks += 1;
         }
-        match step.next {
-            NextStep::Done => {
-                let at = self.now + cpu;
-                self.push(at, Ev::Step(i));
-            }
-            NextStep::Check => {
-                self.dds[i].checks += 1;
-                let v =
-                    self.engine.balance_dirty_pages(self.now, &mut self.dds[i].w, &mut self.maps);
-                self.obey(i, v);
-            }
-            NextStep::Busy(page) => {
-                let v = self.engine.wait_for_page(
-                    self.now,
-                    &mut self.dds[i].w,
-                    inode,
-                    page,
-                    &mut self.maps,
-                );
-                self.obey(i, v);
-            }
+        let w = &mut self.dds[i].w;
+        let v = self.engine.writer_step(
+            self.now,
+            w,
+            WriterInput::Wrote { inode, step },
+            &mut self.maps,
+        );
+        if v == WriterNext::Done {
+            let at = self.now + cpu;
+            self.push(at, Ev::Step(i));
+        } else {
+            self.obey(i, v);
         }
     }
 
-    fn obey(&mut self, i: usize, v: Verdict) {
+    fn obey(&mut self, i: usize, v: WriterNext) {
         let dd = &mut self.dds[i];
         match v {
-            Verdict::Proceed { stalled, throttled } => {
+            WriterNext::Done => self.push(self.now, Ev::Step(i)),
+            WriterNext::Proceed { stalled, throttled } => {
                 dd.waiting = false;
                 if throttled {
                     dd.stalls.push((self.now, stalled));
                 }
                 self.push(self.now, Ev::Step(i));
             }
-            Verdict::Sleep { until } => {
+            WriterNext::Sleep { until } => {
                 dd.waiting = true;
                 self.sleeps.push((i, self.now, until));
                 self.push(until, Ev::Resume(i));
@@ -369,8 +367,10 @@ impl Harness {
                     self.push(self.now + half, Ev::EarlyPoll(i, until));
                 }
             }
-            Verdict::Wait => dd.waiting = true,
-            Verdict::Fail { error } => panic!("dd {i} failed with {error}: no harness run fails"),
+            WriterNext::Wait { .. } => dd.waiting = true,
+            WriterNext::Fail { error } => {
+                panic!("dd {i} failed with {error}: no harness run fails")
+            }
         }
     }
 
@@ -411,6 +411,19 @@ pub fn config(memory_mib: u64, policy: ThrottlePolicy) -> Config {
     let mut c = Config::new(memory_mib << 20, backend);
     c.throttle = policy;
     c
+}
+
+/// A throttle check of `w`, which writes `inode`, as the writer protocol makes it when
+/// `write_pages` stops for one having dirtied nothing (a test's way to hand a writer frames).
+pub fn check<M: PageMaps>(
+    engine: &mut Engine,
+    now: Instant,
+    w: &mut Writer,
+    inode: InodeId,
+    maps: &mut M,
+) -> WriterNext {
+    let step = WriteStep { consumed: 0, inode_became_dirty: false, next: NextStep::Check };
+    engine.writer_step(now, w, WriterInput::Wrote { inode, step }, maps)
 }
 
 pub fn secs(s: u64) -> Instant {

@@ -136,35 +136,32 @@ impl Driver {
         }
     }
 
-    /// Applies a verdict: sleeps are served at once by moving time forward (up to a few
-    /// rounds; a writer still looping stays asleep until a later Tick), waits last until
-    /// Resume.
-    fn obey(&mut self, i: usize, mut v: Verdict) {
+    /// Carries out a writer's next move: sleeps are served at once by moving time forward (up
+    /// to a few rounds; a writer still looping stays asleep until a later Tick), waits last
+    /// until Resume.
+    fn obey(&mut self, i: usize, mut v: WriterNext) {
         for _ in 0..8 {
             match v {
-                Verdict::Proceed { .. } | Verdict::Fail { .. } => {
+                WriterNext::Done | WriterNext::Proceed { .. } | WriterNext::Fail { .. } => {
                     // A failed write ends the call: the writer goes on with its next operation.
                     self.blocked[i] = false;
                     return;
                 }
-                Verdict::Wait => {
+                WriterNext::Wait { .. } => {
                     self.blocked[i] = true;
                     self.waiting[i] = true;
                     return;
                 }
-                Verdict::Sleep { until } => {
+                WriterNext::Sleep { until } => {
                     self.blocked[i] = true;
                     self.now = self.now.max(until);
-                    v = self.engine.throttle_continue(
-                        self.now,
-                        &mut self.writers[i],
-                        &mut self.maps,
-                    );
+                    let w = &mut self.writers[i];
+                    v = self.engine.writer_step(self.now, w, WriterInput::Continue, &mut self.maps);
                 }
             }
         }
-        self.blocked[i] = !matches!(v, Verdict::Proceed { .. });
-        self.waiting[i] = matches!(v, Verdict::Wait);
+        self.blocked[i] = !matches!(v, WriterNext::Proceed { .. });
+        self.waiting[i] = matches!(v, WriterNext::Wait { .. });
     }
 
     fn check(&self) {
@@ -194,26 +191,13 @@ impl Driver {
                         break;
                     }
                     let w = &mut self.writers[writer];
-                    let step = self.maps.with(inode, |m| write_pages(w, inode, m, pos, end - pos));
-                    pos += step.consumed;
-                    if step.inode_became_dirty {
-                        self.engine.inode_dirtied(self.now, inode);
+                    let pages = (pos, end - pos);
+                    let (consumed, v) =
+                        self.engine.writer_write(self.now, w, inode, pages, &mut self.maps);
+                    pos += consumed;
+                    if v == WriterNext::Done {
+                        continue;
                     }
-                    let v = match step.next {
-                        NextStep::Done => continue,
-                        NextStep::Check => self.engine.balance_dirty_pages(
-                            self.now,
-                            &mut self.writers[writer],
-                            &mut self.maps,
-                        ),
-                        NextStep::Busy(page) => self.engine.wait_for_page(
-                            self.now,
-                            &mut self.writers[writer],
-                            inode,
-                            page,
-                            &mut self.maps,
-                        ),
-                    };
                     self.obey(writer, v);
                     self.drain();
                     if self.blocked[writer] {
@@ -312,11 +296,9 @@ impl Driver {
                 }
                 for i in 0..self.writers.len() {
                     if self.blocked[i] && !self.waiting[i] {
-                        let v = self.engine.throttle_continue(
-                            self.now,
-                            &mut self.writers[i],
-                            &mut self.maps,
-                        );
+                        let w = &mut self.writers[i];
+                        let input = WriterInput::Continue;
+                        let v = self.engine.writer_step(self.now, w, input, &mut self.maps);
                         self.obey(i, v);
                     }
                 }

@@ -27,9 +27,9 @@ fn fault_all(swap: bool, pages: u64) -> (Engine, u64, u64) {
             break;
         }
         now += Duration::from_millis(1);
-        let (got, verdict) = engine.anon_fault(now, &mut w, 256.min(pages - granted), &mut maps);
+        let (got, next) = engine.anon_fault(now, &mut w, 256.min(pages - granted), &mut maps);
         granted += got;
-        if verdict == Verdict::Wait {
+        if matches!(next, WriterNext::Wait { .. }) {
             waits += 1;
         }
         let mi = engine.meminfo();
@@ -50,7 +50,7 @@ fn fault_all(swap: bool, pages: u64) -> (Engine, u64, u64) {
                 other => panic!("unexpected {other:?}"),
             }
         }
-        if verdict == Verdict::Wait && pending.is_empty() && !swap {
+        if matches!(next, WriterNext::Wait { .. }) && pending.is_empty() && !swap {
             break;
         }
     }
@@ -100,15 +100,10 @@ fn dirty_file_then_anon_burst(policy: ReclaimPolicy, pages: u64) -> (Engine, Vec
     let mut w = Writer::new(WriterId(0), GroupId(0));
     let mut pos = 0;
     while pos < pages {
-        let step = write_pages(&mut w, inode, maps.get_mut(inode), pos, pages - pos);
-        pos += step.consumed;
-        if step.inode_became_dirty {
-            engine.inode_dirtied(now, inode);
-        }
-        if step.next == NextStep::Check {
-            let verdict = engine.balance_dirty_pages(now, &mut w, &mut maps);
-            assert!(matches!(verdict, Verdict::Proceed { .. }), "{verdict:?}");
-        }
+        let (consumed, next) =
+            engine.writer_write(now, &mut w, inode, (pos, pages - pos), &mut maps);
+        pos += consumed;
+        assert!(matches!(next, WriterNext::Done | WriterNext::Proceed { .. }), "{next:?}");
     }
     engine.flush_writer(now, &mut w, &mut maps);
     let mut writes = Vec::new();

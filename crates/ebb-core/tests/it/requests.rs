@@ -152,15 +152,9 @@ fn write_errors_are_reported_once_per_handle_and_never_dropped() {
     let mut w = Writer::new(WriterId(1), GroupId(0));
     let mut pos = 0;
     while pos < 10 {
-        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 10 - pos));
-        pos += step.consumed;
-        if step.inode_became_dirty {
-            engine.inode_dirtied(at(0), inode);
-        }
-        if step.next == NextStep::Check {
-            let v = engine.balance_dirty_pages(at(0), &mut w, &mut maps);
-            assert!(matches!(v, Verdict::Proceed { .. }));
-        }
+        let (consumed, v) = engine.writer_write(at(0), &mut w, inode, (pos, 10 - pos), &mut maps);
+        pos += consumed;
+        assert!(matches!(v, WriterNext::Done | WriterNext::Proceed { .. }), "{v:?}");
     }
     engine.flush_writer(at(0), &mut w, &mut maps);
     let writes = |engine: &mut Engine| {
@@ -247,14 +241,9 @@ pub(crate) fn dirty_pages_with(config: Config, count: u64) -> (Engine, MapStore,
     let mut w = Writer::new(WriterId(1), GroupId(0));
     let mut pos = 0;
     while pos < count {
-        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, count - pos));
-        pos += step.consumed;
-        if step.inode_became_dirty {
-            engine.inode_dirtied(ms(0), inode);
-        }
-        if step.next == NextStep::Check {
-            engine.balance_dirty_pages(ms(0), &mut w, &mut maps);
-        }
+        let (consumed, _) =
+            engine.writer_write(ms(0), &mut w, inode, (pos, count - pos), &mut maps);
+        pos += consumed;
     }
     engine.flush_writer(ms(0), &mut w, &mut maps);
     (engine, maps, inode, w)
@@ -561,12 +550,9 @@ fn a_read_in_flight_does_not_resurrect_an_evicted_newer_page() {
     assert!(!reads.is_empty());
     // A writer dirties page 3 meanwhile; sync writes it back.
     let mut w = Writer::new(WriterId(1), GroupId(0));
-    let _ = engine.balance_dirty_pages(tick(), &mut w, &mut maps);
-    let step = write_pages(&mut w, inode, maps.get_mut(inode), 3, 1);
-    assert_eq!(step.consumed, 1);
-    if step.inode_became_dirty {
-        engine.inode_dirtied(tick(), inode);
-    }
+    let _ = check(&mut engine, tick(), &mut w, inode, &mut maps);
+    let (consumed, _) = engine.writer_write(tick(), &mut w, inode, (3, 1), &mut maps);
+    assert_eq!(consumed, 1);
     engine.flush_writer(tick(), &mut w, &mut maps);
     engine.handle(tick(), Event::Sync { request: RequestId(2) }, &mut maps);
     let mut writes = Vec::new();
@@ -642,29 +628,25 @@ fn writer_against_a_full_backend(cfg: Config) {
     let enospc = Err(IoError { errno: ENOSPC });
     let (mut pos, mut t, mut failed) = (0u64, ms(0), None);
     for _ in 0..100_000 {
-        let step = maps.with(inode, |m| write_pages(&mut w, inode, m, pos, 64));
-        pos += step.consumed;
-        if step.inode_became_dirty {
-            engine.inode_dirtied(t, inode);
-        }
-        if step.next == NextStep::Done {
+        let (consumed, mut v) = engine.writer_write(t, &mut w, inode, (pos, 64), &mut maps);
+        pos += consumed;
+        if v == WriterNext::Done {
             continue;
         }
-        let mut v = engine.balance_dirty_pages(t, &mut w, &mut maps);
         for _ in 0..1000 {
             serve_writes(&mut engine, &mut maps, t, enospc);
             match v {
-                Verdict::Proceed { .. } => break,
-                Verdict::Fail { error } => {
+                WriterNext::Done | WriterNext::Proceed { .. } => break,
+                WriterNext::Fail { error } => {
                     failed = Some(error);
                     break;
                 }
-                Verdict::Sleep { until } => t = until,
-                Verdict::Wait => t += Duration::from_millis(10),
+                WriterNext::Sleep { until } => t = until,
+                WriterNext::Wait { .. } => t += Duration::from_millis(10),
             }
             run_timers_until(&mut engine, &mut maps, t);
             serve_writes(&mut engine, &mut maps, t, enospc);
-            v = engine.throttle_continue(t, &mut w, &mut maps);
+            v = engine.writer_step(t, &mut w, WriterInput::Continue, &mut maps);
         }
         if failed.is_some() {
             break;

@@ -1,9 +1,10 @@
 //! How a handle obeys the throttle: by sleeping in the calling thread ([`File::write_at`]), or
 //! by returning at once with the pause it owes ([`File::try_write_at`], [`File::write_at_async`]).
 //!
-//! Both make the same engine calls in the same order: a check (`balance_dirty_pages`, or
-//! `wait_for_page` at a page under writeback), then, once the sleep the verdict asked for has
-//! ended or the wait has been answered, `throttle_continue` until the engine says proceed. A
+//! Both take the same steps of the writer protocol (`ebb_core::Engine::writer_step`) in the
+//! same order: the step of `write_pages` that needs the engine (a check due, a page under
+//! writeback, the file newly dirty), then, once the sleep it asked for has ended or the wait
+//! has been answered, `WriterInput::Continue` until the engine says proceed. A
 //! non-blocking writer keeps what it owes ([`Owed`]) in its handle and pays it at its next
 //! write: called again before the sleep's end (`ebb_core::Writer::paused_until`) it is told to
 //! wait on, with no engine call and no state changed. So an event loop that polls is throttled
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use ebb_core::Verdict;
+use ebb_core::{WriteStep, WriterInput, WriterNext};
 
 use super::{File, Interrupt, OldBytes, WriterState, sleep_for, wait_slot};
 use crate::shared::{Slot, from_io_error};
@@ -67,7 +68,7 @@ pub(crate) enum Throttled {
     Go,
     /// The caller gave up while it waited.
     Interrupted,
-    /// The engine failed the write ([`Verdict::Fail`]).
+    /// The engine failed the write ([`WriterNext::Fail`]).
     Failed(io::Error),
     /// A non-blocking writer owes this before it writes on.
     Owes(Owed),
@@ -152,20 +153,18 @@ impl File {
         WriteAt { file: self, buf, offset, done: 0 }
     }
 
-    /// A throttle check (or a wait for a page under writeback), obeyed as `mode` says.
+    /// The engine's part of a write step that needs it ([`WriteStep::needs_engine`]: a
+    /// throttle check, a wait for a page under writeback, a file newly dirty), obeyed as
+    /// `mode` says.
     pub(crate) fn throttle(
         &self,
         ws: &mut WriterState,
-        busy: Option<u64>,
+        step: WriteStep,
         mode: Obey<'_>,
     ) -> Throttled {
-        let shared = &self.ebb.inner.shared;
-        let inode = self.inode();
-        let (verdict, slot) = shared.writer_call(&mut ws.writer, |e, now, w, maps| match busy {
-            None => e.balance_dirty_pages(now, w, maps),
-            Some(page) => e.wait_for_page(now, w, inode, page, maps),
-        });
-        self.obey(ws, verdict, slot, mode)
+        let input = WriterInput::Wrote { inode: self.inode(), step };
+        let (next, slot) = self.ebb.inner.shared.writer_step(&mut ws.writer, input);
+        self.obey(ws, next, slot, mode)
     }
 
     /// Pays what a non-blocking write left owed (a blocking write sleeps it out), then
@@ -195,29 +194,25 @@ impl File {
     }
 
     fn continue_call(&self, ws: &mut WriterState, mode: Obey<'_>) -> Throttled {
-        let (verdict, slot) = self
-            .ebb
-            .inner
-            .shared
-            .writer_call(&mut ws.writer, |e, now, w, maps| e.throttle_continue(now, w, maps));
-        self.obey(ws, verdict, slot, mode)
+        let (next, slot) = self.ebb.inner.shared.writer_step(&mut ws.writer, WriterInput::Continue);
+        self.obey(ws, next, slot, mode)
     }
 
-    /// Obeys `verdict` (and the ones after it) until the engine says proceed, unless the
+    /// Carries out `next` (and the moves after it) until the engine says write on, unless the
     /// caller gives up, the engine fails the write, or a non-blocking writer must wait.
     fn obey(
         &self,
         ws: &mut WriterState,
-        mut verdict: Verdict,
+        mut next: WriterNext,
         mut slot: Option<Arc<Slot>>,
         mode: Obey<'_>,
     ) -> Throttled {
         let shared = &self.ebb.inner.shared;
         loop {
-            match verdict {
-                Verdict::Proceed { .. } => return Throttled::Go,
-                Verdict::Fail { error } => return Throttled::Failed(from_io_error(error)),
-                Verdict::Sleep { until } => {
+            match next {
+                WriterNext::Done | WriterNext::Proceed { .. } => return Throttled::Go,
+                WriterNext::Fail { error } => return Throttled::Failed(from_io_error(error)),
+                WriterNext::Sleep { until } => {
                     let pause = until.saturating_since(shared.now());
                     ws.pauses.record(pause.as_micros());
                     shared.pauses.lock().record(Instant::now(), pause.as_micros());
@@ -236,7 +231,7 @@ impl File {
                         }
                     }
                 }
-                Verdict::Wait => {
+                WriterNext::Wait { .. } => {
                     let slot = slot.take().unwrap_or_else(|| {
                         let answered = Slot::new();
                         answered.set(Ok(()));
@@ -259,8 +254,7 @@ impl File {
                     }
                 }
             }
-            (verdict, slot) = shared
-                .writer_call(&mut ws.writer, |e, now, w, maps| e.throttle_continue(now, w, maps));
+            (next, slot) = shared.writer_step(&mut ws.writer, WriterInput::Continue);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use ebb_backend::AlignedBuf;
-use ebb_core::{NextStep, PAGE_SIZE, Writer, write_pages};
+use ebb_core::{PAGE_SIZE, Writer, write_pages};
 
 use super::{File, Obey, Owed, STEP_PAGES, Throttled, WriterState, interrupted_error};
 use crate::shared::{PAGE, read_page_direct};
@@ -116,15 +116,9 @@ impl File {
                 continue;
             };
             done += copied;
-            if step.inode_became_dirty {
-                let shared = &self.ebb.inner.shared;
-                shared.enter(|core, _, now| core.engine.inode_dirtied(now, self.inode()));
-            }
-            let outcome = match step.next {
-                NextStep::Done => Throttled::Go,
-                NextStep::Check => self.throttle(ws, None, mode),
-                NextStep::Busy(page) => self.throttle(ws, Some(page), mode),
-            };
+            // The cheap path: a step with nothing for the engine takes no shared lock.
+            let outcome =
+                if step.needs_engine() { self.throttle(ws, step, mode) } else { Throttled::Go };
             match outcome {
                 Throttled::Go => {}
                 Throttled::Owes(owed) => return Ok(Some((done, Some(owed)))),

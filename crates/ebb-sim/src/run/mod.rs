@@ -2,8 +2,8 @@
 //!
 //! [`run`] takes a [`RunSpec`] (an engine configuration, one device model per backend, the
 //! workloads, a seed, faults) and drives `ebb_core::Engine` with a single-threaded
-//! discrete-event loop exactly as the runtime would drive it: writers dirty pages through
-//! `write_pages`, obey the engine's verdicts (sleep, wait), and the engine's write, read and
+//! discrete-event loop exactly as the runtime would drive it: writers dirty pages through the
+//! writer protocol (`write_pages`, `Engine::writer_step`) and sleep or wait as it says, and the engine's write, read and
 //! commit actions become device requests whose completions come back as events. It returns
 //! metrics (the names of product.md's summary.json), time series for plots, and optionally
 //! writes trace files.
@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 
-use ebb_core::{Duration, Engine, Event, InodeId, Instant, MapStore, RequestId};
+use ebb_core::{Duration, Engine, Event, InodeId, Instant, MapStore, RequestId, WriterInput};
 
 pub use checks::{CheckReport, PlantedBug};
 pub use faults::Fault;
@@ -246,11 +246,10 @@ impl Sim<'_> {
             match ev {
                 Ev::Step(i) => self.step(i),
                 Ev::Resume(i) => {
-                    let v = self.engine.throttle_continue(
-                        self.now,
-                        &mut self.writers[i].w,
-                        &mut self.maps,
-                    );
+                    // A sleep ended or a wait was answered: the writer continues its call.
+                    let w = &mut self.writers[i].w;
+                    let v =
+                        self.engine.writer_step(self.now, w, WriterInput::Continue, &mut self.maps);
                     self.obey(i, v);
                 }
                 Ev::Device(b) => {

@@ -1,9 +1,10 @@
 //! The simulated applications that write: dd and cp streams, and the memory workloads' plans
-//! (`crate::memload`), advanced through `write_pages` and the engine's throttle verdicts.
+//! (`crate::memload`), advanced through the writer protocol (`Engine::writer_write`, then
+//! `Engine::writer_step` after a sleep or a wait) and its answers.
 
 use ebb_core::{
-    BackendId, Duration, Event, GroupId, HandleId, InodeId, Instant, NextStep, PageMaps, RequestId,
-    Verdict, Writer, WriterId, write_pages,
+    BackendId, Duration, Event, GroupId, HandleId, InodeId, Instant, RequestId, Writer, WriterId,
+    WriterNext,
 };
 
 use super::{Ev, NS_PER_PAGE, PAGE, Sim};
@@ -150,8 +151,8 @@ impl Sim<'_> {
                     Between::Write => {}
                 }
             }
-            let Some(verdict) = self.write_call(i) else { return };
-            if !self.obey_inline(i, verdict) {
+            let next = self.write_call(i);
+            if !self.obey_inline(i, next) {
                 return;
             }
         }
@@ -210,49 +211,41 @@ impl Sim<'_> {
         self.engine.handle(self.now, Event::Fsync { handle, request }, &mut self.maps);
     }
 
-    /// Dirties what is left of the writer's call (`write_pages`) as far as it goes: the
-    /// throttle's verdict when a check is due or a page is busy; `None` once the call is done
-    /// (its next one is queued after the copy's CPU time and the think time).
-    fn write_call(&mut self, i: usize) -> Option<Verdict> {
+    /// Dirties what is left of the writer's call as far as it goes (`Engine::writer_write`):
+    /// the writer's next move.
+    fn write_call(&mut self, i: usize) -> WriterNext {
         let sw = &mut self.writers[i];
         let (inode, pos, left) = (sw.inode, sw.pos, sw.left);
-        let step = self.maps.with(inode, |m| write_pages(&mut sw.w, inode, m, pos, left));
+        let (consumed, next) =
+            self.engine.writer_write(self.now, &mut sw.w, inode, (pos, left), &mut self.maps);
         if let Some(check) = self.check.as_deref_mut() {
-            check.wrote(inode, pos, step.consumed);
+            check.wrote(inode, pos, consumed);
         }
-        sw.pos += step.consumed;
-        sw.left -= step.consumed;
-        self.pages_done += step.consumed;
-        if step.inode_became_dirty {
-            self.engine.inode_dirtied(self.now, inode);
-        }
-        let w = &mut self.writers[i].w;
-        match step.next {
-            NextStep::Done => {
-                // The write call is done: the copy took CPU time, then the application thinks.
+        sw.pos += consumed;
+        sw.left -= consumed;
+        self.pages_done += consumed;
+        next
+    }
+
+    /// Carries out a writer's next move; true if the writer may go on at once.
+    pub(super) fn obey_inline(&mut self, i: usize, v: WriterNext) -> bool {
+        match v {
+            WriterNext::Done => {
+                // The write call is done: the copy took CPU time, then the application thinks
+                // (its next call is queued after them).
                 let sw = &self.writers[i];
                 let at = self.now + Duration::from_nanos(sw.bs * NS_PER_PAGE) + sw.think;
                 self.queue.push(at, Ev::Step(i));
-                None
+                false
             }
-            NextStep::Check => Some(self.engine.balance_dirty_pages(self.now, w, &mut self.maps)),
-            NextStep::Busy(page) => {
-                Some(self.engine.wait_for_page(self.now, w, inode, page, &mut self.maps))
-            }
-        }
-    }
-
-    /// Applies a verdict; true if the writer may go on at once.
-    pub(super) fn obey_inline(&mut self, i: usize, v: Verdict) -> bool {
-        match v {
-            Verdict::Proceed { stalled, throttled } => {
+            WriterNext::Proceed { stalled, throttled } => {
                 if throttled {
                     self.pauses.push((self.now.as_secs_f64(), stalled.as_millis_f64(), i as u32));
                 }
                 self.writers[i].state = WriterState::Running;
                 true
             }
-            Verdict::Sleep { until } => {
+            WriterNext::Sleep { until } => {
                 if let Some(check) = self.check.as_deref_mut() {
                     check.slept(self.now, until, i);
                 }
@@ -260,11 +253,11 @@ impl Sim<'_> {
                 self.queue.push(until, Ev::Resume(i));
                 false
             }
-            Verdict::Wait => {
+            WriterNext::Wait { .. } => {
                 self.writers[i].state = WriterState::Blocked;
                 false
             }
-            Verdict::Fail { error } => {
+            WriterNext::Fail { error } => {
                 // The write failed (held pages fill the cache, or its backend is unreachable
                 // past its retry timeout): the writer stops, as dd does on a write error.
                 self.write_failures.push((self.now.as_secs_f64(), i as u32, error.errno));
@@ -274,7 +267,7 @@ impl Sim<'_> {
         }
     }
 
-    pub(super) fn obey(&mut self, i: usize, v: Verdict) {
+    pub(super) fn obey(&mut self, i: usize, v: WriterNext) {
         if self.obey_inline(i, v) {
             self.step(i);
         }
