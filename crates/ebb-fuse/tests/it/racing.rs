@@ -203,9 +203,13 @@ fn mutate(file: &std::fs::File, seed: u64, ops: u32, shape: Shape) -> Result<(),
 }
 
 /// Operations with the rule planted off: the run stops at the first stale read, which came at
-/// operations 23, 190 and 284 in three runs here (0.5-1.6 s), so 1,500 leave a wide margin.
-/// With the rule on the same seed runs `OPS`, about 400 punched or zeroed ranges and 100
-/// truncates raced by reads in flight (about 5 s here; 600 took 3.0-3.4 s).
+/// operations 23, 190 and 284 in three runs here (0.5-1.6 s), and 50 and 720 on 2026-11-29
+/// (load 18), so 1,500 leave a wide margin. With the rule on the same seed runs `OPS`, about
+/// 400 punched or zeroed ranges and 100 truncates raced by reads in flight (3.8-6 s here).
+/// Issue 33's single-threaded checker met defect 1 first at operations 40,977 and 42,879: a
+/// single thread races a punch only with what its earlier reads left in flight (readahead).
+/// Here two readers keep reads in flight across every change, so this class is found within
+/// hundreds of operations, as the planted bug shows at every run.
 const OPS_PLANTED: u32 = 1500;
 const OPS: u32 = 1000;
 /// Over NFS and S3 each operation crosses the network (about 100 ms over NFS, 50 ms over S3

@@ -251,13 +251,11 @@ impl Checker<'_> {
         if self.names.contains_key(name) && !self.open.contains_key(name) && self.rng.below(2) == 0
         {
             // truncate(2) by path: a setattr without a file handle.
-            let status = std::process::Command::new("truncate")
-                .arg("-s")
-                .arg(size.to_string())
-                .arg(self.path(name))
-                .status()
-                .unwrap();
-            assert!(status.success(), "{}", self.context);
+            self.open.clear(); // as for every child process (see `step`)
+            let mut command = Command::new("truncate");
+            command.arg("-s").arg(size.to_string()).arg(self.path(name));
+            let (ok, stderr) = run_child(&mut command, &[]);
+            assert!(ok, "{}: {stderr}", self.context);
         } else {
             let context = self.context.clone();
             self.handle(name).set_len(size).unwrap_or_else(|e| panic!("{context}: {e}"));
@@ -619,6 +617,16 @@ impl Checker<'_> {
             "chmod" => self.chmod(name),
             "utimes" => self.utimes(name),
             "fallocate" => self.fallocate(name),
+            // A child process starts with no file of the mount open: at its exec, the kernel
+            // would close (FLUSH) every one it inherited, to this process, which serves the
+            // mount; over S3 a FLUSH writes the file back, and a test process that died then
+            // left the child in exec for good (seen once, in a loop of these tests).
+            "nobody write" | "nobody truncate" | "nobody chmod" | "outside"
+                if !self.open.is_empty() =>
+            {
+                self.open.clear();
+                self.step(op, name);
+            }
             "nobody write" => self.nobody_write(name),
             "nobody truncate" => self.nobody_truncate(name),
             "nobody chmod" => self.nobody_chmod(name),
