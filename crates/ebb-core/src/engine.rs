@@ -72,13 +72,13 @@ pub use planted::CoreBug;
 
 use crate::bandwidth::Rates;
 use crate::config::{Config, ConfigError};
-use crate::event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, errno};
-use crate::flusher::{Flusher, Submissions, Submitter};
+use crate::event::{Action, Event, IoError, Issuer};
+use crate::flusher::{Flusher, Submissions};
 use crate::fprop::{EventProportions, Local, Proportions};
 use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
 use crate::memory::{List, Memory};
-use crate::pagemap::{CommitBatch, Run, WriteEnd};
-use crate::stats::{BdiStats, FileErrors, MemInfo, Stats};
+use crate::pagemap::{CommitBatch, Run};
+use crate::stats::{FileErrors, Stats};
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::Writer;

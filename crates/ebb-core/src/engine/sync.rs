@@ -1,7 +1,12 @@
 //! fsync, sync and close: the integrity writeback of a file or of everything, its phases
 //! (write, wait, commit) and its answers, and close-to-open flushing.
 
-use super::*;
+use super::{Engine, FsyncPhase, FsyncState, IoKind, PageMaps, RETRY_BACKOFF_MIN, SyncState};
+use crate::event::{Action, IoClass, IoError, Issuer, errno};
+use crate::flusher::Submitter;
+use crate::ids::{BackendId, HandleId, InodeId, IoId, RequestId};
+use crate::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
 
 impl Engine {
     /// A handle closes: at once, with any error it has not seen, or, on a `flush_on_close`

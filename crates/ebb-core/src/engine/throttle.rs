@@ -58,7 +58,7 @@ use crate::engine::{Engine, PageMaps, WaitReason};
 use crate::event::{Action, IoError, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
 use crate::limits::{self, DirtyKnobs, Thresholds};
-use crate::position::{self, PositionInputs, max_pause_jiffies};
+use crate::position::max_pause_jiffies;
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::{CallState, FRAME_BATCH, Writer};

@@ -1,7 +1,13 @@
 //! Views of the engine for drivers and tests: meminfo, per-backend and per-group counts, and
 //! the accounting check.
 
-use super::*;
+use super::{Counters, Engine, IoKind, MapStore};
+use crate::ids::{BackendId, GroupId};
+use crate::memory::List;
+use crate::stats::{BdiStats, MemInfo};
+use crate::time::Instant;
+use crate::trace::TraceEvent;
+use crate::writer::Writer;
 
 /// The page counts [`Engine::check_accounting`] compares, in its order.
 const COUNTED: [&str; 5] = ["dirty", "writeback", "unstable", "resident", "held"];

@@ -1,7 +1,16 @@
 //! The `ioless` policy's check (v3.2 on; the module above says its control law): past
 //! freerun, the writer's rate at its position and the pause it owes for the pages it dirtied.
 
-use super::*;
+use super::{Backend, Global};
+use crate::bandwidth::{RATELIMIT_CALC_SHIFT, bandwidth_interval_jiffies};
+use crate::engine::Engine;
+use crate::event::Verdict;
+use crate::ids::BackendId;
+use crate::position::PositionInputs;
+use crate::time::Duration;
+use crate::trace::TraceEvent;
+use crate::writer::{CallState, Writer};
+use crate::{limits, position};
 
 /// One `ioless` check's rates past freerun, in pages per second, and its pause bounds, in
 /// jiffies.
