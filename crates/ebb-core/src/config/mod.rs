@@ -16,7 +16,7 @@
 //! `T` (either case, optionally followed by `iB`) are powers of 1024; `KB` (or `kB`), `MB`,
 //! `GB`, `TB` are powers of 1000. So `64M` is 64 MiB and `64MB` is 64,000,000 bytes.
 //!
-//! <!-- knob table: rendered from the registry by `registry::doc_table`; a test checks it -->
+//! <!-- knob table: rendered from the registry by `knobs::doc_table`; a test checks it -->
 //! | knob | scope | unit | default | range | meaning |
 //! |---|---|---|---|---|---|
 //! | `hz` | global | ticks/s | 1000 | 1..=10000 | Scheduler ticks per second; several kernel formulas round through it. |
@@ -70,8 +70,8 @@ pub mod size;
 use std::fmt;
 use std::str::FromStr;
 
-pub use knobs::{BackendConfig, Config};
-pub use registry::{Kind, Knob, Scope, Setting, Value, knob, knobs, parse_setting};
+pub use knobs::{BackendConfig, Config, knob, knobs, parse_setting};
+pub use registry::{Kind, Knob, Scope, Setting, Value};
 pub use size::{SIZE_UNITS, format_size, parse_size};
 
 /// Bytes in one page. The core counts everything in 4 KiB pages, as x86-64 Linux does.
@@ -729,7 +729,7 @@ mod tests {
     fn module_doc_table_matches_the_registry() {
         let source = include_str!("mod.rs");
         let expected: String =
-            registry::doc_table().lines().map(|line| format!("//! {line}\n")).collect();
+            knobs::doc_table().lines().map(|line| format!("//! {line}\n")).collect();
         let marker = source.find("//! <!-- knob table:").expect("the table's start marker");
         let start = marker + source[marker..].find('\n').expect("a line end") + 1;
         let end = source.find("//! <!-- end of knob table -->").expect("the table's end marker");

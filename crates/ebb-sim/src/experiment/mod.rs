@@ -165,7 +165,7 @@ pub use units::parse_duration;
 pub use verdict::{PublishedValue, Rule, Tolerance, Verdict, judge};
 
 use crate::run::{Crash, DeviceSpec, Fault, RunSpec, Workload};
-use build::is_plain_name;
+use case::is_plain_name;
 use case::knob_text;
 
 /// Seed used when the file names none.
