@@ -48,13 +48,13 @@ use crate::ids::{InodeId, IoId, RequestId};
 use crate::time::{Duration, Instant};
 
 /// Chunks are multiples of this many pages (4 MiB).
-pub const MIN_WRITEBACK_PAGES: u64 = 1024;
+pub(crate) const MIN_WRITEBACK_PAGES: u64 = 1024;
 /// The flusher's chunk is at most the dirty limit divided by this.
-pub const DIRTY_SCOPE: u64 = 8;
+pub(crate) const DIRTY_SCOPE: u64 = 8;
 
 /// Why the flusher runs a work (the kernel's `wb_reason` names, used in traces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Over the background threshold.
     Background,
     /// Reclaim found dirty pages and asked for them to be written.
@@ -67,7 +67,7 @@ pub enum Reason {
 
 impl Reason {
     /// The kernel's trace name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Reason::Background => "background",
             Reason::Vmscan => "vmscan",

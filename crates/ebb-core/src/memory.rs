@@ -34,7 +34,7 @@ const LOWMEM_RESERVE_RATIO: u64 = 256;
 
 /// Which LRU list a frame is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum List {
+pub(crate) enum List {
     /// Not on a list (free, in a writer's reserve, or not yet added).
     None,
     /// Candidates for reclaim; scanned from the tail.
@@ -64,7 +64,7 @@ const EMPTY_LIST: ListHead = ListHead { head: NIL, tail: NIL, len: 0 };
 
 /// The three watermarks, in pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Watermarks {
+pub(crate) struct Watermarks {
     /// Below this, allocations reclaim directly.
     pub min: u64,
     /// Below this, background reclaim starts.
@@ -75,7 +75,7 @@ pub struct Watermarks {
 
 impl Watermarks {
     /// The kernel's watermarks for `config`, all zones together.
-    pub fn for_config(config: &Config) -> Watermarks {
+    pub(crate) fn for_config(config: &Config) -> Watermarks {
         Watermarks::per_zone(config).into_iter().fold(Watermarks::default(), |a, w| Watermarks {
             min: a.min + w.min,
             low: a.low + w.low,
@@ -84,7 +84,7 @@ impl Watermarks {
     }
 
     /// The watermarks of each zone of `config`, lowest zone first.
-    pub fn per_zone(config: &Config) -> Vec<Watermarks> {
+    pub(crate) fn per_zone(config: &Config) -> Vec<Watermarks> {
         let pages = config.memory_pages();
         let kbytes = pages * 4;
         let min_kbytes =
@@ -104,7 +104,7 @@ impl Watermarks {
 
 /// The pages of each zone of `config`, lowest first: the bounds that fall inside memory cut it,
 /// the rest is the highest zone (as `mem=` trims the zones above the end of memory).
-pub fn zone_pages(config: &Config) -> Vec<u64> {
+pub(crate) fn zone_pages(config: &Config) -> Vec<u64> {
     let total = config.memory_pages();
     let mut out = Vec::new();
     let mut prev = 0;

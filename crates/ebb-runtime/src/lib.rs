@@ -119,7 +119,7 @@ impl Builder {
 
     /// Sets a knob by its kernel name: any knob of the registry (`ebb_core::config::knobs`:
     /// `dirty_ratio`, `dirty_bytes`, `throttle`, ..., and the per-backend `max_ratio`, `wbt`,
-    /// `wbt_lat_usec`, ... applied to every backend); sizes as `ebb_core::config::size` says
+    /// `wbt_lat_usec`, ... applied to every backend); sizes as `ebb_core::config::parse_size` says
     /// (`64M` is 64 MiB, `64MB` 64,000,000 bytes). An unknown name or a malformed or
     /// out-of-range value is refused here; impossible combinations at `build`. Knobs apply in
     /// order, after the builder's other settings (`memory_bytes` replaces [`Builder::memory`]).

@@ -7,12 +7,12 @@
 //! refuses an invalid configuration.
 //!
 //! Every knob is declared once, in `knobs.rs`, which writes the structs and the registry
-//! ([`registry`]: name, scope, unit, kind and range, default, doc). Setting by name, range
+//! ([`Knob`]: name, scope, unit, kind and range, default, doc). Setting by name, range
 //! checks, this table, the simulator's experiment files, the command line's knob flags and the
 //! runtime's `Builder::knob` all read the registry. Semantics follow `/proc/sys/vm` and
 //! `/sys/class/bdi`; a per-backend knob set by name applies to every backend.
 //!
-//! Sizes follow one convention everywhere ([`size`]): a bare number is bytes; `K`, `M`, `G`,
+//! Sizes follow one convention everywhere ([`parse_size`]): a bare number is bytes; `K`, `M`, `G`,
 //! `T` (either case, optionally followed by `iB`) are powers of 1024; `KB` (or `kB`), `MB`,
 //! `GB`, `TB` are powers of 1000. So `64M` is 64 MiB and `64MB` is 64,000,000 bytes.
 //!
@@ -64,8 +64,8 @@
 //! <!-- end of knob table -->
 
 mod knobs;
-pub mod registry;
-pub mod size;
+mod registry;
+mod size;
 
 use std::fmt;
 use std::str::FromStr;
@@ -472,7 +472,7 @@ impl Config {
         self.memory_bytes / PAGE_SIZE
     }
 
-    /// Sets a knob by its `/proc/sys/vm` name (sizes as [`size`] says); a backend knob is set
+    /// Sets a knob by its `/proc/sys/vm` name (sizes as [`parse_size`] says); a backend knob is set
     /// on every backend. The value's form and range are checked here, its sense beside the
     /// other knobs by [`Config::validate`].
     pub fn set_knob(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {

@@ -114,7 +114,8 @@ pub(crate) enum Access {
     Backend { get: fn(&BackendConfig) -> Option<Value>, set: fn(&mut BackendConfig, &Value) },
 }
 
-/// One knob of the registry. All knobs: [`knobs`]; one by name: [`knob`].
+/// One knob of the registry. All knobs: [`knobs`](fn@super::knobs); one by name:
+/// [`knob`](fn@super::knob).
 pub struct Knob {
     /// The kernel's name (`dirty_ratio`), or ebb's own for knobs the kernel lacks.
     pub name: &'static str,

@@ -49,7 +49,7 @@ impl Durability {
 
 impl Engine {
     /// Before a driver syncs `inode`'s backend file: the mark to report with
-    /// [`Event::FileSynced`] once the sync has succeeded. Writes completed before this call
+    /// [`Event::FileSynced`](crate::Event::FileSynced) once the sync has succeeded. Writes completed before this call
     /// are durable then.
     pub fn durable_mark(&mut self, inode: InodeId) -> u64 {
         let Some(meta) = self.inodes.get_mut(&inode) else { return 0 };
