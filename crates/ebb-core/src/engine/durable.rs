@@ -12,10 +12,11 @@
 //! of an epoch up to the mark is then durable. Runs of one epoch that touch are merged, so a
 //! stream keeps one run per sync.
 
-use super::{Engine, PageMaps};
-use crate::ids::InodeId;
 use std::collections::VecDeque;
 use std::ops::Range;
+
+use super::{Engine, PageMaps};
+use crate::ids::InodeId;
 
 /// One file's runs written but not yet synced.
 #[derive(Clone, Debug, Default)]
