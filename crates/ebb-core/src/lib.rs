@@ -6,6 +6,17 @@
 //! sequence of inputs always yields the same sequence of outputs.
 #![forbid(unsafe_code)]
 
+/// Asserts an invariant where the state it covers changes (`assert!`'s arguments): checked in
+/// debug builds (every test, a debug `ebb swarm`) and with the `invariants` feature (CI's
+/// release swarm), compiled out otherwise, where the code goes on as it always did.
+macro_rules! invariant {
+    ($($arg:tt)*) => {
+        if cfg!(any(debug_assertions, feature = "invariants")) {
+            assert!($($arg)*);
+        }
+    };
+}
+
 mod bandwidth;
 pub mod config;
 mod engine;
