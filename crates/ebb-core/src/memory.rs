@@ -259,6 +259,18 @@ impl Memory {
         self.overcommitted
     }
 
+    /// Frames and anonymous memory fit in memory, unless anonymous memory was charged beyond it
+    /// ([`Memory::add_anon`], the one way they may not): checked where either grows.
+    fn check_budget(&self) {
+        invariant!(
+            self.overcommitted || self.allocated() + self.anon() <= self.total,
+            "{} frames and {} anonymous pages exceed the {} pages of memory",
+            self.allocated(),
+            self.anon(),
+            self.total
+        );
+    }
+
     /// Clears the overcommit once frames and anonymous memory fit again.
     fn settle_overcommit(&mut self) {
         if self.overcommitted && self.allocated() + self.anon() <= self.total {
@@ -272,6 +284,7 @@ impl Memory {
         let n = want.min(self.zone_free(z).saturating_sub(floor));
         self.zones[z].anon += n;
         self.anon_owned += n;
+        self.check_budget();
         n
     }
 
@@ -396,6 +409,7 @@ impl Memory {
             out.push(FrameId(id));
         }
         self.zones[z].allocated += n as u64;
+        self.check_budget();
         n
     }
 
@@ -404,6 +418,7 @@ impl Memory {
         let meta = &self.frames[frame.index()];
         assert_eq!(meta.list, List::None, "frame {frame} released while on an LRU list");
         let zone = &mut self.zones[usize::from(meta.zone)];
+        invariant!(zone.allocated > 0, "frame {frame} released from a zone with none allocated");
         zone.free_ids.push(frame.0);
         zone.allocated -= 1;
         self.settle_overcommit();
@@ -609,5 +624,17 @@ mod tests {
         m.unlink(frames[2]);
         m.release(frames[2]);
         assert_eq!(m.allocated(), 2);
+    }
+
+    /// Planted: anonymous memory beyond memory without the overcommit that allows it (no
+    /// operation makes this; the test sets it by hand) is caught at the next allocation.
+    #[test]
+    #[should_panic(expected = "exceed the 16384 pages of memory")]
+    fn frames_beyond_the_budget_are_caught() {
+        let mut m = Memory::new(&Config::new(64 << 20, BackendConfig::new("d")));
+        let mut frames = Vec::new();
+        assert_eq!(m.alloc(0, 8, 0, &mut frames), 8, "within the budget: no complaint");
+        m.zones[0].anon = m.zones[0].pages;
+        m.alloc(0, 1, 0, &mut frames);
     }
 }
