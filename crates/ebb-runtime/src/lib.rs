@@ -598,6 +598,15 @@ impl Ebb {
         self.shared().core.lock().engine.plant(bug)
     }
 
+    /// Checks the engine's accounting as the simulator does after every event
+    /// (`Engine::check_accounting`): its counters against a recount of every file's pages, its
+    /// frames against the budget. For tests (the swarm over real threads) at a quiet moment: a
+    /// writer in the middle of a write makes it an error rather than a wait.
+    #[doc(hidden)]
+    pub fn check_accounting(&self) -> Result<(), String> {
+        self.shared().check_accounting()
+    }
+
     /// The engine's configuration as built: the knobs applied, and each backend's settings
     /// from its device (rotational, queue depth) and capabilities.
     pub fn config(&self) -> Config {

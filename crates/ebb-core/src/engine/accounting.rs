@@ -1,8 +1,10 @@
 //! The accounting check: the engine's counters against a recount of the page maps, and the
-//! frames against the memory budget. The simulator runs it after every event, the core's test
-//! drivers as they go.
+//! frames against the memory budget. The simulator runs it after every event, the runtime's
+//! swarm at the end of each seed (`Ebb::check_accounting`), the core's test drivers as they go.
 
 use super::{Counters, Engine, IoKind, MapStore};
+use crate::ids::InodeId;
+use crate::pagemap::PageMap;
 use crate::writer::Writer;
 
 /// The page counts [`Engine::check_accounting`] compares, in its order.
@@ -14,6 +16,16 @@ impl Engine {
     /// recount, nothing is negative, and `clean + dirty + writeback + unstable = resident`.
     /// Also checks the frame budget. For tests and the simulator's checkers (O(pages)).
     pub fn check_accounting(&self, maps: &MapStore, writers: &[&Writer]) -> Result<(), String> {
+        self.check_accounting_of(maps.iter(), writers)
+    }
+
+    /// [`Engine::check_accounting`] over page maps a driver keeps its own way (the runtime keeps
+    /// each behind its file's lock): every map the engine may have lent pages to, by inode.
+    pub fn check_accounting_of<'a>(
+        &self,
+        maps: impl IntoIterator<Item = (InodeId, &'a PageMap)>,
+        writers: &[&Writer],
+    ) -> Result<(), String> {
         let (per_backend, total) = self.recount(maps)?;
         let pending = self.pending_counts(writers);
         self.check_counters(&per_backend, &total, &pending)?;
@@ -22,10 +34,13 @@ impl Engine {
 
     /// Every page map recounted, checked against its own counts, and summed per backend and in
     /// total, in the order of [`COUNTED`].
-    fn recount(&self, maps: &MapStore) -> Result<(Vec<[i64; 5]>, [i64; 5]), String> {
+    fn recount<'a>(
+        &self,
+        maps: impl IntoIterator<Item = (InodeId, &'a PageMap)>,
+    ) -> Result<(Vec<[i64; 5]>, [i64; 5]), String> {
         let mut per_backend = vec![[0i64; 5]; self.wbs.len()];
         let mut total = [0i64; 5];
-        for (inode, map) in maps.iter() {
+        for (inode, map) in maps {
             let c = map.recount();
             if c != map.counts() {
                 return Err(format!(
