@@ -44,9 +44,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::bufpool::BufPool;
 use crate::frames::FramePool;
 pub(crate) mod durable;
-mod writeio;
+mod io_threads;
 
-pub(crate) use writeio::Lane;
+pub(crate) use io_threads::Lane;
 
 pub(crate) const PAGE: usize = PAGE_SIZE as usize;
 
