@@ -406,7 +406,7 @@ fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A size argument (`4GiB`, `512M`, `1048576`; `ebb_core::config::size` says the units).
+/// A size argument (`4GiB`, `512M`, `1048576`; `ebb_core::config::parse_size` says the units).
 fn size_arg(flag: &str, value: &str) -> anyhow::Result<u64> {
     config::parse_size(value).map_err(|reason| Usage(format!("{flag}: {reason}")).into())
 }

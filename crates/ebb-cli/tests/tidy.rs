@@ -14,10 +14,12 @@
 //! - No source file is longer than `LINES_MAX` lines outside its tests (files under `tests/`,
 //!   files named `tests.rs`, and everything from a file's `#[cfg(test)]` on do not count), but
 //!   the files of `RATCHET`, which may not grow and leave the list once split.
-//! - No circle inside a crate: the top-level modules of a crate's `src/`, with an arrow from a
-//!   module to each module its code names (`crate::name`, `super::name` reaching the crate
-//!   root, outside comments and tests), form no cycle, but the crates of `CYCLES_LEFT`, whose
-//!   modules in cycles may only become fewer. In ebb-core only `engine/` implements `Engine`:
+//! - No circle inside a crate, at any depth: the children of each module (the crate root's
+//!   top-level modules, `config`'s `knobs` and `registry`, ...), with an arrow from one to
+//!   another when code inside the first names the second or anything in it (`crate::a::b`,
+//!   `super::b`, `self::b`, `b::x` for a child `b`, outside comments and tests), form no cycle,
+//!   but the modules of `CYCLES_LEFT`, which may only become fewer. ebb-core's files name
+//!   what they use: no `use super::*` outside tests. In ebb-core only `engine/` implements `Engine`:
 //!   the controllers (flusher, reclaim, wbt, ...) own their state and the engine drives them,
 //!   so no `impl Engine` elsewhere reaches back into the engine's fields.
 
@@ -44,8 +46,9 @@ const RATCHET: &[(&str, usize)] = &[];
 /// Constants a table names that are not defined yet (each must leave the list once defined).
 const CONSTANTS_MISSING: &[(&str, &str)] = &[];
 
-/// Crates whose top-level modules still form cycles, with the modules in them: the list may
-/// only shrink (a module leaving a cycle leaves it, a crate without cycles leaves the list).
+/// Crates whose modules still form cycles, with the modules in them by path (`config::knobs`):
+/// the list may only shrink (a module leaving a cycle leaves it, a crate without cycles leaves
+/// the list).
 const CYCLES_LEFT: &[(&str, &[&str])] = &[];
 
 fn workspace_root() -> PathBuf {
@@ -310,83 +313,134 @@ fn source_files_stay_within_the_budget() {
     assert!(wrong.is_empty(), "file sizes (tests/tidy.rs):\n{}", wrong.join("\n"));
 }
 
-/// The top-level modules `code` (of a file `depth` directories below `src/`) names: `crate::m`,
-/// `crate::{m, n::x}` and `super::m` where that `super` is the crate root.
-fn named_modules(code: &str, depth: usize) -> BTreeSet<String> {
-    let ident = |s: &str| -> String {
-        s.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
-    };
-    let mut names = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        if code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
-            continue;
-        }
-        let rest = &code[at + "crate::".len()..];
-        match rest.strip_prefix('{') {
-            Some(group) => {
-                // The first name of each top-level item of the group.
-                let (mut level, mut start) = (0, 0);
-                for (i, c) in group.char_indices() {
-                    match c {
-                        '{' => level += 1,
-                        '}' if level == 0 => {
-                            names.insert(ident(&group[start..i]));
-                            break;
-                        }
-                        '}' => level -= 1,
-                        ',' if level == 0 => {
-                            names.insert(ident(&group[start..i]));
-                            start = i + 1;
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            None => {
-                names.insert(ident(rest));
-            }
-        }
+/// A module's path, as its names from the crate root (`[]` for the root).
+type ModPath = Vec<String>;
+
+/// The module a source file under `src` defines: `a/b.rs` and `a/b/mod.rs` are `a::b`,
+/// `lib.rs` and `main.rs` the root.
+fn module_path(src: &Path, file: &Path) -> ModPath {
+    let rel = file.strip_prefix(src).unwrap_or(file);
+    let mut parts: ModPath =
+        rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.strip_suffix(".rs").unwrap_or(&last);
+    if !["mod", "lib", "main"].contains(&stem) || !parts.is_empty() && stem != "mod" {
+        parts.push(stem.to_owned());
     }
-    for (at, _) in code.match_indices("super::") {
-        if code[..at].ends_with("super::")
-            || code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-        {
-            continue;
-        }
-        let mut rest = &code[at..];
-        let mut ups = 0;
-        while let Some(r) = rest.strip_prefix("super::") {
-            rest = r;
-            ups += 1;
-        }
-        if ups > depth {
-            names.insert(ident(rest));
-        }
-    }
-    names.remove("");
-    names
+    parts
 }
 
-/// A crate's module graph: each top-level module of `src/` and the top-level modules it names.
-fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let top = |path: &Path| -> Option<(String, usize)> {
-        let rel = path.strip_prefix(src).ok()?;
-        let first = rel.components().next()?.as_os_str().to_string_lossy();
-        let name = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
-        let depth = rel.components().count() - 1;
-        (!["lib", "main"].contains(&name.as_str())).then_some((name, depth))
+/// The leading identifier of `s` (after blanks).
+fn ident(s: &str) -> String {
+    s.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+}
+
+/// The items of a `{...}` group whose text starts just after the `{`, up to its `}`.
+fn group_items(group: &str) -> Vec<&str> {
+    let (mut level, mut start, mut items) = (0, 0, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => level += 1,
+            '}' if level == 0 => {
+                items.push(&group[start..i]);
+                break;
+            }
+            '}' => level -= 1,
+            ',' if level == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items
+}
+
+/// Reads the rest of a path after `prefix::` (names and `{...}` groups): every path it spells.
+fn spell(rest: &str, prefix: ModPath, out: &mut Vec<ModPath>) {
+    let rest = rest.trim_start();
+    if let Some(group) = rest.strip_prefix('{') {
+        for item in group_items(group) {
+            spell(item, prefix.clone(), out);
+        }
+        return;
+    }
+    let name = ident(rest);
+    if name.is_empty() || name == "self" {
+        out.push(prefix);
+        return;
+    }
+    let after = &rest.trim_start()[name.len()..];
+    let mut path = prefix;
+    path.push(name);
+    match after.strip_prefix("::") {
+        Some(after) => spell(after, path, out),
+        None => out.push(path),
+    }
+}
+
+/// The paths `code` (of module `at`, whose child modules are `children`) names, made absolute:
+/// `crate::a::b`, `super::a` (any number of `super`s), `self::a` and `child::a`, with groups
+/// (`crate::{a::X, b::{Y, Z}}`) read as several paths.
+fn named_paths(code: &str, at: &[String], children: &BTreeSet<String>) -> Vec<ModPath> {
+    let mut out = Vec::new();
+    let word_before = |at: usize| {
+        code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$')
     };
-    let files: Vec<(String, usize, PathBuf)> = rust_files(src)
-        .into_iter()
-        .filter_map(|file| top(&file).map(|(name, depth)| (name, depth, file)))
-        .collect();
-    let modules: BTreeSet<String> = files.iter().map(|(name, ..)| name.clone()).collect();
-    let mut graph: BTreeMap<String, BTreeSet<String>> =
-        modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
-    for (name, depth, file) in &files {
+    for (i, _) in code.match_indices("::") {
+        let start = code[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |p| p + 1);
+        let first = &code[start..i];
+        if first.is_empty() || code[..start].ends_with("::") || word_before(start) {
+            continue;
+        }
+        let mut rest = &code[i + 2..];
+        let base: ModPath = match first {
+            "crate" => Vec::new(),
+            "self" => at.to_vec(),
+            "super" => {
+                let mut ups = 1;
+                while let Some(r) = rest.strip_prefix("super::") {
+                    rest = r;
+                    ups += 1;
+                }
+                at[..at.len().saturating_sub(ups)].to_vec()
+            }
+            child if children.contains(child) => {
+                let mut base = at.to_vec();
+                base.push(child.to_owned());
+                base
+            }
+            _ => continue,
+        };
+        spell(rest, base, &mut out);
+    }
+    out
+}
+
+/// A crate's module graph at every depth: for each module with submodules, an arrow between
+/// two of its children when code inside the first (at any depth) names the second or anything
+/// inside it (outside comments and tests). A child naming its parent's items, or a parent its
+/// children's, is no arrow: only siblings can form a circle.
+fn module_graphs(src: &Path) -> BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> {
+    let files: Vec<(ModPath, PathBuf)> =
+        rust_files(src).into_iter().map(|file| (module_path(src, &file), file)).collect();
+    let modules: BTreeSet<ModPath> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut graphs: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for module in modules.iter().filter(|m| !m.is_empty()) {
+        let (parent, name) = module.split_at(module.len() - 1);
+        graphs.entry(parent.to_vec()).or_default().entry(name[0].clone()).or_default();
+    }
+    for (at, file) in &files {
         if file.file_name().is_some_and(|f| f == "tests.rs") {
             continue;
         }
+        let children: BTreeSet<String> = modules
+            .iter()
+            .filter(|m| m.len() == at.len() + 1 && m.starts_with(at))
+            .map(|m| m[at.len()].clone())
+            .collect();
         let text = std::fs::read_to_string(file).expect("read source");
         let code: String = text
             .lines()
@@ -394,13 +448,21 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             .map(|line| line.split("//").next().unwrap_or(""))
             .collect::<Vec<_>>()
             .join("\n");
-        for named in named_modules(&code, *depth) {
-            if named != *name && modules.contains(&named) {
-                graph.get_mut(name).expect("module").insert(named);
+        for path in named_paths(&code, at, &children) {
+            // The module it names: the longest prefix of the path that is a module.
+            let Some(target) =
+                (0..=path.len()).rev().map(|n| &path[..n]).find(|p| modules.contains(*p))
+            else {
+                continue;
+            };
+            let common = at.iter().zip(target).take_while(|(a, b)| a == b).count();
+            if common < at.len() && common < target.len() {
+                let siblings = graphs.get_mut(&at[..common]).expect("parent module");
+                siblings.get_mut(&at[common]).expect("module").insert(target[common].clone());
             }
         }
     }
-    graph
+    graphs
 }
 
 /// The modules of `graph` that lie on a cycle, each with one cycle through it.
@@ -436,13 +498,36 @@ fn modules_in_cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<Str
     found
 }
 
+/// Every module of a crate on a circle among its siblings, by its full path (`config::knobs`),
+/// with one circle through it.
+fn crate_cycles(src: &Path) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for (parent, graph) in module_graphs(src) {
+        let full = |name: &str| {
+            parent.iter().map(String::as_str).chain([name]).collect::<Vec<_>>().join("::")
+        };
+        for (module, cycle) in modules_in_cycles(&graph) {
+            let cycle: Vec<String> = cycle.iter().map(|m| full(m)).collect();
+            found.insert(full(&module), cycle.join(" -> "));
+        }
+    }
+    found
+}
+
 #[test]
 fn module_graph_reads_paths_and_finds_cycles() {
-    let code = "use crate::{a::X, b::{Y, Z}};\nuse crate::c;\nfn f() { super::d::g(); super::super::e::h(); }";
-    let at_root: Vec<String> = named_modules(code, 0).into_iter().collect();
-    assert_eq!(at_root, ["a", "b", "c", "d", "e"]);
-    let nested: Vec<String> = named_modules(code, 1).into_iter().collect();
-    assert_eq!(nested, ["a", "b", "c", "e"]);
+    let code = "use crate::{a::X, b::{Y, c::Z}};\nuse crate::c;\n\
+                fn f() { super::d::g(); super::super::e::h(); self::k::x(); kid::y(); std::kid::z(); }";
+    let kids: BTreeSet<String> = ["kid".to_owned()].into();
+    let at: ModPath = vec!["m".to_owned(), "n".to_owned()];
+    let paths: BTreeSet<String> =
+        named_paths(code, &at, &kids).into_iter().map(|p| p.join("::")).collect();
+    let want = ["a::X", "b::Y", "b::c::Z", "c", "m::d::g", "e::h", "m::n::k::x", "m::n::kid::y"];
+    assert_eq!(paths, want.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>());
+    let src = Path::new("/s/src");
+    assert_eq!(module_path(src, Path::new("/s/src/lib.rs")), ModPath::new());
+    assert_eq!(module_path(src, Path::new("/s/src/a/mod.rs")), ["a"]);
+    assert_eq!(module_path(src, Path::new("/s/src/a/b.rs")), ["a", "b"]);
     let graph: BTreeMap<String, BTreeSet<String>> =
         [("a", &["b"][..]), ("b", &["c"][..]), ("c", &["a", "d"][..]), ("d", &[][..])]
             .into_iter()
@@ -453,18 +538,37 @@ fn module_graph_reads_paths_and_finds_cycles() {
     assert_eq!(cycles["a"], ["a", "b", "c", "a"]);
 }
 
+/// A circle two levels down (`config::knobs` <-> `config::registry` in a crate of its own) is
+/// found, and one through the parent (`config` naming its child, the child `super::`) is not.
+#[test]
+fn circles_are_found_at_every_depth() {
+    let dir = std::env::temp_dir().join(format!("ebb-tidy-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("config")).unwrap();
+    let write = |path: &str, text: &str| std::fs::write(src.join(path), text).unwrap();
+    write("lib.rs", "mod config;\n");
+    write("config/mod.rs", "mod knobs;\nmod registry;\npub use knobs::Knob;\nstruct C;\n");
+    write("config/knobs.rs", "use super::C;\npub struct Knob(super::registry::Entry);\n");
+    write("config/registry.rs", "pub struct Entry;\nfn f() { crate::config::knobs::Knob; }\n");
+    let cycles = crate_cycles(&src);
+    assert_eq!(cycles.keys().collect::<Vec<_>>(), ["config::knobs", "config::registry"]);
+    write("config/registry.rs", "pub struct Entry;\n");
+    assert!(crate_cycles(&src).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn no_circle_inside_a_crate() {
     let root = workspace_root();
     let left: BTreeMap<&str, &[&str]> = CYCLES_LEFT.iter().copied().collect();
     let mut wrong = Vec::new();
     for (name, dir) in crates(&root) {
-        let cycles = modules_in_cycles(&module_graph(&dir.join("src")));
+        let cycles = crate_cycles(&dir.join("src"));
         let allowed: BTreeSet<&str> =
             left.get(name.as_str()).copied().unwrap_or(&[]).iter().copied().collect();
         for (module, cycle) in &cycles {
             if !allowed.contains(module.as_str()) {
-                wrong.push(format!("{name}: {}", cycle.join(" -> ")));
+                wrong.push(format!("{name}: {cycle}"));
             }
         }
         for module in &allowed {
@@ -474,6 +578,34 @@ fn no_circle_inside_a_crate() {
         }
     }
     assert!(wrong.is_empty(), "module cycles (tests/tidy.rs):\n{}", wrong.join("\n"));
+}
+
+/// ebb-core's files say what they use: no `use super::*` outside tests (a test module may
+/// take everything of the module it tests).
+#[test]
+fn no_glob_import_of_the_parent_in_the_core() {
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for file in rust_files(&root.join("crates/ebb-core/src")) {
+        if file.file_name().is_some_and(|f| f == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read source");
+        for (index, line) in text.lines().enumerate() {
+            if line.starts_with("#[cfg(test)]") {
+                break;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("super::*") {
+                found.push(format!("{}:{}: {}", relative(&root, &file), index + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "`use super::*` in ebb-core (name what you use):\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]

@@ -68,19 +68,19 @@ use crate::time::Duration;
 /// 100 MB/s in 4 KiB pages per second.
 pub const INIT_BW: u64 = 25_600;
 /// Fixed-point shift of position ratios: 1.0 is 1024.
-pub const RATELIMIT_CALC_SHIFT: u32 = 10;
+pub(crate) const RATELIMIT_CALC_SHIFT: u32 = 10;
 /// The least time between two bandwidth estimates, and the delay of the update armed when a
 /// file's writeback ends (the kernel's `BANDWIDTH_INTERVAL`, `max(HZ / 5, 1)` jiffies).
-pub const BANDWIDTH_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const BANDWIDTH_INTERVAL: Duration = Duration::from_millis(200);
 
 /// [`BANDWIDTH_INTERVAL`] in ticks of a `hz` clock, at least one (`HZ / 5` exactly).
-pub fn bandwidth_interval_jiffies(hz: u64) -> u64 {
+pub(crate) fn bandwidth_interval_jiffies(hz: u64) -> u64 {
     BANDWIDTH_INTERVAL.jiffies(hz).max(1)
 }
 
 /// The estimator state of one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rates {
+pub(crate) struct Rates {
     /// Jiffies of the last update.
     pub bw_time_stamp: u64,
     /// Completed pages at the last update.
@@ -101,7 +101,7 @@ pub struct Rates {
 
 impl Rates {
     /// Initial estimates at `now_jiffies`.
-    pub fn new(now_jiffies: u64) -> Rates {
+    pub(crate) fn new(now_jiffies: u64) -> Rates {
         Rates {
             bw_time_stamp: now_jiffies,
             written_stamp: 0,
@@ -116,7 +116,7 @@ impl Rates {
 
     /// Starts every estimate at `pages_per_sec` instead of the kernel's 100 MB/s (a known
     /// device; see `BackendConfig::initial_write_bandwidth`).
-    pub fn seed(&mut self, pages_per_sec: u64) {
+    pub(crate) fn seed(&mut self, pages_per_sec: u64) {
         let bw = pages_per_sec.max(1);
         self.write_bandwidth = bw;
         self.avg_write_bandwidth = bw;
@@ -127,14 +127,14 @@ impl Rates {
     /// Resets the stamps without producing a sample (the kernel's
     /// `wb_bandwidth_estimate_start` after more than 1 s of idleness), so idle time does not
     /// count as zero bandwidth.
-    pub fn restart(&mut self, now_jiffies: u64, written: u64, dirtied: u64) {
+    pub(crate) fn restart(&mut self, now_jiffies: u64, written: u64, dirtied: u64) {
         self.bw_time_stamp = now_jiffies;
         self.written_stamp = written;
         self.dirtied_stamp = dirtied;
     }
 
     /// Folds a new bandwidth sample in (kernel `wb_update_write_bandwidth`).
-    pub fn update_write_bandwidth(&mut self, elapsed: u64, written: u64, hz: u64) {
+    pub(crate) fn update_write_bandwidth(&mut self, elapsed: u64, written: u64, hz: u64) {
         let period = roundup_pow_of_two(3 * hz);
         let elapsed = elapsed.max(1);
         let inst = u128::from(written.saturating_sub(self.written_stamp)) * u128::from(hz);
@@ -162,7 +162,7 @@ impl Rates {
     /// 1/1024; `dirty_cmp`/`setpoint_cmp` are the dirty count and setpoint the direction
     /// filter compares (global ones, or the backend's own under strictlimit). Uses the previous
     /// `write_bandwidth`, so call it before [`Rates::update_write_bandwidth`].
-    pub fn update_dirty_ratelimit(
+    pub(crate) fn update_dirty_ratelimit(
         &mut self,
         elapsed: u64,
         dirtied: u64,

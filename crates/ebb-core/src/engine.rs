@@ -41,13 +41,13 @@ pub(crate) const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub(crate) const HOLD_BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between retries of one file (the backoff doubles up to it).
 pub(crate) const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// The longest wait between retries of one file while its backend cannot be reached: each
-/// retry is the probe that finds the server back, so writers go on within this of its return
-/// (issue 34 asks 5 s; with 30 s they waited 22-30 s). A retry against a server that is down
-/// fails at once (refused) or after its transport's timeout, so probing this often costs
-/// little.
+/// The longest wait between retries of one file while its backend cannot be reached: each retry is
+/// the probe that finds the server back, so writers go on within this of its return (issue 34 asks
+/// 5 s; with 30 s they waited 22-30 s). A retry against a server that is down fails at once
+/// (refused) or after its transport's timeout, so probing this often costs little.
 pub(crate) const OUTAGE_PROBE_MAX: Duration = Duration::from_secs(2);
 
+mod accounting;
 mod completion;
 mod durable;
 mod forget;
@@ -72,13 +72,13 @@ pub use planted::CoreBug;
 
 use crate::bandwidth::Rates;
 use crate::config::{Config, ConfigError};
-use crate::event::{Action, ErrorClass, Event, IoClass, IoError, Issuer, Stability, errno};
-use crate::flusher::{Flusher, Submissions, Submitter};
+use crate::event::{Action, Event, IoError, Issuer};
+use crate::flusher::{Flusher, Submissions};
 use crate::fprop::{EventProportions, Local, Proportions};
 use crate::ids::{BackendId, FrameId, GroupId, HandleId, InodeId, IoId, RequestId, WriterId};
 use crate::memory::{List, Memory};
-use crate::pagemap::{CommitBatch, Run, WriteEnd};
-use crate::stats::{BdiStats, FileErrors, MemInfo, Stats};
+use crate::pagemap::{CommitBatch, Run};
+use crate::stats::{FileErrors, Stats};
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::Writer;

@@ -48,13 +48,13 @@ use crate::ids::{InodeId, IoId, RequestId};
 use crate::time::{Duration, Instant};
 
 /// Chunks are multiples of this many pages (4 MiB).
-pub const MIN_WRITEBACK_PAGES: u64 = 1024;
+pub(crate) const MIN_WRITEBACK_PAGES: u64 = 1024;
 /// The flusher's chunk is at most the dirty limit divided by this.
-pub const DIRTY_SCOPE: u64 = 8;
+pub(crate) const DIRTY_SCOPE: u64 = 8;
 
 /// Why the flusher runs a work (the kernel's `wb_reason` names, used in traces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Over the background threshold.
     Background,
     /// Reclaim found dirty pages and asked for them to be written.
@@ -67,7 +67,7 @@ pub enum Reason {
 
 impl Reason {
     /// The kernel's trace name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Reason::Background => "background",
             Reason::Vmscan => "vmscan",
@@ -273,7 +273,8 @@ impl Flusher {
         let seq = self.next_seq();
         *self.place(inode) = Place { list: List::Dirty, dirtied_when: now, seq };
         let was_empty = self.dirty.is_empty();
-        self.dirty.insert((now, seq), inode);
+        let replaced = self.dirty.insert((now, seq), inode);
+        invariant!(replaced.is_none(), "inode {inode} took the dirty-list key of {replaced:?}");
         if let Some(period) = period
             && was_empty
             && self.timer.is_none()
@@ -286,14 +287,22 @@ impl Flusher {
     /// Takes a file off whichever list it is on.
     pub(crate) fn unlist(&mut self, inode: InodeId) {
         let place = *self.place(inode);
-        match place.list {
-            List::None => {}
+        let removed = match place.list {
+            List::None => 1,
             List::Dirty => {
-                self.dirty.remove(&(place.dirtied_when, place.seq));
+                let at = self.dirty.remove(&(place.dirtied_when, place.seq));
+                usize::from(at == Some(inode))
             }
-            List::Io => self.io.retain(|&i| i != inode),
-            List::MoreIo => self.more_io.retain(|&i| i != inode),
-        }
+            List::Io => remove_all(&mut self.io, inode),
+            List::MoreIo => remove_all(&mut self.more_io, inode),
+        };
+        // A file the flusher picked is off the io list while its place still says io.
+        let expected = if place.list == List::Io { 0..=1 } else { 1..=1 };
+        invariant!(
+            expected.contains(&removed),
+            "inode {inode} was {removed} times on the {:?} list",
+            place.list
+        );
         self.place(inode).list = List::None;
     }
 
@@ -309,7 +318,8 @@ impl Flusher {
         place.seq = seq;
         place.list = List::Dirty;
         let key = (place.dirtied_when, seq);
-        self.dirty.insert(key, inode);
+        let replaced = self.dirty.insert(key, inode);
+        invariant!(replaced.is_none(), "inode {inode} took the dirty-list key of {replaced:?}");
     }
 
     /// To the end of the next pass (its chunk used up, so large files take turns).
@@ -338,6 +348,11 @@ impl Flusher {
         }
         let mut moved = 0;
         for inode in postponed.into_iter().chain(expired) {
+            let from = self.place(inode).list;
+            invariant!(
+                matches!(from, List::MoreIo | List::Dirty),
+                "inode {inode} queued for IO from the {from:?} list"
+            );
             self.place(inode).list = List::Io;
             self.io.push_back(inode);
             moved += 1;
@@ -704,5 +719,43 @@ impl crate::pagemap::PageMap {
     /// it when it takes the file and sets it again if pages stay dirty.
     pub fn set_inode_dirty(&mut self, dirty: bool) {
         self.inode_dirty_flag(dirty);
+    }
+}
+
+/// Takes every `inode` off `list`, returning how many there were (one, if the lists are right).
+fn remove_all(list: &mut VecDeque<InodeId>, inode: InodeId) -> usize {
+    let before = list.len();
+    list.retain(|&i| i != inode);
+    before - list.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Flusher;
+    use crate::ids::InodeId;
+    use crate::time::Instant;
+
+    /// A file goes on the dirty list once, to the io list, and off it.
+    #[test]
+    fn a_file_moves_between_the_lists() {
+        let mut f = Flusher::new(Instant::ZERO);
+        f.mark_dirty(InodeId(1), Instant::ZERO, None);
+        f.mark_dirty(InodeId(1), Instant::ZERO, None);
+        assert_eq!(f.listed(), 1, "listed once");
+        assert_eq!(f.queue_io(Instant::ZERO), 1);
+        f.unlist(InodeId(1));
+        assert_eq!(f.listed(), 0);
+    }
+
+    /// Planted: the io list holds the file twice (no operation does this; the test pushes it
+    /// by hand); taking the file off finds it.
+    #[test]
+    #[should_panic(expected = "inode 1 was 2 times on the Io list")]
+    fn a_file_listed_twice_is_caught() {
+        let mut f = Flusher::new(Instant::ZERO);
+        f.mark_dirty(InodeId(1), Instant::ZERO, None);
+        assert_eq!(f.queue_io(Instant::ZERO), 1);
+        f.io.push_back(InodeId(1));
+        f.unlist(InodeId(1));
     }
 }

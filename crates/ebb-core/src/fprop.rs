@@ -38,13 +38,13 @@
 use crate::time::{Duration, Instant};
 
 /// Length of one aging period.
-pub const PERIOD: Duration = Duration::from_secs(3);
+pub(crate) const PERIOD: Duration = Duration::from_secs(3);
 /// Fixed-point base of `max_ratio` fractions.
-pub const FRAC_BASE: u64 = 1024;
+pub(crate) const FRAC_BASE: u64 = 1024;
 
 /// The global count.
 #[derive(Clone, Debug)]
-pub struct Proportions {
+pub(crate) struct Proportions {
     events: u64,
     period: u64,
     period_start: Instant,
@@ -52,19 +52,19 @@ pub struct Proportions {
 
 /// One backend's count.
 #[derive(Clone, Debug, Default)]
-pub struct Local {
+pub(crate) struct Local {
     events: u64,
     period: u64,
 }
 
 impl Proportions {
     /// A fresh global count whose first period starts at `now`.
-    pub fn new(now: Instant) -> Proportions {
+    pub(crate) fn new(now: Instant) -> Proportions {
         Proportions { events: 1, period: 0, period_start: now }
     }
 
     /// Ages the global count to `now`.
-    pub fn advance(&mut self, now: Instant) {
+    pub(crate) fn advance(&mut self, now: Instant) {
         let elapsed = now.saturating_since(self.period_start).as_nanos() / PERIOD.as_nanos();
         if elapsed == 0 {
             return;
@@ -87,7 +87,7 @@ impl Proportions {
 
     /// Records `n` completions for `local` at `now`. With `max_frac < FRAC_BASE` the events
     /// are dropped once the local fraction already exceeds `max_frac / FRAC_BASE`.
-    pub fn add(&mut self, now: Instant, local: &mut Local, n: u64, max_frac: u64) {
+    pub(crate) fn add(&mut self, now: Instant, local: &mut Local, n: u64, max_frac: u64) {
         self.advance(now);
         local.events = self.reflect(local);
         local.period = self.period;
@@ -105,7 +105,7 @@ impl Proportions {
 
     /// The fraction `(num, den)` of recent completions that are `local`'s, `0 <= num <= den`,
     /// `den >= 1`.
-    pub fn fraction(&self, local: &Local) -> (u64, u64) {
+    pub(crate) fn fraction(&self, local: &Local) -> (u64, u64) {
         let den = self.events.max(1);
         let num = self.reflect(local).min(den);
         (num, den)
@@ -117,7 +117,7 @@ impl Proportions {
 /// `2^shift` events
 /// and counts halve at each period boundary.
 #[derive(Clone, Debug)]
-pub struct EventProportions {
+pub(crate) struct EventProportions {
     half: u64,
     in_period: u64,
     events: u64,
@@ -127,7 +127,7 @@ pub struct EventProportions {
 impl EventProportions {
     /// Periods of `2^shift` events; the kernel chose `shift = 2 + ilog2(dirty_total - 1)`, so
     /// half a period is about the dirty limit. Counts halve every `2^(shift-1)` events.
-    pub fn new(shift: u32) -> EventProportions {
+    pub(crate) fn new(shift: u32) -> EventProportions {
         EventProportions {
             half: 1 << shift.max(1).saturating_sub(1),
             in_period: 0,
@@ -142,7 +142,7 @@ impl EventProportions {
     }
 
     /// Records `n` events for `local`, halving every count at each period boundary crossed.
-    pub fn add(&mut self, local: &mut Local, n: u64) {
+    pub(crate) fn add(&mut self, local: &mut Local, n: u64) {
         let mut left = n;
         while left > 0 {
             local.events = self.reflect(local);
@@ -161,7 +161,7 @@ impl EventProportions {
     }
 
     /// `local`'s fraction of recent events.
-    pub fn fraction(&self, local: &Local) -> (u64, u64) {
+    pub(crate) fn fraction(&self, local: &Local) -> (u64, u64) {
         let den = self.events.max(1);
         (self.reflect(local).min(den), den)
     }

@@ -57,7 +57,7 @@ use crate::config::PAGE_SIZE;
 
 /// The knobs that set the global thresholds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DirtyKnobs {
+pub(crate) struct DirtyKnobs {
     /// Percent of dirtyable memory.
     pub dirty_ratio: u32,
     /// Bytes; takes precedence when nonzero.
@@ -70,7 +70,7 @@ pub struct DirtyKnobs {
 
 /// The global thresholds, in pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Thresholds {
+pub(crate) struct Thresholds {
     /// Hard threshold (`dirty_thresh`).
     pub thresh: u64,
     /// Background threshold.
@@ -79,12 +79,12 @@ pub struct Thresholds {
 
 /// Dirtyable memory in pages (kernel `global_dirtyable_memory`): free pages above the reserve,
 /// plus file pages, plus one so it is never zero.
-pub fn dirtyable_memory(free: u64, reserve: u64, file_pages: u64) -> u64 {
+pub(crate) fn dirtyable_memory(free: u64, reserve: u64, file_pages: u64) -> u64 {
     free - free.min(reserve) + file_pages + 1
 }
 
 /// `thresh` and `bg_thresh` for `avail` dirtyable pages (kernel `domain_dirty_limits`).
-pub fn thresholds(avail: u64, knobs: &DirtyKnobs) -> Thresholds {
+pub(crate) fn thresholds(avail: u64, knobs: &DirtyKnobs) -> Thresholds {
     let from_ratio = |ratio: u32| -> u64 {
         let ratio_pp = u128::from(ratio) * u128::from(PAGE_SIZE) / 100;
         (ratio_pp * u128::from(avail) / u128::from(PAGE_SIZE)) as u64
@@ -106,23 +106,23 @@ pub fn thresholds(avail: u64, knobs: &DirtyKnobs) -> Thresholds {
 }
 
 /// The point below which writers are not throttled at all.
-pub fn freerun(thresh: u64, bg_thresh: u64) -> u64 {
+pub(crate) fn freerun(thresh: u64, bg_thresh: u64) -> u64 {
     (thresh + bg_thresh) / 2
 }
 
 /// The hard limit: the larger of `thresh` and the smoothed `dirty_limit`.
-pub fn hard_limit(thresh: u64, dirty_limit: u64) -> u64 {
+pub(crate) fn hard_limit(thresh: u64, dirty_limit: u64) -> u64 {
     thresh.max(dirty_limit)
 }
 
 /// The throttling setpoint, halfway between freerun and the limit.
-pub fn setpoint(freerun: u64, limit: u64) -> u64 {
+pub(crate) fn setpoint(freerun: u64, limit: u64) -> u64 {
     (freerun + limit) / 2
 }
 
 /// One update of the smoothed limit (kernel `update_dirty_limit`, every 200 ms): up at once,
 /// down by 1/32 of the gap, never below `dirty`.
-pub fn follow_dirty_limit(dirty_limit: u64, thresh: u64, dirty: u64) -> u64 {
+pub(crate) fn follow_dirty_limit(dirty_limit: u64, thresh: u64, dirty: u64) -> u64 {
     if dirty_limit < thresh {
         return thresh;
     }
@@ -132,7 +132,7 @@ pub fn follow_dirty_limit(dirty_limit: u64, thresh: u64, dirty: u64) -> u64 {
 
 /// A backend's share of `thresh` (kernel `__wb_calc_thresh`), from its completion fraction
 /// `num/den`, its min/max ratios and the sum of every backend's min ratio (all percent).
-pub fn wb_thresh(
+pub(crate) fn wb_thresh(
     thresh: u64,
     num: u64,
     den: u64,
@@ -149,12 +149,12 @@ pub fn wb_thresh(
 }
 
 /// The most pages `seconds` of writing at `bw` pages/s take (`dirty_seconds`); no cap for 0.
-pub fn seconds_cap(seconds: u64, bw: u64) -> u64 {
+pub(crate) fn seconds_cap(seconds: u64, bw: u64) -> u64 {
     if seconds == 0 { u64::MAX } else { seconds.saturating_mul(bw) }
 }
 
 /// A backend's background threshold: its share of `bg_thresh`.
-pub fn wb_bg_thresh(wb_thresh: u64, bg_thresh: u64, thresh: u64) -> u64 {
+pub(crate) fn wb_bg_thresh(wb_thresh: u64, bg_thresh: u64, thresh: u64) -> u64 {
     if thresh == 0 {
         0
     } else {
@@ -164,25 +164,20 @@ pub fn wb_bg_thresh(wb_thresh: u64, bg_thresh: u64, thresh: u64) -> u64 {
 
 /// Pages a writer may dirty before its next check while in freerun (kernel
 /// `dirty_poll_interval`): about the square root of the remaining headroom.
-pub fn dirty_poll_interval(dirty: u64, thresh: u64) -> u64 {
+pub(crate) fn dirty_poll_interval(dirty: u64, thresh: u64) -> u64 {
     if thresh > dirty { 1 << (ilog2(thresh - dirty) / 2) } else { 1 }
-}
-
-/// The per-CPU safety-net interval of the mature kernel (`ratelimit_pages`).
-pub fn ratelimit_pages(thresh: u64, nr_cpus: u32) -> u64 {
-    (thresh / (u64::from(nr_cpus) * 32)).max(16)
 }
 
 /// The 2.6.3x `ratelimit_pages`, which also sized the IO the legacy writer did itself:
 /// memory / (ncpus * 32), clamped to 16..=1024 pages.
-pub fn legacy_ratelimit_pages(memory_pages: u64, nr_cpus: u32) -> u64 {
+pub(crate) fn legacy_ratelimit_pages(memory_pages: u64, nr_cpus: u32) -> u64 {
     (memory_pages / (u64::from(nr_cpus) * 32)).clamp(16, 1024)
 }
 
 /// The 2.6.3x per-task threshold (`task_dirty_limit`): heavy dirtiers get a threshold up to
 /// `bdi_thresh / divisor` lower (divisor 8 in 2.6.3x, 16 in the 2010 IO-less posting), never
 /// below half of it. `num/den` is the task's share of recent dirtying.
-pub fn task_dirty_limit(bdi_thresh: u64, num: u64, den: u64, divisor: u64) -> u64 {
+pub(crate) fn task_dirty_limit(bdi_thresh: u64, num: u64, den: u64, divisor: u64) -> u64 {
     let den = den.max(1);
     let reduction =
         (u128::from(bdi_thresh / divisor) * u128::from(num.min(den)) / u128::from(den)) as u64;
@@ -190,12 +185,12 @@ pub fn task_dirty_limit(bdi_thresh: u64, num: u64, den: u64, divisor: u64) -> u6
 }
 
 /// floor(log2(x)) for x > 0, and 0 for 0.
-pub fn ilog2(x: u64) -> u32 {
+pub(crate) fn ilog2(x: u64) -> u32 {
     if x == 0 { 0 } else { 63 - x.leading_zeros() }
 }
 
 /// The smallest power of two not below `x` (1 for 0).
-pub fn roundup_pow_of_two(x: u64) -> u64 {
+pub(crate) fn roundup_pow_of_two(x: u64) -> u64 {
     x.max(1).next_power_of_two()
 }
 

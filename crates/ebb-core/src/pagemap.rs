@@ -462,6 +462,12 @@ impl PageMap {
         let slot = &mut c.slots[offset];
         let from = slot.state;
         debug_assert_ne!(from, to);
+        invariant!(
+            legal_transition(PageState::from_u8(from), PageState::from_u8(to)),
+            "page state {:?} -> {:?} is no legal transition",
+            PageState::from_u8(from),
+            PageState::from_u8(to)
+        );
         if from != 0 {
             c.count[from as usize] -= 1;
             bump(&mut self.counts, from, false);
@@ -505,6 +511,22 @@ impl PageMap {
         c.held -= 1;
         self.counts.held -= 1;
         true
+    }
+}
+
+/// The page-state changes the model allows (`None`: not resident): a page comes in clean (a
+/// read) or dirty (a write); only a dirty page goes under writeback; a write ends it clean,
+/// unstable (two-phase) or dirty again (failed), or frees it (truncated meanwhile); a COMMIT
+/// ends an unstable page clean or dirty; a write dirties a clean or unstable page; clean, dirty
+/// and unstable pages may be dropped (eviction, truncation). Writeback is left only by its end.
+fn legal_transition(from: Option<PageState>, to: Option<PageState>) -> bool {
+    use PageState::{Clean, Dirty, Unstable, Writeback};
+    match from {
+        None => matches!(to, Some(Clean | Dirty)),
+        Some(Clean) => matches!(to, Some(Dirty) | None),
+        Some(Dirty) => matches!(to, Some(Writeback) | None),
+        Some(Writeback) => matches!(to, Some(Clean | Unstable | Dirty) | None),
+        Some(Unstable) => matches!(to, Some(Clean | Dirty) | None),
     }
 }
 

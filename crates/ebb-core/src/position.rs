@@ -61,20 +61,20 @@ use crate::limits::{ilog2, roundup_pow_of_two};
 use crate::time::Duration;
 
 /// 1.0 in position-ratio fixed point.
-pub const ONE: u64 = 1 << RATELIMIT_CALC_SHIFT;
+pub(crate) const ONE: u64 = 1 << RATELIMIT_CALC_SHIFT;
 /// Pages below which checks are not worth doing more often.
-pub const DIRTY_POLL_THRESH: u64 = 32;
+pub(crate) const DIRTY_POLL_THRESH: u64 = 32;
 /// The longest pause a writer sleeps (the kernel's `MAX_PAUSE`, `max(HZ / 5, 1)` jiffies).
 pub const MAX_PAUSE: Duration = Duration::from_millis(200);
 
 /// [`MAX_PAUSE`] in ticks of a `hz` clock, at least one (`HZ / 5` exactly: 200 ms is a fifth of
 /// a second).
-pub fn max_pause_jiffies(hz: u64) -> u64 {
+pub(crate) fn max_pause_jiffies(hz: u64) -> u64 {
     MAX_PAUSE.jiffies(hz).max(1)
 }
 
 /// The cubic global control line (kernel `pos_ratio_polynom`), in 1/1024.
-pub fn pos_ratio_polynom(setpoint: u64, dirty: u64, limit: u64) -> u64 {
+pub(crate) fn pos_ratio_polynom(setpoint: u64, dirty: u64, limit: u64) -> u64 {
     let span = (limit as i64 - setpoint as i64) | 1;
     let x = ((setpoint as i64 - dirty as i64) << RATELIMIT_CALC_SHIFT) / span;
     let mut pos = x;
@@ -86,7 +86,7 @@ pub fn pos_ratio_polynom(setpoint: u64, dirty: u64, limit: u64) -> u64 {
 
 /// Everything position control reads, in pages and pages/s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PositionInputs {
+pub(crate) struct PositionInputs {
     /// Global hard threshold.
     pub thresh: u64,
     /// Global background threshold.
@@ -109,18 +109,18 @@ pub struct PositionInputs {
 
 impl PositionInputs {
     /// The global freerun ceiling.
-    pub fn freerun(&self) -> u64 {
+    pub(crate) fn freerun(&self) -> u64 {
         (self.thresh + self.bg_thresh) / 2
     }
 
     /// The global setpoint.
-    pub fn setpoint(&self) -> u64 {
+    pub(crate) fn setpoint(&self) -> u64 {
         (self.freerun() + self.limit) / 2
     }
 }
 
 /// The position ratio for a writer of this backend (kernel `wb_position_ratio`), in 1/1024.
-pub fn wb_position_ratio(p: &PositionInputs) -> u64 {
+pub(crate) fn wb_position_ratio(p: &PositionInputs) -> u64 {
     let freerun = p.freerun();
     let limit = p.limit;
     if p.dirty >= limit {
@@ -177,7 +177,7 @@ pub fn wb_position_ratio(p: &PositionInputs) -> u64 {
 
 /// The longest pause, jiffies (kernel `wb_max_pause`): about 1/8 of the time to write the
 /// backend's dirty pages, at most 200 ms.
-pub fn wb_max_pause(wb_dirty: u64, avg_write_bw: u64, hz: u64) -> u64 {
+pub(crate) fn wb_max_pause(wb_dirty: u64, avg_write_bw: u64, hz: u64) -> u64 {
     let max_pause = max_pause_jiffies(hz);
     let t = wb_dirty / (1 + avg_write_bw / roundup_pow_of_two(1 + hz / 8)) + 1;
     t.min(max_pause)
@@ -185,7 +185,7 @@ pub fn wb_max_pause(wb_dirty: u64, avg_write_bw: u64, hz: u64) -> u64 {
 
 /// The shortest pause worth sleeping, jiffies, and the pages to dirty before the next check
 /// (kernel `wb_min_pause`).
-pub fn wb_min_pause(
+pub(crate) fn wb_min_pause(
     max_pause: u64,
     avg_write_bw: u64,
     dirty_ratelimit: u64,

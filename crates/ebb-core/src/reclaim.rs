@@ -107,7 +107,7 @@ use crate::memory::List;
 use crate::time::{Duration, Instant};
 
 /// Pages reclaim isolates per batch (the kernel's `SWAP_CLUSTER_MAX`).
-pub const SWAP_CLUSTER_MAX: u64 = 32;
+pub(crate) const SWAP_CLUSTER_MAX: u64 = 32;
 
 /// The inode named by the [`crate::Action::Write`] of a swap-out: its run's first page is the swap
 /// slot.

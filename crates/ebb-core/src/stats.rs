@@ -1,7 +1,7 @@
 //! Counters the engine keeps about itself, and the `/proc/meminfo`- and `/sys/class/bdi`-shaped
 //! views drivers report.
 //!
-//! Each struct is declared once, through [`figures!`]: besides the struct, it lists every figure
+//! Each struct is declared once, through the `figures!` macro: besides the struct, it lists every figure
 //! with the name drivers show it under and its unit ([`Stats::figures`], [`MemInfo::figures`],
 //! [`BdiStats::figures`]), so a driver reports a new counter without naming it again (the
 //! runtime's `ebb stat` JSON is built from these lists). Counters are shown under their field

@@ -58,19 +58,19 @@
 use crate::memory::isqrt;
 use crate::time::{Duration, Instant};
 
-pub mod adaptive;
+pub(crate) mod adaptive;
 use adaptive::Adaptive;
 
 /// Default depth limit.
-pub const RWB_DEF_DEPTH: u32 = 16;
+pub(crate) const RWB_DEF_DEPTH: u32 = 16;
 /// Minimum writes per window for a valid sample.
-pub const RWB_MIN_WRITE_SAMPLES: u64 = 3;
+pub(crate) const RWB_MIN_WRITE_SAMPLES: u64 = 3;
 /// Unknown windows before drifting toward the default.
-pub const RWB_UNKNOWN_BUMP: u32 = 5;
+pub(crate) const RWB_UNKNOWN_BUMP: u32 = 5;
 
 /// How a write is limited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WbtClass {
+pub(crate) enum WbtClass {
     /// Flusher background and periodic writeback (`REQ_BACKGROUND`).
     Background,
     /// Other buffered writes (a legacy writer's own writeback).
@@ -156,7 +156,7 @@ pub struct Evaluation {
 
 /// The writeback throttle of one device.
 #[derive(Clone, Debug)]
-pub struct Wbt {
+pub(crate) struct Wbt {
     min_lat_nsec: u64,
     win_nsec: u64,
     cur_win_nsec: u64,
@@ -183,7 +183,12 @@ pub struct Wbt {
 
 impl Wbt {
     /// A throttle for a device with `queue_depth` request slots; `target_usec` 0 disables it.
-    pub fn new(queue_depth: u32, target_usec: u64, window_usec: u64, write_cache: bool) -> Wbt {
+    pub(crate) fn new(
+        queue_depth: u32,
+        target_usec: u64,
+        window_usec: u64,
+        write_cache: bool,
+    ) -> Wbt {
         let mut wbt = Wbt {
             min_lat_nsec: target_usec * 1_000,
             win_nsec: window_usec * 1_000,
@@ -212,7 +217,7 @@ impl Wbt {
     /// The throttle a backend's knobs ask for (`wbt`, `wbt_lat_usec`, `wbt_window_usec`,
     /// `hw_queue_depth`, `write_cache`; `max_write_pages` and `wbt_min_write_pages` for ebb's
     /// variant).
-    pub fn for_backend(b: &crate::config::BackendConfig) -> Wbt {
+    pub(crate) fn for_backend(b: &crate::config::BackendConfig) -> Wbt {
         let wbt = Wbt::new(b.hw_queue_depth, b.wbt_target_usec(), b.wbt_window_usec, b.write_cache);
         match b.wbt {
             crate::config::WbtMode::Ebb => wbt
@@ -230,7 +235,7 @@ impl Wbt {
     /// Selects ebb's variant ([`adaptive`]) for a backend whose writes are at most
     /// `max_write_pages` and, while reads are active, at least `min_write_pages`;
     /// `explicit_target`: the target given is the user's, keep it.
-    pub fn with_adaptive(
+    pub(crate) fn with_adaptive(
         mut self,
         explicit_target: bool,
         max_write_pages: u64,
@@ -242,7 +247,7 @@ impl Wbt {
 
     /// ebb's variant: background writeback may keep at least `depth` writes in flight (no
     /// effect on the kernel's algorithm).
-    pub fn with_min_depth(mut self, depth: u32) -> Wbt {
+    pub(crate) fn with_min_depth(mut self, depth: u32) -> Wbt {
         if let Some(a) = &mut self.adaptive {
             a.min_depth = depth.max(1);
         }
@@ -252,7 +257,7 @@ impl Wbt {
     /// ebb's variant: while reads are active, pace background writes of `write_pages`,
     /// keeping at least `min_duty_pct`% of the time for them (100: no pacing, writes shrink
     /// instead).
-    pub fn with_pacing(mut self, min_duty_pct: u32, write_pages: u64) -> Wbt {
+    pub(crate) fn with_pacing(mut self, min_duty_pct: u32, write_pages: u64) -> Wbt {
         if let Some(a) = &mut self.adaptive {
             a.min_duty = (min_duty_pct.clamp(1, 100) * adaptive::DUTY_ONE / 100).max(1);
             a.pace_write_pages = write_pages.max(1);
@@ -268,12 +273,12 @@ impl Wbt {
 
     /// When the gap after ebb's variant's last paced write ends, if one is pending: the
     /// engine's timer then lets the next background write go.
-    pub fn pace_timer(&self) -> Option<Instant> {
+    pub(crate) fn pace_timer(&self) -> Option<Instant> {
         self.adaptive.as_ref().and_then(|a| a.pace_until)
     }
 
     /// Forgets a gap that has ended by `now`.
-    pub fn end_gap(&mut self, now: Instant) {
+    pub(crate) fn end_gap(&mut self, now: Instant) {
         if let Some(a) = &mut self.adaptive
             && a.pace_until.is_some_and(|t| t <= now)
         {
@@ -290,7 +295,7 @@ impl Wbt {
     /// The largest write of `class` to issue now, for a backend whose largest is
     /// `max_write_pages`: for background writes of ebb's variant while reads are active,
     /// smaller, or, paced, `wbt_pace_write_pages`.
-    pub fn write_pages(&self, class: WbtClass, max_write_pages: u64, now: Instant) -> u64 {
+    pub(crate) fn write_pages(&self, class: WbtClass, max_write_pages: u64, now: Instant) -> u64 {
         match &self.adaptive {
             Some(a) if class == WbtClass::Background && self.paced(now) => a.pace_write_pages,
             Some(a) if self.enabled() && class == WbtClass::Background && self.close_io(now) => {
@@ -301,49 +306,49 @@ impl Wbt {
     }
 
     /// Whether the throttle is active.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.min_lat_nsec > 0
     }
 
     /// The current step (positive: scaled down).
-    pub fn scale_step(&self) -> i32 {
+    pub(crate) fn scale_step(&self) -> i32 {
         self.scale_step
     }
 
     /// Current maximum depth.
-    pub fn max_depth(&self) -> u32 {
+    pub(crate) fn max_depth(&self) -> u32 {
         self.max_depth
     }
 
     /// Current limit for normal buffered writes.
-    pub fn wb_normal(&self) -> u32 {
+    pub(crate) fn wb_normal(&self) -> u32 {
         self.wb_normal
     }
 
     /// Current limit for background writes.
-    pub fn wb_background(&self) -> u32 {
+    pub(crate) fn wb_background(&self) -> u32 {
         self.wb_background
     }
 
     /// The latency target, ns.
-    pub fn min_lat_nsec(&self) -> u64 {
+    pub(crate) fn min_lat_nsec(&self) -> u64 {
         self.min_lat_nsec
     }
 
     /// The minimum read latency of the last window that saw reads, ns (0 before any): the
     /// latency the controller compares with its target.
-    pub fn last_read_min_nsec(&self) -> u64 {
+    pub(crate) fn last_read_min_nsec(&self) -> u64 {
         self.last_read_min_ns
     }
 
     /// ebb's variant, pacing: the share of the time background writes may be in service
     /// while reads are active, per mille (1000 when unpaced or for the kernel's algorithm).
-    pub fn duty_permille(&self) -> u32 {
+    pub(crate) fn duty_permille(&self) -> u32 {
         self.duty() * 1000 / adaptive::DUTY_ONE
     }
 
     /// When the window timer fires, if armed.
-    pub fn timer(&self) -> Option<Instant> {
+    pub(crate) fn timer(&self) -> Option<Instant> {
         self.timer
     }
 
@@ -356,7 +361,7 @@ impl Wbt {
     }
 
     /// How many writes of `class` may be in flight now.
-    pub fn limit(&self, class: WbtClass, now: Instant) -> u32 {
+    pub(crate) fn limit(&self, class: WbtClass, now: Instant) -> u32 {
         if !self.enabled() {
             return u32::MAX;
         }
@@ -376,7 +381,7 @@ impl Wbt {
 
     /// Whether a write of `class` may be issued with `inflight` throttled writes in flight.
     /// Once the limit is reached, held writes wait for the wakeup rule (see [`Wbt::on_write_done`]).
-    pub fn may_issue(&mut self, class: WbtClass, inflight: u32, now: Instant) -> bool {
+    pub(crate) fn may_issue(&mut self, class: WbtClass, inflight: u32, now: Instant) -> bool {
         if !self.enabled() {
             return true;
         }
@@ -404,7 +409,7 @@ impl Wbt {
     /// A write completed with `inflight` throttled writes still in flight: applies the kernel's
     /// wakeup rule (with a volatile cache, wait until everything drained unless a dirtier is
     /// throttled; otherwise until a quarter of the normal limit is free).
-    pub fn on_write_done(&mut self, now: Instant, latency: Duration, inflight: u32) {
+    pub(crate) fn on_write_done(&mut self, now: Instant, latency: Duration, inflight: u32) {
         let w = &mut self.window;
         let ns = latency.as_nanos();
         w.write_min_ns = if w.writes == 0 { ns } else { w.write_min_ns.min(ns) };
@@ -432,7 +437,7 @@ impl Wbt {
     }
 
     /// A throttled write was issued: make sure the window is running.
-    pub fn on_write_issue(&mut self, now: Instant) {
+    pub(crate) fn on_write_issue(&mut self, now: Instant) {
         if let Some(a) = &mut self.adaptive {
             a.write_issued();
         }
@@ -440,7 +445,7 @@ impl Wbt {
     }
 
     /// A read was issued (`id` names it so its completion can clear the tracked read).
-    pub fn on_read_issue(&mut self, now: Instant, id: u64) {
+    pub(crate) fn on_read_issue(&mut self, now: Instant, id: u64) {
         self.last_read = Some(now);
         if self.tracked_read.is_none() {
             self.tracked_read = Some((now, id));
@@ -449,7 +454,7 @@ impl Wbt {
     }
 
     /// A read completed after `latency`; `id` is its issue identity, if it was tracked.
-    pub fn on_read_done(&mut self, now: Instant, latency: Duration, id: Option<u64>) {
+    pub(crate) fn on_read_done(&mut self, now: Instant, latency: Duration, id: Option<u64>) {
         self.last_read = Some(now);
         if id.is_some() && self.tracked_read.map(|t| t.1) == id {
             self.tracked_read = None;
@@ -470,7 +475,7 @@ impl Wbt {
     }
 
     /// A writer paused in `balance_dirty_pages` (the kernel's `last_bdp_sleep`).
-    pub fn on_bdp_wait(&mut self, now: Instant) {
+    pub(crate) fn on_bdp_wait(&mut self, now: Instant) {
         self.last_bdp_wait = Some(now);
     }
 
@@ -482,7 +487,7 @@ impl Wbt {
 
     /// The window timer fired: evaluate, scale, and re-arm if anything is in flight or the
     /// limits are scaled. `inflight` counts throttled writes in flight.
-    pub fn on_timer(&mut self, now: Instant, inflight: u32) -> Evaluation {
+    pub(crate) fn on_timer(&mut self, now: Instant, inflight: u32) -> Evaluation {
         self.timer = None;
         let status = self.status(now, inflight);
         let before = (self.scale_step, self.max_depth, self.size_shift(), self.duty());

@@ -160,6 +160,10 @@ impl ReserveHolder for Mutex<WriterState> {
         ws.sweeps_seen = sweep;
         Some(parking_lot::MutexGuard::map(ws, |ws| &mut ws.writer))
     }
+
+    fn peek_writer(&self) -> Option<parking_lot::MappedMutexGuard<'_, Writer>> {
+        Some(parking_lot::MutexGuard::map(self.try_lock()?, |ws| &mut ws.writer))
+    }
 }
 
 impl File {

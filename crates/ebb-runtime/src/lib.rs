@@ -119,7 +119,7 @@ impl Builder {
 
     /// Sets a knob by its kernel name: any knob of the registry (`ebb_core::config::knobs`:
     /// `dirty_ratio`, `dirty_bytes`, `throttle`, ..., and the per-backend `max_ratio`, `wbt`,
-    /// `wbt_lat_usec`, ... applied to every backend); sizes as `ebb_core::config::size` says
+    /// `wbt_lat_usec`, ... applied to every backend); sizes as `ebb_core::config::parse_size` says
     /// (`64M` is 64 MiB, `64MB` 64,000,000 bytes). An unknown name or a malformed or
     /// out-of-range value is refused here; impossible combinations at `build`. Knobs apply in
     /// order, after the builder's other settings (`memory_bytes` replaces [`Builder::memory`]).
@@ -596,6 +596,15 @@ impl Ebb {
     #[doc(hidden)]
     pub fn plant(&self, bug: ebb_core::CoreBug) -> bool {
         self.shared().core.lock().engine.plant(bug)
+    }
+
+    /// Checks the engine's accounting as the simulator does after every event
+    /// (`Engine::check_accounting`): its counters against a recount of every file's pages, its
+    /// frames against the budget. For tests (the swarm over real threads) at a quiet moment: a
+    /// writer in the middle of a write makes it an error rather than a wait.
+    #[doc(hidden)]
+    pub fn check_accounting(&self) -> Result<(), String> {
+        self.shared().check_accounting()
     }
 
     /// The engine's configuration as built: the knobs applied, and each backend's settings

@@ -44,9 +44,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::bufpool::BufPool;
 use crate::frames::FramePool;
 pub(crate) mod durable;
-mod writeio;
+mod io_threads;
 
-pub(crate) use writeio::Lane;
+pub(crate) use io_threads::Lane;
 
 pub(crate) const PAGE: usize = PAGE_SIZE as usize;
 
@@ -104,6 +104,8 @@ pub(crate) trait ReserveHolder: Send + Sync {
     /// The writer, if it is not writing now (its lock is free), marked as having answered
     /// request `sweep`.
     fn try_writer(&self, sweep: u64) -> Option<parking_lot::MappedMutexGuard<'_, Writer>>;
+    /// The writer, if it is not writing now, as it is (for the accounting check).
+    fn peek_writer(&self) -> Option<parking_lot::MappedMutexGuard<'_, Writer>>;
 }
 
 /// A one-shot answer a thread waits for.
@@ -573,6 +575,25 @@ impl Shared {
     /// A handle's writer joins the writers whose reserves [`Action::ReturnReserves`] reaches.
     pub(crate) fn writer_opened(&self, id: WriterId, holder: Weak<dyn ReserveHolder>) {
         self.writers_open.lock().insert(id, holder);
+    }
+
+    /// The engine's counters against a recount of every file's page map, and its frames
+    /// against the budget, given the open writers' reserves and pending batches
+    /// ([`Engine::check_accounting_of`]). A writer in the middle of a write is an error, not
+    /// waited for: call it when the writers are quiet. Takes each writer's lock (tried), then
+    /// `core`, `files` and every page map, in the usual order.
+    pub(crate) fn check_accounting(&self) -> Result<(), String> {
+        let open: Vec<_> = self.writers_open.lock().values().filter_map(Weak::upgrade).collect();
+        let writers = open
+            .iter()
+            .map(|holder| holder.peek_writer())
+            .collect::<Option<Vec<_>>>()
+            .ok_or("a writer is writing: check the accounting when the writers are quiet")?;
+        let writers: Vec<&Writer> = writers.iter().map(|w| &**w).collect();
+        let core = self.core.lock();
+        let files = self.files.read();
+        let maps: Vec<_> = files.values().map(|f| (f.inode, f.map.lock())).collect();
+        core.engine.check_accounting_of(maps.iter().map(|(inode, map)| (*inode, &**map)), &writers)
     }
 
     /// A handle's writer exited (its reserve went back with it).

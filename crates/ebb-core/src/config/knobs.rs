@@ -1,6 +1,8 @@
 //! The knobs, each declared once: its field, doc, default, unit and kind (parser and range).
 //! The [`declare_knobs!`] macro turns this into `Config`, `BackendConfig` and the registry (see
-//! `registry.rs`); the `config` module doc's table is rendered from it (a test checks it).
+//! `registry.rs`); the `config` module doc's table is rendered from it (a test checks it). The
+//! lookups over the table (`knob`, `parse_setting`, `doc_table`) are here too, so the registry
+//! (the types and the macro) names nothing of this file.
 //!
 //! To add a knob, add one entry to the `knobs` block of its struct: a doc whose first paragraph
 //! is the table's one-line meaning, then `name: Type = default, "unit", Kind;`. The type must be
@@ -9,7 +11,8 @@
 //! `--knob` and the command line's own flag, and `Builder::knob`, and its range is checked by
 //! `Config::validate`; checks that involve other knobs go in `Config::validate` by hand.
 
-use super::registry::{Access, Kind, Knob, KnobField, Scope, declare_knobs};
+use super::ConfigError;
+use super::registry::{Access, Kind, Knob, KnobField, Scope, Setting, declare_knobs};
 use super::{
     CounterReads, InitialBandwidth, IoPriority, MEMORY_BYTES_MAX, ReclaimPolicy, ThrottlePolicy,
     UnstableAccounting, WbtMode,
@@ -267,4 +270,63 @@ declare_knobs! {
             client_queue: bool = false,
         }
     }
+}
+
+/// Every knob, global ones first, in declaration order.
+pub fn knobs() -> &'static [Knob] {
+    KNOBS
+}
+
+/// The knob named `name`; the error lists the knobs.
+pub fn knob(name: &str) -> Result<&'static Knob, ConfigError> {
+    let name = name.trim();
+    knobs().iter().find(|knob| knob.name == name).ok_or_else(|| unknown_knob(name))
+}
+
+/// Parses `name=value` (as `--knob` takes it) into a setting.
+pub fn parse_setting(text: &str) -> Result<Setting, ConfigError> {
+    let Some((name, value)) = text.split_once('=') else {
+        return Err(ConfigError::new(text.trim(), "expected NAME=VALUE".to_owned()));
+    };
+    knob(name)?.parse(value)
+}
+
+fn unknown_knob(name: &str) -> ConfigError {
+    let names = |scope: Scope| {
+        knobs().iter().filter(|k| k.scope == scope).map(|k| k.name).collect::<Vec<_>>().join(", ")
+    };
+    ConfigError::new(
+        name,
+        format!(
+            "unknown knob; cache knobs: {}; backend knobs: {}",
+            names(Scope::Global),
+            names(Scope::Backend)
+        ),
+    )
+}
+
+/// The table of the `config` module doc, rendered from the registry (a test holds the doc to
+/// it).
+#[cfg(test)]
+pub(super) fn doc_table() -> String {
+    let mut out = String::from(
+        "| knob | scope | unit | default | range | meaning |\n|---|---|---|---|---|---|\n",
+    );
+    for knob in knobs() {
+        let default = match knob.default_value().map(|value| knob.render(&value)) {
+            Some(text) if text.is_empty() => "none".to_owned(),
+            Some(text) => text,
+            None => "unset".to_owned(),
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} |\n",
+            knob.name,
+            knob.scope.name(),
+            knob.unit,
+            default,
+            knob.kind.range_text(),
+            knob.summary()
+        ));
+    }
+    out
 }

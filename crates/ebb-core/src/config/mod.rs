@@ -7,16 +7,16 @@
 //! refuses an invalid configuration.
 //!
 //! Every knob is declared once, in `knobs.rs`, which writes the structs and the registry
-//! ([`registry`]: name, scope, unit, kind and range, default, doc). Setting by name, range
+//! ([`Knob`]: name, scope, unit, kind and range, default, doc). Setting by name, range
 //! checks, this table, the simulator's experiment files, the command line's knob flags and the
 //! runtime's `Builder::knob` all read the registry. Semantics follow `/proc/sys/vm` and
 //! `/sys/class/bdi`; a per-backend knob set by name applies to every backend.
 //!
-//! Sizes follow one convention everywhere ([`size`]): a bare number is bytes; `K`, `M`, `G`,
+//! Sizes follow one convention everywhere ([`parse_size`]): a bare number is bytes; `K`, `M`, `G`,
 //! `T` (either case, optionally followed by `iB`) are powers of 1024; `KB` (or `kB`), `MB`,
 //! `GB`, `TB` are powers of 1000. So `64M` is 64 MiB and `64MB` is 64,000,000 bytes.
 //!
-//! <!-- knob table: rendered from the registry by `registry::doc_table`; a test checks it -->
+//! <!-- knob table: rendered from the registry by `knobs::doc_table`; a test checks it -->
 //! | knob | scope | unit | default | range | meaning |
 //! |---|---|---|---|---|---|
 //! | `hz` | global | ticks/s | 1000 | 1..=10000 | Scheduler ticks per second; several kernel formulas round through it. |
@@ -64,14 +64,14 @@
 //! <!-- end of knob table -->
 
 mod knobs;
-pub mod registry;
-pub mod size;
+mod registry;
+mod size;
 
 use std::fmt;
 use std::str::FromStr;
 
-pub use knobs::{BackendConfig, Config};
-pub use registry::{Kind, Knob, Scope, Setting, Value, knob, knobs, parse_setting};
+pub use knobs::{BackendConfig, Config, knob, knobs, parse_setting};
+pub use registry::{Kind, Knob, Scope, Setting, Value};
 pub use size::{SIZE_UNITS, format_size, parse_size};
 
 /// Bytes in one page. The core counts everything in 4 KiB pages, as x86-64 Linux does.
@@ -488,7 +488,7 @@ impl Config {
         self.memory_bytes / PAGE_SIZE
     }
 
-    /// Sets a knob by its `/proc/sys/vm` name (sizes as [`size`] says); a backend knob is set
+    /// Sets a knob by its `/proc/sys/vm` name (sizes as [`parse_size`] says); a backend knob is set
     /// on every backend. The value's form and range are checked here, its sense beside the
     /// other knobs by [`Config::validate`].
     pub fn set_knob(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
@@ -745,7 +745,7 @@ mod tests {
     fn module_doc_table_matches_the_registry() {
         let source = include_str!("mod.rs");
         let expected: String =
-            registry::doc_table().lines().map(|line| format!("//! {line}\n")).collect();
+            knobs::doc_table().lines().map(|line| format!("//! {line}\n")).collect();
         let marker = source.find("//! <!-- knob table:").expect("the table's start marker");
         let start = marker + source[marker..].find('\n').expect("a line end") + 1;
         let end = source.find("//! <!-- end of knob table -->").expect("the table's end marker");

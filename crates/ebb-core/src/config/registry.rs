@@ -114,7 +114,8 @@ pub(crate) enum Access {
     Backend { get: fn(&BackendConfig) -> Option<Value>, set: fn(&mut BackendConfig, &Value) },
 }
 
-/// One knob of the registry. All knobs: [`knobs`]; one by name: [`knob`].
+/// One knob of the registry. All knobs: [`knobs`](fn@super::knobs); one by name:
+/// [`knob`](fn@super::knob).
 pub struct Knob {
     /// The kernel's name (`dirty_ratio`), or ebb's own for knobs the kernel lacks.
     pub name: &'static str,
@@ -334,63 +335,6 @@ impl fmt::Display for Setting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}={}", self.knob.name, self.knob.render(&self.value))
     }
-}
-
-/// Every knob, global ones first, in declaration order.
-pub fn knobs() -> &'static [Knob] {
-    super::knobs::KNOBS
-}
-
-/// The knob named `name`; the error lists the knobs.
-pub fn knob(name: &str) -> Result<&'static Knob, ConfigError> {
-    let name = name.trim();
-    knobs().iter().find(|knob| knob.name == name).ok_or_else(|| unknown_knob(name))
-}
-
-/// Parses `name=value` (as `--knob` takes it) into a setting.
-pub fn parse_setting(text: &str) -> Result<Setting, ConfigError> {
-    let Some((name, value)) = text.split_once('=') else {
-        return Err(ConfigError::new(text.trim(), "expected NAME=VALUE".to_owned()));
-    };
-    knob(name)?.parse(value)
-}
-
-fn unknown_knob(name: &str) -> ConfigError {
-    let names = |scope: Scope| {
-        knobs().iter().filter(|k| k.scope == scope).map(|k| k.name).collect::<Vec<_>>().join(", ")
-    };
-    ConfigError::new(
-        name,
-        format!(
-            "unknown knob; cache knobs: {}; backend knobs: {}",
-            names(Scope::Global),
-            names(Scope::Backend)
-        ),
-    )
-}
-
-/// The table of the `config` module doc, rendered from the registry.
-pub fn doc_table() -> String {
-    let mut out = String::from(
-        "| knob | scope | unit | default | range | meaning |\n|---|---|---|---|---|---|\n",
-    );
-    for knob in knobs() {
-        let default = match knob.default_value().map(|value| knob.render(&value)) {
-            Some(text) if text.is_empty() => "none".to_owned(),
-            Some(text) => text,
-            None => "unset".to_owned(),
-        };
-        out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} |\n",
-            knob.name,
-            knob.scope.name(),
-            knob.unit,
-            default,
-            knob.kind.range_text(),
-            knob.summary()
-        ));
-    }
-    out
 }
 
 /// How a field's type holds a knob's [`Value`]; implemented for the types knobs use.

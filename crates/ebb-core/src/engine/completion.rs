@@ -2,7 +2,17 @@
 //! arm, and the write-error policy (the parent module's doc) they carry out: classes, retries,
 //! the outage deadline and the requests that run its clock too, page waiters.
 
-use super::*;
+use super::{
+    CoreBug, Counters, Engine, FsyncPhase, HOLD_BACKOFF_MIN, IoKind, IoRecord, OUTAGE_PROBE_MAX,
+    PageMaps, RETRY_BACKOFF_MAX, RETRY_BACKOFF_MIN, WaitReason, Wb,
+};
+use crate::event::{Action, ErrorClass, IoError, Issuer, Stability, errno};
+use crate::ids::{BackendId, InodeId, IoId, RequestId, WriterId};
+use crate::memory::List;
+use crate::pagemap::{CommitBatch, Run, WriteEnd};
+use crate::time::{Duration, Instant};
+use crate::trace::TraceEvent;
+use crate::writer::Writer;
 
 impl Engine {
     pub(super) fn write_done<M: PageMaps>(

@@ -12,9 +12,11 @@
 //! of an epoch up to the mark is then durable. Runs of one epoch that touch are merged, so a
 //! stream keeps one run per sync.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
-use super::*;
+use super::{Engine, PageMaps};
+use crate::ids::InodeId;
 
 /// One file's runs written but not yet synced.
 #[derive(Clone, Debug, Default)]
@@ -48,7 +50,7 @@ impl Durability {
 
 impl Engine {
     /// Before a driver syncs `inode`'s backend file: the mark to report with
-    /// [`Event::FileSynced`] once the sync has succeeded. Writes completed before this call
+    /// [`Event::FileSynced`](crate::Event::FileSynced) once the sync has succeeded. Writes completed before this call
     /// are durable then.
     pub fn durable_mark(&mut self, inode: InodeId) -> u64 {
         let Some(meta) = self.inodes.get_mut(&inode) else { return 0 };

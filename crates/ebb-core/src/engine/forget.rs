@@ -1,7 +1,10 @@
 //! Forgetting files: a file no handle, page, IO, retry or unreported error keeps leaves the
 //! engine (the kernel's inode eviction), and the index of the files' retry deadlines.
 
-use super::*;
+use super::{Engine, PageMaps};
+use crate::event::Action;
+use crate::ids::InodeId;
+use crate::time::Instant;
 
 impl Engine {
     /// Forgets `inode` if nothing of it is left (the kernel evicting an unused inode): no open

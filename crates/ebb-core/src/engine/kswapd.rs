@@ -2,8 +2,9 @@
 //! balances every zone to `high`, instantly or in timed batches, and throttles itself while
 //! the pages it meets are under writeback.
 
-use super::*;
+use super::{Engine, PageMaps};
 use crate::reclaim::{SWAP_CLUSTER_MAX, Shrink, WRITEBACK_THROTTLE};
+use crate::time::{Duration, Instant};
 
 impl Engine {
     /// Wakes background reclaim (module doc). Instant mode (`kswapd_scan_ns` 0): balances the

@@ -3,7 +3,7 @@
 //! `planted-bugs` feature, which only ebb-sim's tests enable: without it [`Engine::plant`]
 //! refuses and every hook is a constant `false` the compiler removes.
 
-use super::*;
+use super::Engine;
 
 /// A bug to plant in the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,12 @@
 //! change. Writes need no such rule: a written page is resident, and a read never replaces a
 //! resident page (one evicted while the read was in flight is marked stale, `page_evicted`).
 
-use super::*;
+use std::collections::BTreeSet;
+
+use super::{CoreBug, Counters, Engine, InodeMeta, IoKind, IoRecord, PageMaps, ReadState};
+use crate::event::{Action, IoError, errno};
+use crate::ids::{BackendId, FrameId, InodeId, IoId, RequestId};
+use crate::pagemap::Run;
 
 /// The first readahead window on a sequential read, in pages (16 KiB).
 pub(crate) const READAHEAD_MIN_PAGES: u64 = 4;

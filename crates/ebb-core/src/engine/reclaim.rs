@@ -2,13 +2,15 @@
 //! allocations down the zonelist, direct reclaim, the scan of a zone's inactive list, swap-out
 //! and `pageout` writes, and the writers waiting for memory. Background reclaim: `kswapd.rs`.
 
-use super::*;
+use super::{Counters, Engine, IoKind, IoRecord, PageMaps, WaitReason};
 use crate::config::ReclaimPolicy;
-use crate::event::Verdict;
-use crate::memory::Watermarks;
-use crate::pagemap::{PageState, flag};
+use crate::event::{Action, IoClass, IoError, Issuer, Stability, Verdict};
+use crate::ids::{BackendId, FrameId, InodeId, IoId, WriterId};
+use crate::memory::{List, Watermarks};
+use crate::pagemap::{PageState, Run, flag};
 use crate::reclaim::{self, DirtyPage, SWAP_CLUSTER_MAX, SWAP_INODE, Shrink};
-use crate::writer::CallState;
+use crate::time::{Duration, Instant};
+use crate::writer::{CallState, Writer};
 
 impl Engine {
     /// Takes up to `want` frames for the cache, reclaiming if memory is low.
@@ -588,7 +590,8 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BackendConfig;
+    use crate::config::{BackendConfig, Config};
+    use crate::engine::MapStore;
     use crate::{Event, GroupId};
 
     /// 64 MiB in three zones of 4, 12 and 48 MiB (1024, 3072 and 12288 pages).

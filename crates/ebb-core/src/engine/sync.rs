@@ -1,7 +1,24 @@
 //! fsync, sync and close: the integrity writeback of a file or of everything, its phases
 //! (write, wait, commit) and its answers, and close-to-open flushing.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{
+    Engine, FsyncPhase, FsyncState, InodeMeta, IoKind, PageMaps, RETRY_BACKOFF_MIN, SyncState,
+};
+use crate::event::{Action, IoClass, IoError, Issuer, errno};
+use crate::flusher::Submitter;
+use crate::ids::{BackendId, HandleId, InodeId, IoId, RequestId};
+use crate::time::Duration;
+
+impl InodeMeta {
+    /// One of the file's handles closed: a close without an open is a bug (an `invariant!`);
+    /// where invariants are not checked, the count stays at zero.
+    pub(crate) fn handle_closed(&mut self) {
+        invariant!(self.handles > 0, "a handle closed on a file with no handle open");
+        self.handles = self.handles.saturating_sub(1);
+    }
+}
 
 impl Engine {
     /// A handle closes: at once, with any error it has not seen, or, on a `flush_on_close`
@@ -29,7 +46,7 @@ impl Engine {
         if let Some((inode, _)) = self.handles.remove(&handle)
             && let Some(meta) = self.inodes.get_mut(&inode)
         {
-            meta.handles = meta.handles.saturating_sub(1);
+            meta.handle_closed();
         }
         self.emit(Action::CloseDone { request, result });
     }
@@ -95,7 +112,7 @@ impl Engine {
             if let Some((inode, _)) = self.handles.remove(&state.handle)
                 && let Some(meta) = self.inodes.get_mut(&inode)
             {
-                meta.handles = meta.handles.saturating_sub(1);
+                meta.handle_closed();
             }
             self.emit(Action::CloseDone { request, result });
         } else {
@@ -274,5 +291,50 @@ impl Engine {
                 self.emit(Action::SyncDone { request, result: error.map_or(Ok(()), Err) });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{BackendConfig, Config};
+    use crate::engine::{Engine, MapStore};
+    use crate::event::{Action, Event};
+    use crate::ids::{BackendId, HandleId, InodeId, RequestId};
+    use crate::time::Instant;
+
+    /// An engine with one file open through `HandleId(1)`.
+    fn one_open_file() -> (Engine, MapStore) {
+        let config = Config::new(64 << 20, BackendConfig::new("data"));
+        let mut engine = Engine::new(config, Instant::ZERO).expect("valid");
+        let mut maps = MapStore::new();
+        let open = Event::Open { handle: HandleId(1), inode: InodeId(1), backend: BackendId(0) };
+        engine.handle(Instant::ZERO, open, &mut maps);
+        (engine, maps)
+    }
+
+    /// Closing the handle brings the file's count back to zero (the precondition of the
+    /// planted break below).
+    #[test]
+    fn a_close_takes_back_its_open() {
+        let (mut engine, mut maps) = one_open_file();
+        assert_eq!(engine.inodes[&InodeId(1)].handles, 1);
+        let close = Event::Close { handle: HandleId(1), request: RequestId(1) };
+        engine.handle(Instant::ZERO, close, &mut maps);
+        // Forgotten at once (nothing cached) or kept with no handle.
+        assert_eq!(engine.inodes.get(&InodeId(1)).map_or(0, |meta| meta.handles), 0);
+        let answered = std::iter::from_fn(|| engine.poll_action())
+            .any(|a| matches!(a, Action::CloseDone { result: Ok(()), .. }));
+        assert!(answered, "the close is answered");
+    }
+
+    /// Planted: the file's count lost its open (a bad state no event makes); the close that
+    /// would hide it under a saturating subtraction stops on the invariant instead.
+    #[test]
+    #[should_panic(expected = "a handle closed on a file with no handle open")]
+    fn a_close_without_an_open_is_caught() {
+        let (mut engine, mut maps) = one_open_file();
+        engine.inodes.get_mut(&InodeId(1)).expect("opened").handles = 0;
+        let close = Event::Close { handle: HandleId(1), request: RequestId(1) };
+        engine.handle(Instant::ZERO, close, &mut maps);
     }
 }

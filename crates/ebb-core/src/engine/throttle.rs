@@ -58,7 +58,7 @@ use crate::engine::{Engine, PageMaps, WaitReason};
 use crate::event::{Action, IoError, Issuer, Verdict};
 use crate::ids::{BackendId, WriterId};
 use crate::limits::{self, DirtyKnobs, Thresholds};
-use crate::position::{self, PositionInputs, max_pause_jiffies};
+use crate::position::max_pause_jiffies;
 use crate::time::{Duration, Instant};
 use crate::trace::TraceEvent;
 use crate::writer::{CallState, FRAME_BATCH, Writer};
@@ -93,6 +93,18 @@ pub(crate) struct Backend {
     pub(crate) dirty: u64,
     pub(crate) thresh: u64,
     pub(crate) bg_thresh: u64,
+}
+
+/// What a throttle check feeds the ratelimit update ([`Engine::update_bandwidth`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RatelimitInputs {
+    /// The writer's position ratio, in `RATELIMIT_CALC_SHIFT` fixed point.
+    pub(crate) pos_ratio: u64,
+    /// The dirty pages the position was taken against: the backend's under `strict_limit`, the
+    /// cache's otherwise.
+    pub(crate) dirty: u64,
+    /// Their setpoint.
+    pub(crate) setpoint: u64,
 }
 
 impl Engine {
@@ -303,12 +315,12 @@ impl Engine {
     }
 
     /// One update of the backend's bandwidth (and, from a throttle check, its ratelimit and
-    /// the global smoothed limit).
+    /// the global smoothed limit, against `thresh` and the cache's dirty pages `gdirty`).
     pub(crate) fn update_bandwidth(
         &mut self,
         b: BackendId,
         now_j: u64,
-        ratelimit: Option<(u64, u64, u64)>,
+        ratelimit: Option<RatelimitInputs>,
         thresh: u64,
         gdirty: u64,
     ) {
@@ -321,22 +333,15 @@ impl Engine {
         let wb = &mut self.wbs[b.index()];
         let elapsed = now_j.saturating_sub(wb.rates.bw_time_stamp);
         let (written, dirtied) = (wb.counters.written, wb.counters.dirtied);
-        if let Some((pos_ratio, dirty_cmp, setpoint_cmp)) = ratelimit {
-            wb.rates.update_dirty_ratelimit(
-                elapsed,
-                dirtied,
-                pos_ratio,
-                dirty_cmp,
-                setpoint_cmp,
-                hz,
-            );
+        if let Some(RatelimitInputs { pos_ratio, dirty, setpoint }) = ratelimit {
+            wb.rates.update_dirty_ratelimit(elapsed, dirtied, pos_ratio, dirty, setpoint, hz);
         }
         wb.rates.update_write_bandwidth(elapsed, written, hz);
         wb.rates.restart(now_j, written, dirtied);
         if ratelimit.is_some() && self.cfg.trace {
             let r = self.wbs[b.index()].rates.clone();
-            let task = ratelimit
-                .map_or(0, |(pos, _, _)| (r.dirty_ratelimit * pos) >> RATELIMIT_CALC_SHIFT);
+            let task =
+                ratelimit.map_or(0, |i| (r.dirty_ratelimit * i.pos_ratio) >> RATELIMIT_CALC_SHIFT);
             self.record(TraceEvent::BdiDirtyRatelimit {
                 bdi: b,
                 write_bw_kbps: r.write_bandwidth * 4,

@@ -2,7 +2,11 @@
 //! writes, outage deadlines, paused writers, kswapd's batches and owed commits that have come
 //! due.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use super::{Engine, FsyncPhase, PageMaps};
+use crate::ids::{BackendId, InodeId, RequestId};
+use crate::trace::TraceEvent;
 
 impl Engine {
     pub(super) fn timer<M: PageMaps>(&mut self, maps: &mut M) {

@@ -3,7 +3,8 @@
 //! file left without held pages is no longer retried (truncating is how a user gives up on
 //! data a permanent error keeps).
 
-use super::*;
+use super::{Counters, Engine, IoKind, IoRecord, PageMaps};
+use crate::ids::{InodeId, IoId};
 
 impl Engine {
     pub(super) fn truncate<M: PageMaps>(&mut self, inode: InodeId, first_page: u64, maps: &mut M) {

@@ -3,9 +3,13 @@
 //! (thresholds, bandwidth, a file's IO and error state), issues the writes the submitters take
 //! while request slots are free, and puts a file back on its lists after each chunk.
 
-use super::*;
-use crate::flusher::granules;
-use crate::flusher::{Exhausted, Next, Pick};
+use super::{Counters, Engine, IoKind, IoRecord, PageMaps, WRITEPAGES_SIZE_BUCKETS};
+use crate::event::{Action, IoClass, Issuer};
+use crate::flusher::{Exhausted, Next, Pick, Submitter, granules};
+use crate::ids::{BackendId, InodeId, IoId, RequestId, WriterId};
+use crate::pagemap::Run;
+use crate::time::{Duration, Instant};
+use crate::trace::TraceEvent;
 
 /// What one turn of a submitter did ([`Engine::submit_turn`]).
 enum Turn {

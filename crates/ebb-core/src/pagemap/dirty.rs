@@ -1,7 +1,8 @@
 //! Dirtying: a writer's pages become dirty (new pages take frames), tags for integrity
 //! writeback, and held pages released for another try.
 
-use super::*;
+use super::{CHUNK_PAGES, CHUNK_SHIFT, DirtyOutcome, DirtyStop, PageMap, PageState, Slot, flag};
+use crate::ids::FrameId;
 
 impl PageMap {
     /// A writer writes pages `[first, first + count)`.

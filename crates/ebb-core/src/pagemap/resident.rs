@@ -1,7 +1,11 @@
 //! Resident pages: lookups for reads, clean pages inserted by reads, eviction by reclaim,
 //! truncation, and iteration.
 
-use super::*;
+use super::{
+    CHUNK_PAGES, CHUNK_SHIFT, EMPTY, PageInfo, PageMap, PageState, Run, Slot, StateCounts,
+    TruncateOutcome, bump, flag,
+};
+use crate::ids::FrameId;
 
 impl PageMap {
     /// Looks up `[first, first + count)` for a read: marks resident pages referenced and

@@ -174,3 +174,30 @@ fn lookup_insert_and_evict() {
     assert!(map.evict(0).is_some());
     assert_eq!(map.counts().resident, 9);
 }
+
+/// The transitions every operation makes are legal ones, and the states a page may not jump
+/// between are not (under writeback only through the write's end).
+#[test]
+fn legal_transitions_by_hand() {
+    use PageState::{Clean, Dirty, Unstable, Writeback};
+    assert!(legal_transition(None, Some(Dirty)));
+    assert!(legal_transition(Some(Dirty), Some(Writeback)));
+    assert!(legal_transition(Some(Writeback), Some(Unstable)));
+    assert!(legal_transition(Some(Unstable), Some(Clean)));
+    assert!(!legal_transition(None, Some(Writeback)));
+    assert!(!legal_transition(Some(Clean), Some(Writeback)));
+    assert!(!legal_transition(Some(Dirty), Some(Clean)));
+    assert!(!legal_transition(Some(Writeback), Some(Writeback)));
+}
+
+/// Planted: a clean page moved straight to writeback (no operation does this; the test calls
+/// the bookkeeping by hand) is caught where it happens.
+#[test]
+#[should_panic(expected = "page state Some(Clean) -> Some(Writeback) is no legal transition")]
+fn an_illegal_transition_is_caught() {
+    let mut map = PageMap::new();
+    let (inserted, _) = map.insert_clean(0, &frames(1));
+    assert_eq!(inserted.len(), 1);
+    let chunk = map.chunk_for(0, false).expect("resident");
+    map.transition(chunk, 0, PageState::Writeback as u8);
+}

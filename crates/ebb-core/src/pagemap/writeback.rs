@@ -1,7 +1,11 @@
 //! Writeback and commit: dirty runs taken for writing, their completions (stable, unstable
 //! with a verifier, or failed), and two-phase commits resolved by verifier.
 
-use super::*;
+use super::{
+    CHUNK_PAGES, CHUNK_SHIFT, CommitBatch, CommitOutcome, EMPTY, EndOutcome, PageMap, PageState,
+    Run, Slot, WriteEnd, flag,
+};
+use crate::ids::FrameId;
 
 /// Whether [`PageMap::start_writeback`] takes this page with these filters.
 fn writeback_eligible(s: &Slot, tagged_only: bool, skip_held: bool) -> bool {

@@ -100,28 +100,28 @@
 //! the write just completed, so there is no estimate to wait for.
 
 /// The idle tail is the p99 of the last this many to twice this many idle reads.
-pub const TAIL_SAMPLES: u32 = 4096;
+pub(crate) const TAIL_SAMPLES: u32 = 4096;
 /// The target is the idle tail plus the idle latency shifted right this much.
-pub const MARGIN_SHIFT: u32 = 2;
+pub(crate) const MARGIN_SHIFT: u32 = 2;
 /// The target is at most this many times the idle latency.
-pub const TAIL_CAP: u64 = 4;
+pub(crate) const TAIL_CAP: u64 = 4;
 /// Idle reads counted before their p99 is the idle tail.
-pub const TAIL_MIN_SAMPLES: u32 = 1000;
+pub(crate) const TAIL_MIN_SAMPLES: u32 = 1000;
 /// The lowest target, ns.
-pub const TARGET_FLOOR_NS: u64 = 20_000;
+pub(crate) const TARGET_FLOOR_NS: u64 = 20_000;
 /// A window is EXCEEDED when more than one read in this many missed the target.
-pub const TAIL_ONE_IN: u64 = 100;
+pub(crate) const TAIL_ONE_IN: u64 = 100;
 /// A window minimum above the idle estimate raises it by 1/2^this of the difference.
-pub const IDLE_RISE_SHIFT: u32 = 4;
+pub(crate) const IDLE_RISE_SHIFT: u32 = 4;
 
 use crate::time::{Duration, Instant};
 
 /// A duty of one: background writes unpaced.
-pub const DUTY_ONE: u32 = 1024;
+pub(crate) const DUTY_ONE: u32 = 1024;
 /// A met window adds this share of `DUTY_ONE` back to the duty.
-pub const DUTY_STEPS: u32 = 16;
+pub(crate) const DUTY_STEPS: u32 = 16;
 /// The longest gap after one write, ns.
-pub const GAP_MAX_NS: u64 = 20_000_000;
+pub(crate) const GAP_MAX_NS: u64 = 20_000_000;
 
 /// Log buckets of the idle tail: 4 an octave from 1 us (2^10 ns) to 2^34 ns (17 s).
 const TAIL_BUCKETS: usize = 4 * 24;

@@ -364,8 +364,8 @@ fn run(policy: ThrottlePolicy, ops: &[Op]) {
         let c = map.counts();
         assert_eq!(c.writeback, 0, "{inode}: pages left under writeback");
         assert_eq!(c.unstable, 0, "{inode}: unstable pages after a sync");
-        let held = map.pages().filter(|(_, p)| p.flags & ebb_core::pagemap::flag::HELD != 0).count()
-            as u64;
+        let held =
+            map.pages().filter(|(_, p)| p.flags & ebb_core::page_flag::HELD != 0).count() as u64;
         assert_eq!(c.dirty, held, "{inode}: dirty pages that are not held by an error");
     }
 }

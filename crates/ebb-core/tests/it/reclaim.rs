@@ -2,7 +2,7 @@
 //! swaps out to the swap backend when memory is short, completed swap-outs free memory, and the
 //! budget always holds.
 
-use ebb_core::reclaim::SWAP_INODE;
+use ebb_core::SWAP_INODE;
 use ebb_core::*;
 
 fn config(swap: bool) -> Config {

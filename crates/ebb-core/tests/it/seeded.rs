@@ -1,7 +1,7 @@
 //! Where the bandwidth estimate starts (`initial_write_bandwidth`), and what a start near a
 //! fast device's speed must not break: the global dirty limit under `dirty_seconds`.
 
-use ebb_core::bandwidth::INIT_BW;
+use ebb_core::INIT_BW;
 use ebb_core::*;
 
 use crate::harness::*;

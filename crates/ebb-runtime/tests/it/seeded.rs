@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ebb_backend::{Backend, BackendFile, Capabilities, MemBackend, OpenOptions};
-use ebb_core::{BackendConfig, PAGE_SIZE, bandwidth::INIT_BW};
+use ebb_core::{BackendConfig, INIT_BW, PAGE_SIZE};
 use ebb_runtime::Builder;
 
 /// A memory backend that declares a write speed (a test double for a backend that knows its

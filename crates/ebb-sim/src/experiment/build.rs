@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::case::build_case;
+use super::case::{build_case, is_plain_name};
 use super::check::{Check, CompareOp, Template};
 use super::expr::Expr;
 use super::schema::{RawCheck, RawExperiment, RawPublished, RawQuick, RawReference};
@@ -169,12 +169,6 @@ fn build_references(
         });
     }
     Ok(references)
-}
-
-pub(super) fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        && !name.starts_with('.')
 }
 
 pub(super) fn build_quick(path: &Path, raw: Option<RawQuick>) -> Result<Quick, ExperimentError> {

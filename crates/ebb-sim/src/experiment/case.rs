@@ -6,7 +6,6 @@ use std::path::Path;
 use ebb_core::config::{self, Knob, Scope, Setting};
 use ebb_core::{BackendConfig, Config, Duration};
 
-use super::build::is_plain_name;
 use super::error::At;
 use super::faults::{build_crash, build_fault};
 use super::schema::{RawBackend, RawCase};
@@ -248,4 +247,10 @@ pub(super) fn knob_text(value: &toml::Value) -> Result<String, String> {
             other.type_str()
         )),
     }
+}
+
+pub(super) fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && !name.starts_with('.')
 }

@@ -67,7 +67,7 @@
 //!
 //! # Values
 //!
-//! Sizes are TOML integers (bytes) or strings with a unit, read by `ebb_core::config::size`
+//! Sizes are TOML integers (bytes) or strings with a unit, read by `ebb_core::config::parse_size`
 //! (coreutils' convention): `K`, `M`, `G`, `T` in either case, optionally followed by `iB`,
 //! are powers of 1024; `KB` (or `kB`), `MB`, `GB`, `TB` powers of 1000; no unit is bytes
 //! (`"4GiB"`, `"512M"`, `"1.5GiB"`, `"1000MB"`). Durations are strings with a unit: `ns`,
@@ -131,7 +131,7 @@
 //! `schema.rs` is the file as written (serde structs); `build.rs` turns it into an
 //! [`Experiment`] (variants, published rows, checks), `case.rs` the cases (devices, knobs through
 //! the registry) and `workload.rs` their workloads; `units.rs` reads durations (sizes are the
-//! core's `ebb_core::config::size`); `expr.rs` is the expression language of checks and
+//! core's `ebb_core::config::parse_size`); `expr.rs` is the expression language of checks and
 //! `check.rs` the checks, their outcomes and the `ours` templates. A new kind of check is a new
 //! field of `RawCheck` and a variant of [`Check`]'s evaluation; a new workload kind is a branch
 //! of `workload.rs` and a `Workload` of the run.
@@ -165,7 +165,7 @@ pub use units::parse_duration;
 pub use verdict::{PublishedValue, Rule, Tolerance, Verdict, judge};
 
 use crate::run::{Crash, DeviceSpec, Fault, RunSpec, Workload};
-use build::is_plain_name;
+use case::is_plain_name;
 use case::knob_text;
 
 /// Seed used when the file names none.

@@ -63,7 +63,7 @@ fn evaluation_errors_name_the_cause() {
 
 #[test]
 fn durations() {
-    // Goal: the duration units parse to the right numbers (sizes: ebb_core::config::size).
+    // Goal: the duration units parse to the right numbers (sizes: ebb_core::config::parse_size).
     assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
     assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
     assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));

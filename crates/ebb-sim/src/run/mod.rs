@@ -205,9 +205,11 @@ pub fn run_checked(
     planted: Option<PlantedBug>,
 ) -> Result<(RunResult, CheckReport), SimError> {
     let mut sim = Sim::new(spec)?;
-    let max_sleep = spec.config.throttle.has_position_control().then(|| {
-        ebb_core::position::MAX_PAUSE + Duration::from_nanos(1_000_000_000 / spec.config.hz)
-    });
+    let max_sleep = spec
+        .config
+        .throttle
+        .has_position_control()
+        .then(|| ebb_core::MAX_PAUSE + Duration::from_nanos(1_000_000_000 / spec.config.hz));
     if let Some(PlantedBug::Core(bug)) = planted
         && !sim.engine.plant(bug)
     {

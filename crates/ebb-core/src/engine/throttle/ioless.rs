@@ -1,7 +1,16 @@
 //! The `ioless` policy's check (v3.2 on; the module above says its control law): past
 //! freerun, the writer's rate at its position and the pause it owes for the pages it dirtied.
 
-use super::*;
+use super::{Backend, Global, RatelimitInputs};
+use crate::bandwidth::{RATELIMIT_CALC_SHIFT, bandwidth_interval_jiffies};
+use crate::engine::Engine;
+use crate::event::Verdict;
+use crate::ids::BackendId;
+use crate::position::PositionInputs;
+use crate::time::Duration;
+use crate::trace::TraceEvent;
+use crate::writer::{CallState, Writer};
+use crate::{limits, position};
 
 /// One `ioless` check's rates past freerun, in pages per second, and its pause bounds, in
 /// jiffies.
@@ -213,19 +222,14 @@ impl Engine {
         {
             return;
         }
-        let (dirty_cmp, setpoint_cmp) = if inputs.strict_limit {
+        let (dirty, setpoint) = if inputs.strict_limit {
             let sp = if wbd.dirty < 8 { wbd.dirty + 1 } else { (wbd.thresh + wbd.bg_thresh) / 2 };
             (wbd.dirty, sp)
         } else {
             (g.dirty, inputs.setpoint())
         };
-        self.update_bandwidth(
-            b,
-            now_j,
-            Some((pos_ratio, dirty_cmp, setpoint_cmp)),
-            g.thresh,
-            g.dirty,
-        );
+        let ratelimit = RatelimitInputs { pos_ratio, dirty, setpoint };
+        self.update_bandwidth(b, now_j, Some(ratelimit), g.thresh, g.dirty);
     }
 
     fn trace_bdp(
