@@ -575,9 +575,17 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // A caller being killed (a close in its exit, or in a close it was killed in) is
+        // answered here: the kernel waits for a FLUSH's answer whatever signal comes, and on
+        // the pool it could wait behind writes blocked on a server that does not answer. Its
+        // data stays in the cache and is written back as any other.
+        let (inner, pid) = (Arc::clone(&self.inner), req.pid());
+        if io_ops::killed(pid) {
+            reply.ok();
+            return;
+        }
         // On a flush-on-close backend (NFS, S3) this writes the file back: a pool thread, as
         // for fsync, so the request loops stay free.
-        let (inner, pid) = (Arc::clone(&self.inner), req.pid());
         self.writes.run(move || reply_empty(reply, inner.flush(fh, pid)));
     }
 
