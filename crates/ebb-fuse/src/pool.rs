@@ -9,6 +9,8 @@
 //! the threads take from it first.
 
 use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use crossbeam::channel::{Receiver, Sender, bounded, select, unbounded};
@@ -19,19 +21,29 @@ type Job = Box<dyn FnOnce() + Send>;
 pub(crate) struct Pool {
     sender: Sender<Job>,
     resumed: Sender<Job>,
+    /// Threads waiting for a job.
+    idle: Arc<AtomicUsize>,
 }
 
 impl Pool {
     pub(crate) fn new(name: &str, threads: usize, queue: usize) -> io::Result<Pool> {
         let (sender, receiver) = bounded::<Job>(queue);
         let (resumed, resumed_rx) = unbounded::<Job>();
+        let idle = Arc::new(AtomicUsize::new(threads));
         for index in 0..threads {
             let (receiver, resumed_rx) = (receiver.clone(), resumed_rx.clone());
+            let idle = Arc::clone(&idle);
             thread::Builder::new()
                 .name(format!("{name}-{index}"))
-                .spawn(move || work(&receiver, &resumed_rx))?;
+                .spawn(move || work(&receiver, &resumed_rx, &idle))?;
         }
-        Ok(Pool { sender, resumed })
+        Ok(Pool { sender, resumed, idle })
+    }
+
+    /// Whether a job given now would wait for a thread (every thread busy, or jobs queued).
+    /// A hint: it may change as soon as it is read.
+    pub(crate) fn would_wait(&self) -> bool {
+        self.idle.load(Ordering::Relaxed) == 0 || !self.sender.is_empty()
     }
 
     /// Runs `job` on a pool thread, waiting while the queue is full.
@@ -51,10 +63,15 @@ impl Pool {
 }
 
 /// A pool thread: woken jobs first, until both queues are closed.
-fn work(receiver: &Receiver<Job>, resumed: &Receiver<Job>) {
+fn work(receiver: &Receiver<Job>, resumed: &Receiver<Job>, idle: &AtomicUsize) {
+    let busy = |job: Job| {
+        idle.fetch_sub(1, Ordering::Relaxed);
+        job();
+        idle.fetch_add(1, Ordering::Relaxed);
+    };
     loop {
         if let Ok(job) = resumed.try_recv() {
-            job();
+            busy(job);
             continue;
         }
         let job = select! {
@@ -62,7 +79,7 @@ fn work(receiver: &Receiver<Job>, resumed: &Receiver<Job>) {
             recv(receiver) -> job => job,
         };
         match job {
-            Ok(job) => job(),
+            Ok(job) => busy(job),
             // One queue is closed: the pool is gone; finish what the other holds.
             Err(_) => {
                 for job in resumed.try_iter().chain(receiver.try_iter()) {

@@ -177,13 +177,7 @@ fn serve(shared: &Arc<Shared>, client: TcpStream, server: SocketAddr) {
     };
     let _ = upstream.set_nodelay(true);
     let _ = client.set_nodelay(true);
-    let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-    let back = {
-        let shared = Arc::clone(shared);
-        std::thread::spawn(move || relay(&shared, u2, c2, generation))
-    };
-    relay(shared, client, upstream, generation);
-    let _ = back.join();
+    relay_both_ways(shared, client, upstream, generation);
 }
 
 /// One request of a connection accepted while the server is full: a `PUT` is answered 507
@@ -257,13 +251,7 @@ fn full(shared: &Arc<Shared>, client: TcpStream, server: SocketAddr) {
     {
         return reset(&client);
     }
-    let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-    let back = {
-        let shared = Arc::clone(shared);
-        std::thread::spawn(move || relay(&shared, u2, c2, generation))
-    };
-    relay(shared, client, upstream, generation);
-    let _ = back.join();
+    relay_both_ways(shared, client, upstream, generation);
 }
 
 /// Reads and drops whatever `stream` has ready.
@@ -271,6 +259,17 @@ fn drain(stream: &TcpStream) {
     let _ = stream.set_read_timeout(Some(Duration::from_millis(1)));
     let mut buf = [0u8; 64 << 10];
     let _ = (&*stream).read(&mut buf);
+}
+
+/// Relays `client` to `upstream` on a thread of its own and back on this one, until both end.
+fn relay_both_ways(shared: &Arc<Shared>, client: TcpStream, upstream: TcpStream, generation: u64) {
+    let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+    let back = {
+        let shared = Arc::clone(shared);
+        std::thread::spawn(move || relay(&shared, u2, c2, generation))
+    };
+    relay(shared, client, upstream, generation);
+    let _ = back.join();
 }
 
 /// Copies `from` to `to` while passing; holds while stalled; resets both ends when the mode
