@@ -227,7 +227,8 @@ impl Wbt {
                     u64::from(b.wbt_min_write_pages),
                 )
                 .with_min_depth(b.wbt_min_depth)
-                .with_pacing(b.wbt_min_duty, u64::from(b.wbt_pace_write_pages)),
+                .with_pacing(b.wbt_min_duty, u64::from(b.wbt_pace_write_pages))
+                .with_pace_yield(b.wbt_pace_yields),
             _ => wbt,
         }
     }
@@ -265,10 +266,24 @@ impl Wbt {
         self
     }
 
-    /// Whether ebb's variant paces background writes now: reads are active and the duty is
-    /// under one.
+    /// ebb's variant, pacing: `yields`, no pacing while a writer was throttled in the last
+    /// second (`wbt_pace_yields`), as the kernel's algorithm lifts its limits then.
+    pub(crate) fn with_pace_yield(mut self, yields: bool) -> Wbt {
+        if let Some(a) = &mut self.adaptive {
+            a.pace_yields = yields;
+        }
+        self
+    }
+
+    /// Whether ebb's variant paces background writes now: reads are active, the duty is
+    /// under one, and (with `wbt_pace_yields`) no writer was throttled in the last second.
     fn paced(&self, now: Instant) -> bool {
-        self.enabled() && self.close_io(now) && self.adaptive.as_ref().is_some_and(Adaptive::paced)
+        self.enabled()
+            && self.close_io(now)
+            && self
+                .adaptive
+                .as_ref()
+                .is_some_and(|a| a.paced() && !(a.pace_yields && self.recent_wait(now)))
     }
 
     /// When the gap after ebb's variant's last paced write ends, if one is pending: the

@@ -184,6 +184,14 @@ declare_knobs! {
             /// pages (4 MiB) is about the size in which the kernel's writeback reached the
             /// development machine's virtio disk (3.2-3.7 MiB per request).
             wbt_pace_write_pages: u32 = 1024, "pages", Kind::Number { min: 1, max: 65_536 };
+            /// Whether `wbt = ebb` stops pacing while a writer of the backend was throttled in
+            /// the last second (ebb's own; the kernel's wbt gives writes its full depth then,
+            /// `wb_recent_wait`).
+            ///
+            /// Off, pacing holds the writer's share at the duty whatever the writers need, so a
+            /// writer faster than the paced share is throttled to it; on, a throttled writer
+            /// lifts the pacing until its dirty data falls back under the throttling point.
+            wbt_pace_yields: bool = false, "", Kind::Bool;
             /// COMMIT batch of a two-phase backend, as a share of its dirty threshold (ebb's
             /// own); 0: the kernel's NFS rule, a COMMIT after each writepages call's writes.
             ///

@@ -53,6 +53,7 @@
 //! | `wbt_min_depth` | backend | requests | 1 | 1..=65536 | The fewest background writes `wbt = ebb` keeps in flight (ebb's own; 1 is the kernel's floor). |
 //! | `wbt_min_duty` | backend | % | 100 | 1..=100 | The least share of the time `wbt = ebb` keeps a background write in service while reads are active (ebb's own); under 100 it paces whole writes, one at a time with a gap after each, instead of shrinking them; 100: no pacing. |
 //! | `wbt_pace_write_pages` | backend | pages | 1024 | 1..=65536 | The largest background write of `wbt = ebb` while it paces (ebb's own; may exceed `max_write_pages`). |
+//! | `wbt_pace_yields` | backend |  | 0 | 0 or 1 | Whether `wbt = ebb` stops pacing while a writer of the backend was throttled in the last second (ebb's own; the kernel's wbt gives writes its full depth then, `wb_recent_wait`). |
 //! | `commit_batch_ratio` | backend | % of the dirty threshold | 0 | 0..=100 | COMMIT batch of a two-phase backend, as a share of its dirty threshold (ebb's own); 0: the kernel's NFS rule, a COMMIT after each writepages call's writes. |
 //! | `dirty_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the dirty threshold: this many seconds of its measured write bandwidth (ebb's own); 0: no cap. |
 //! | `dirty_background_seconds` | backend | s | 0 | 0..=86400 | Cap on the backend's share of the background threshold: this many seconds of its write bandwidth (ebb's own); 0: its `dirty_seconds` share scaled as the kernel scales the background threshold. |

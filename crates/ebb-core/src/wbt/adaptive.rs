@@ -42,6 +42,8 @@
 //!             one in flight, of up to wbt_pace_write_pages pages, and after each completes
 //!             (service s) none before  now + min(s * (1 - duty) / duty, GAP_MAX_NS)
 //!             (the engine's timer, `Wbt::pace_timer`, lets the next one go)
+//!             with wbt_pace_yields, not while a writer was throttled in balance_dirty_pages
+//!             in the last second (the kernel's wb_recent_wait: its limits lift then too)
 //! ```
 //! The target is where the reads' p99 lies with nothing else on the device: the idle tail
 //! (the lower edge of its bucket, up to a fifth under the true p99) plus a quarter of the
@@ -218,6 +220,8 @@ pub(super) struct Adaptive {
     pub(super) pace_until: Option<Instant>,
     /// The largest background write while paced, pages (`wbt_pace_write_pages`).
     pub(super) pace_write_pages: u64,
+    /// No pacing while a writer was throttled in the last second (`wbt_pace_yields`).
+    pub(super) pace_yields: bool,
 }
 
 impl Adaptive {
@@ -246,6 +250,7 @@ impl Adaptive {
             duty: DUTY_ONE,
             pace_until: None,
             pace_write_pages: max_write_pages,
+            pace_yields: false,
         }
     }
 
@@ -581,6 +586,41 @@ mod tests {
         assert!(a.slow() && a.slow() && a.slow() && !a.slow());
         assert!(a.hasten());
         assert_eq!(a.duty, DUTY_ONE / 8 + DUTY_ONE / DUTY_STEPS, "a met window adds a step");
+    }
+
+    /// With `wbt_pace_yields`, a writer throttled in `balance_dirty_pages` lifts the pacing for
+    /// a second, as the kernel's algorithm lifts its limits (`wb_recent_wait`): background
+    /// writes go back to back at the kernel's full depth, and the pacing returns a second after
+    /// the last pause. Without it the same pause changes nothing.
+    #[test]
+    fn a_throttled_writer_lifts_the_pacing_when_it_yields() {
+        let ms = |m: u64| Instant::ZERO + Duration::from_millis(m);
+        for yields in [false, true] {
+            let mut w = Wbt::new(32, 2_000, 100_000, false).with_adaptive(false, 256, 16);
+            w = w.with_min_depth(2).with_pacing(25, 1024).with_pace_yield(yields);
+            w.on_read_issue(ms(0), 1);
+            w.on_read_done(ms(1), Duration::from_micros(50), Some(1));
+            for _ in 0..8 {
+                w.adaptive.as_mut().unwrap().slow();
+            }
+            w.on_bdp_wait(ms(2));
+            w.on_read_done(ms(3), Duration::from_micros(50), Some(1));
+            w.on_write_done(ms(3), Duration::from_millis(1), 0);
+            if yields {
+                assert_eq!(w.pace_timer(), None, "a writer was throttled: no gap");
+                assert!(w.may_issue(WbtClass::Background, 1, ms(4)), "more than one in flight");
+                assert_eq!(w.write_pages(WbtClass::Background, 256, ms(4)), 256, "unpaced size");
+            } else {
+                assert_eq!(w.pace_timer(), Some(ms(6)), "paced whatever the writer");
+                assert!(!w.may_issue(WbtClass::Background, 0, ms(4)));
+                assert_eq!(w.write_pages(WbtClass::Background, 256, ms(4)), 1024);
+            }
+            w.end_gap(ms(1_100));
+            w.on_read_done(ms(1_100), Duration::from_micros(50), Some(1));
+            w.on_write_done(ms(1_101), Duration::from_millis(1), 0);
+            assert_eq!(w.pace_timer(), Some(ms(1_104)), "a second after the pause: paced");
+            assert_eq!(w.write_pages(WbtClass::Background, 256, ms(1_102)), 1024);
+        }
     }
 
     /// A device whose reads alone have a p99 2.2 times their fastest (every 50th read 55 us,
