@@ -487,6 +487,59 @@ fn every_compared_change_of_a_posting_names_a_level_check() {
 }
 
 #[test]
+fn a_factor_of_two_printed_figures_is_judged_on_each_figure() {
+    // Goal: issue 35: the posting prints figures, not the factor between them (Axboe: 9008 and
+    // 5304 us, not 1.7x). A compared before/after factor (neutral 1) names, for each metric it
+    // divides, a level check on that metric, so it is `reproduced` only when both printed
+    // figures are; and each such figure is a compared level row of its own. A ratio that is no
+    // before/after effect (Kennedy's speed at one size over another) is not a row that is
+    // compared: his printed speeds are, but for the one the writer is fitted to (400m).
+    let mut factors = 0;
+    for name in EMBEDDED_FILES.iter().map(|(name, _)| name.trim_end_matches(".toml")) {
+        let experiment = load(name);
+        for row in &experiment.published {
+            if row.rule.is_none_or(|rule| rule.neutral != Some(1.0)) {
+                continue;
+            }
+            factors += 1;
+            let levels: Vec<_> = experiment
+                .checks
+                .iter()
+                .filter(|check| {
+                    check.level && check.id.as_ref().is_some_and(|id| row.checks.contains(id))
+                })
+                .collect();
+            let ours = row.ours_value.as_ref().expect("a compared row has ours_value");
+            for figure in ours.references() {
+                assert!(
+                    levels.iter().any(|check| check.left.references().contains(&figure)),
+                    "{name} | {}: no level check on {figure:?}",
+                    row.claim
+                );
+                let own_row = experiment.published.iter().any(|other| {
+                    other.rule.is_some_and(|rule| rule.neutral.is_none())
+                        && other.ours_value.as_ref().is_some_and(|e| e.references() == [figure])
+                });
+                assert!(own_row, "{name} | {}: {figure:?} is no level row", row.claim);
+            }
+        }
+    }
+    assert!(factors >= 5, "Axboe's five tail factors: {factors}");
+    let kennedy = load("throttle-reorder");
+    let row = |claim: &str| {
+        kennedy.published.iter().find(|row| row.claim == claim).unwrap_or_else(|| panic!("{claim}"))
+    };
+    for row in kennedy.published.iter().filter(|row| row.claim.starts_with("the sweep's shape")) {
+        assert!(row.rule.is_none(), "{}: a ratio the posting does not print", row.claim);
+    }
+    for size in ["500m", "600m", "700m", "800m", "900m"] {
+        let rule = row(&format!("write speed at {size}, 2.6.31 (MiB/s)")).rule.expect(size);
+        assert_eq!(rule.neutral, None, "{size}: a level");
+    }
+    assert!(row("write speed at 400m, 2.6.31 (MiB/s)").rule.is_none(), "400m is fitted");
+}
+
+#[test]
 fn every_compared_row_states_its_kind_and_a_change_its_neutral_point() {
     // Goal: issue 35's rules at load time: a row with a value says whether it is a change
     // (and then gives its neutral point, so its direction is always checked) or a level; a
