@@ -540,6 +540,41 @@ fn a_factor_of_two_printed_figures_is_judged_on_each_figure() {
 }
 
 #[test]
+fn effects_the_posting_calls_noise_are_judged_within_its_noise() {
+    // Goal: issue 35: an effect the posting reports inside its own noise has no direction and
+    // is judged within that noise, never against x2. Gorman: the 512M 4X and 16X fs_mark gains
+    // are "within standard deviations but just barely" and the 4608M ones "not statistically
+    // significant" (the noise is the gain itself, the smallest deviation those words allow);
+    // Kennedy: the 400m and 900m changes lie inside his printed deviations.
+    let gorman = load("reclaim-writeback");
+    let mut judged = 0;
+    for line in [
+        "512M-4X-xfs Files/s mean",
+        "512M-16X-xfs Files/s mean",
+        "4608M1P-xfs Files/s mean",
+        "4608M-4X-xfs Files/s mean",
+        "4608M-16X-xfs Files/s mean",
+    ] {
+        let row = gorman
+            .published
+            .iter()
+            .find(|row| row.line.as_deref().is_some_and(|quoted| quoted.starts_with(line)))
+            .unwrap_or_else(|| panic!("{line}"));
+        let rule = row.rule.unwrap_or_else(|| panic!("{line}: compared"));
+        assert!(rule.inside_noise(), "{line}: judged within the posting's noise");
+        assert_eq!(rule.direction(100.0), None, "{line}: no direction");
+        judged += 1;
+    }
+    assert_eq!(judged, 5);
+    let kennedy = load("throttle-reorder");
+    for size in ["400m", "900m"] {
+        let claim = format!("write speed change at {size}, reordered over 2.6.31 (%)");
+        let row = kennedy.published.iter().find(|row| row.claim == claim).expect("row");
+        assert!(row.rule.is_some_and(|rule| rule.inside_noise()), "{claim}");
+    }
+}
+
+#[test]
 fn every_compared_row_states_its_kind_and_a_change_its_neutral_point() {
     // Goal: issue 35's rules at load time: a row with a value says whether it is a change
     // (and then gives its neutral point, so its direction is always checked) or a level; a
