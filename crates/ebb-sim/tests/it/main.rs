@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use ebb_core::{ThrottlePolicy, WbtMode};
 use ebb_sim::experiment::verdict::within;
 use ebb_sim::experiment::{
-    EMBEDDED_FILES, ExpandOptions, Experiment, ExperimentError, RunMetrics, Verdict, run_seed,
+    EMBEDDED_FILES, ExpandOptions, Experiment, ExperimentError, PublishedValue, RunMetrics,
+    Verdict, run_seed,
 };
 use ebb_sim::report::summary::Summary;
 use ebb_sim::reproduce::{self, Options, Progress};
@@ -571,6 +572,38 @@ fn effects_the_posting_calls_noise_are_judged_within_its_noise() {
         let claim = format!("write speed change at {size}, reordered over 2.6.31 (%)");
         let row = kennedy.published.iter().find(|row| row.claim == claim).expect("row");
         assert!(row.rule.is_some_and(|rule| rule.inside_noise()), "{claim}");
+    }
+}
+
+#[test]
+fn one_simulated_disk_is_not_judged_against_each_filesystem() {
+    // Goal: issue 35: Wu's tables give one figure per filesystem; the model has no filesystem,
+    // only one SATA disk (whose media rate was set from these tables), so no row compares that
+    // run with one filesystem's figure. The policy's effect is judged once, against the
+    // tables' range over every filesystem, with the legacy run's rate and time as level checks.
+    let wu = load("ioless-throttling");
+    let mut per_filesystem = 0;
+    for row in &wu.published {
+        let names_one = ["ext2", "ext3", "ext4", "xfs", "btrfs"]
+            .iter()
+            .any(|fs| row.claim.contains(&format!(", {fs},")));
+        if names_one {
+            per_filesystem += 1;
+            assert!(row.rule.is_none(), "{}: compared with one filesystem's figure", row.claim);
+            assert!(row.why.as_deref().is_some_and(|why| why.contains("no filesystems")));
+        }
+    }
+    assert_eq!(per_filesystem, 15, "five filesystems: real time, rate and its change");
+    for claim in [
+        "dd throughput change, after (bandwidth-2010) vs before (%)",
+        "dd+sync elapsed time change, after (bandwidth-2010) vs before (%)",
+    ] {
+        let row = wu.published.iter().find(|row| row.claim == claim).expect(claim);
+        assert!(
+            matches!(row.rule.map(|rule| rule.value), Some(PublishedValue::Range(_))),
+            "{claim}"
+        );
+        assert!(row.checks.iter().any(|id| id.starts_with("level-sata-legacy-")), "{claim}");
     }
 }
 
