@@ -41,11 +41,17 @@
 //!
 //! # Threads
 //!
-//! fuser runs [`LOOP_THREADS`] request loops. Metadata operations are answered on them.
-//! Reads go to one pool and writes, `fsync` and `release` to another ([`crate::pool`]), so a
-//! writer that ebb throttles holds only its own request: readers and metadata continue. Each
-//! pool bounds the requests it holds (running plus queued); when a pool is full the loop that
-//! received the request waits for room.
+//! fuser runs [`LOOP_THREADS`] request loops. What cannot wait is answered on the loop that
+//! read the request: a write the throttle lets through (`write_task`), `forget`,
+//! `releasedir`, a flush of a caller being killed. The rest
+//! is handed to a pool thread ([`crate::pool`]): requests that may wait on the backend's
+//! namespace (lookups, attributes, opens, creates, renames, ...) to the guard's pool
+//! ([`outage`]), other reads to the read pool, and writes that must wait, `fsync`, `flush`,
+//! `release` and `fallocate` to the write pool, so a writer that ebb throttles holds only its
+//! own request: readers and metadata continue. Each pool bounds the requests it holds
+//! (running plus queued); when a pool is full the loop that received the request waits for
+//! room. Each hand-off costs a thread's wake-up and two context switches, counted with the
+//! requests by kind in `ebb stat`'s `fuse` ([`counts`]; docs/fuse-requests.md).
 //!
 //! # Stopping
 //!
@@ -53,6 +59,7 @@
 //! `EROFS`, so a drain finishes.
 
 mod convert;
+mod counts;
 mod files;
 mod io_ops;
 mod nodes;
@@ -81,6 +88,7 @@ pub(crate) use self::convert::errno_of;
 use self::convert::{
     credentials, file_type, reply_attr, reply_empty, reply_entry, reply_xattr, set_time, to_errno,
 };
+use self::counts::Op;
 pub(crate) use self::files::Files;
 use self::nodes::Nodes;
 use self::outage::{Guard, Reply};
@@ -172,8 +180,8 @@ impl<N: Namespace> EbbFs<N> {
         let (root, attr) = ns
             .root()
             .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", ns.describe())))?;
-        let guard = Guard::new(Arc::clone(&data))?;
-        let files = Arc::new(Files::new(data, keep_times, anchor_limit));
+        let files = Arc::new(Files::new(Arc::clone(&data), keep_times, anchor_limit));
+        let guard = Guard::new(data, Arc::clone(&files.counts.meta_pool))?;
         let inner = Arc::new(Inner {
             ns,
             nodes: Nodes::new(root.clone(), &attr),
@@ -196,8 +204,18 @@ impl<N: Namespace> EbbFs<N> {
         }
         let fs = EbbFs {
             inner,
-            reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
-            writes: Arc::new(Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?),
+            reads: Pool::new(
+                "ebb-fuse-read",
+                READ_THREADS,
+                POOL_QUEUE,
+                Arc::clone(&files.counts.read_pool),
+            )?,
+            writes: Arc::new(Pool::new(
+                "ebb-fuse-write",
+                WRITE_THREADS,
+                POOL_QUEUE,
+                Arc::clone(&files.counts.write_pool),
+            )?),
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
             guard,
         };
@@ -364,15 +382,18 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.inner.files.counts.request(Op::Lookup);
         let name = name.to_owned();
         self.entry(req, reply, move |inner| inner.lookup(parent, &name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inner.files.counts.request(Op::Forget);
         self.inner.nodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.inner.files.counts.request(Op::Getattr);
         if ino == INodeNo::ROOT {
             // The root's attributes, asked for at every permission check on it (`ebb stat`'s
             // getxattr included), are tried once: during an outage the last known ones, so
@@ -415,12 +436,14 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.inner.files.counts.request(Op::Setattr);
         let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
         let caller = credentials(req);
         self.simple(req, reply, move |inner| inner.setattr(ino, &set, fh, &caller), reply_attr);
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.inner.files.counts.request(Op::Readlink);
         self.simple(
             req,
             reply,
@@ -442,6 +465,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Mknod);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.entry(req, reply, move |inner| {
             inner.mknod(parent, &name, mode & !umask, rdev, &caller)
@@ -457,16 +481,19 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Mkdir);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.entry(req, reply, move |inner| inner.mkdir(parent, &name, mode & !umask, &caller));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.files.counts.request(Op::Unlink);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.simple(req, reply, move |inner| inner.unlink(parent, &name, &caller), reply_empty);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.files.counts.request(Op::Rmdir);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.simple(req, reply, move |inner| inner.rmdir(parent, &name, &caller), reply_empty);
     }
@@ -479,6 +506,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Symlink);
         let (name, target, caller) =
             (link_name.to_owned(), target.as_os_str().to_owned(), credentials(req));
         self.entry(req, reply, move |inner| inner.symlink(parent, &name, &target, &caller));
@@ -494,6 +522,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Rename);
         let (name, newname, caller) = (name.to_owned(), newname.to_owned(), credentials(req));
         self.simple(
             req,
@@ -511,11 +540,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Link);
         let (newname, caller) = (newname.to_owned(), credentials(req));
         self.entry(req, reply, move |inner| inner.link(ino, newparent, &newname, &caller));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.inner.files.counts.request(Op::Open);
         let op = move |inner: &Inner<N>| inner.open(ino, flags);
         self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
             (Some(reply), Ok(fh)) => reply.opened(FileHandle(fh), io_ops::open_flags()),
@@ -536,6 +567,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.inner.files.counts.request(Op::Read);
         let (inner, pid, clock) =
             (Arc::clone(&self.inner), req.pid(), Arc::clone(&self.guard.clock));
         let interrupted = move || io_ops::killed(pid);
@@ -558,6 +590,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.inner.files.counts.request(Op::Write);
         if let Err(error) = self.inner.files.check_writable() {
             reply.error(error);
             return;
@@ -575,6 +608,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Flush);
         // A caller being killed (a close in its exit, or in a close it was killed in) is
         // answered here when the pool would make it wait: the kernel waits for a FLUSH's
         // answer whatever signal comes, and on the pool it could wait behind writes blocked on
@@ -601,6 +635,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Release);
         let inner = Arc::clone(&self.inner);
         self.writes.run(move || reply_empty(reply, inner.release(fh)));
     }
@@ -613,11 +648,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Fsync);
         let (inner, pid) = (Arc::clone(&self.inner), req.pid());
         self.writes.run(move || reply_empty(reply, inner.fsync(fh, pid)));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.inner.files.counts.request(Op::Opendir);
         let op = move |inner: &Inner<N>| inner.opendir(ino);
         self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
             (Some(reply), Ok(fh)) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
@@ -635,6 +672,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        self.inner.files.counts.request(Op::Readdir);
         let op = move |inner: &Inner<N>| inner.fill_dir(fh, offset);
         self.guarded(req, reply, op, move |inner, reply, result| match (reply, result) {
             (Some(reply), Ok(())) => inner.readdir(fh, offset, reply),
@@ -651,6 +689,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Releasedir);
         self.inner.dirs.lock().remove(&fh.0);
         reply.ok();
     }
@@ -663,10 +702,12 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Fsyncdir);
         self.simple(req, reply, move |inner| inner.fsyncdir(ino), reply_empty);
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.inner.files.counts.request(Op::Statfs);
         self.simple(
             req,
             reply,
@@ -697,23 +738,27 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Setxattr);
         let (name, value, caller) = (name.to_owned(), value.to_vec(), credentials(req));
         let op = move |inner: &Inner<N>| inner.setxattr(ino, &name, &value, flags, &caller);
         self.simple(req, reply, op, reply_empty);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.inner.files.counts.request(Op::Getxattr);
         let name = name.to_owned();
         let answer = move |reply, result| reply_xattr(reply, result, size);
         self.simple(req, reply, move |inner| inner.getxattr(ino, &name), answer);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.inner.files.counts.request(Op::Listxattr);
         let answer = move |reply, result| reply_xattr(reply, result, size);
         self.simple(req, reply, move |inner| inner.listxattr(ino), answer);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.files.counts.request(Op::Removexattr);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.simple(req, reply, move |inner| inner.removexattr(ino, &name, &caller), reply_empty);
     }
@@ -728,6 +773,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Fallocate);
         let inner = Arc::clone(&self.inner);
         self.writes.run(move || reply_empty(reply, inner.fallocate(ino, fh, offset, length, mode)));
     }
@@ -742,6 +788,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.inner.files.counts.request(Op::Create);
         let (name, caller) = (name.to_owned(), credentials(req));
         let op = move |inner: &Inner<N>| inner.create(parent, &name, mode & !umask, flags, &caller);
         self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
