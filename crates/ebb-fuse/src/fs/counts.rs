@@ -114,6 +114,8 @@ impl Op {
 #[derive(Default)]
 pub(crate) struct RequestCounts {
     requests: [AtomicU64; Op::ALL.len()],
+    /// Reads answered from the cache on the request loop.
+    reads_on_loop: AtomicU64,
     /// Writes answered on the request loop (the throttle let them through).
     writes_on_loop: AtomicU64,
     /// Jobs run by the read pool, the write pool (writes, fsync, flush, release, fallocate,
@@ -130,11 +132,15 @@ impl RequestCounts {
         self.requests[op as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn read_on_loop(&self) {
+        self.reads_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn write_on_loop(&self) {
         self.writes_on_loop.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `{"requests": {OP: N, ...}, "on_loop": {"write": N}, "pool_jobs": {"read": N,
+    /// `{"requests": {OP: N, ...}, "on_loop": {"read": N, "write": N}, "pool_jobs": {"read": N,
     /// "write": N, "meta": N}}`, requests of kinds that never came left out.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
@@ -146,7 +152,7 @@ impl RequestCounts {
             .collect();
         serde_json::json!({
             "requests": requests,
-            "on_loop": {"write": load(&self.writes_on_loop)},
+            "on_loop": {"read": load(&self.reads_on_loop), "write": load(&self.writes_on_loop)},
             "pool_jobs": {
                 "read": load(&self.read_pool),
                 "write": load(&self.write_pool),
@@ -169,9 +175,11 @@ mod tests {
         counts.request(Op::Read);
         counts.request(Op::Read);
         counts.request(Op::Create);
+        counts.read_on_loop();
         counts.write_pool.fetch_add(3, Ordering::Relaxed);
         let json = counts.to_json();
         assert_eq!(json["requests"], serde_json::json!({"read": 2, "create": 1}));
+        assert_eq!(json["on_loop"]["read"], 1);
         assert_eq!(json["pool_jobs"]["write"], 3);
     }
 }

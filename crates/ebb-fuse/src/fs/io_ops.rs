@@ -123,11 +123,7 @@ impl<N: Namespace> Inner<N> {
         flags: OpenFlags,
         pid: u32,
     ) -> Result<Vec<u8>, Errno> {
-        // As in the kernel, a reader that opened the file with O_DIRECT reads around the
-        // cache (and its latency is what wbt protects); others read through it.
-        let direct = flags.0 & libc::O_DIRECT != 0
-            && offset.is_multiple_of(4096)
-            && u64::from(size).is_multiple_of(4096);
+        let direct = is_direct(flags, offset, size);
         let handle = self.files.handle(fh)?;
         let mut buf = vec![0; size as usize];
         let done = if direct {
@@ -137,6 +133,17 @@ impl<N: Namespace> Inner<N> {
         };
         buf.truncate(done.map_err(to_errno)?);
         Ok(buf)
+    }
+
+    /// A read the cache holds whole, without waiting ([`crate::data::DataFile::try_read_at`]):
+    /// what [`Inner::read`] would answer, with any flags (an `O_DIRECT` read of cached pages
+    /// reads the cache too); `None` where it would wait, or fail.
+    pub(super) fn try_read(&self, fh: FileHandle, offset: u64, size: u32) -> Option<Vec<u8>> {
+        let handle = self.files.handle(fh).ok()?;
+        let mut buf = vec![0; size as usize];
+        let done = handle.file.try_read_at(&mut buf, offset)?;
+        buf.truncate(done);
+        Some(buf)
     }
 
     /// close(2) does not write the data (as on a local filesystem; fsync does), but it
@@ -205,6 +212,16 @@ impl<N: Namespace> Inner<N> {
         handle.times.written();
         Ok(())
     }
+}
+
+/// Whether a read of `size` bytes at `offset` of a file opened with `flags` reads around the
+/// cache: as in the kernel, a reader that opened the file with `O_DIRECT` (and reads whole
+/// pages) reads around the cache, and its latency is what wbt protects; others read through
+/// it.
+pub(super) fn is_direct(flags: OpenFlags, offset: u64, size: u32) -> bool {
+    flags.0 & libc::O_DIRECT != 0
+        && offset.is_multiple_of(4096)
+        && u64::from(size).is_multiple_of(4096)
 }
 
 /// Reads through the cache until `buf` is full or the file ends (or the caller is killed).

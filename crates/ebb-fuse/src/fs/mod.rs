@@ -42,8 +42,10 @@
 //! # Threads
 //!
 //! fuser runs [`LOOP_THREADS`] request loops. What cannot wait is answered on the loop that
-//! read the request: a write the throttle lets through (`write_task`), `forget`,
-//! `releasedir`, a flush of a caller being killed. The rest
+//! read the request: a read whose pages the cache holds (a copy), a write the throttle lets
+//! through (`write_task`), `forget`, `releasedir`, a flush of a caller being killed; and an
+//! `O_DIRECT` read of a local directory's file (a `pread`, which waits for the disk but never
+//! for a server) by one loop at a time ([`InlineRead`]). The rest
 //! is handed to a pool thread ([`crate::pool`]): requests that may wait on the backend's
 //! namespace (lookups, attributes, opens, creates, renames, ...) to the guard's pool
 //! ([`outage`]), other reads to the read pool, and writes that must wait, `fsync`, `flush`,
@@ -72,6 +74,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ebb_backend::{
@@ -165,6 +168,30 @@ pub(crate) struct EbbFs<N: Namespace> {
     write_data: Arc<DataBufs>,
     /// Runs the requests that may wait on the backend, killable ([`outage`]).
     guard: Arc<Guard>,
+    /// The namespace is a local directory: its files' reads never wait for a server.
+    local: bool,
+    /// Request loops serving an `O_DIRECT` read themselves ([`InlineRead`]).
+    inline_reads: AtomicUsize,
+}
+
+/// A request loop's turn to serve an `O_DIRECT` read itself: at most [`LOOP_THREADS`] - 1 at
+/// once (so one loop always reads new requests); given back when dropped.
+struct InlineRead<'a>(&'a AtomicUsize);
+
+impl<'a> InlineRead<'a> {
+    fn take(serving: &'a AtomicUsize) -> Option<InlineRead<'a>> {
+        let most = LOOP_THREADS - 1;
+        serving
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1))
+            .ok()
+            .map(|_| InlineRead(serving))
+    }
+}
+
+impl Drop for InlineRead<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<N: Namespace> EbbFs<N> {
@@ -180,6 +207,7 @@ impl<N: Namespace> EbbFs<N> {
         let (root, attr) = ns
             .root()
             .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", ns.describe())))?;
+        let local = ns.local_directory().is_some();
         let files = Arc::new(Files::new(Arc::clone(&data), keep_times, anchor_limit));
         let guard = Guard::new(data, Arc::clone(&files.counts.meta_pool))?;
         let inner = Arc::new(Inner {
@@ -218,6 +246,8 @@ impl<N: Namespace> EbbFs<N> {
             )?),
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
             guard,
+            local,
+            inline_reads: AtomicUsize::new(0),
         };
         Ok((fs, files))
     }
@@ -568,6 +598,26 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         reply: ReplyData,
     ) {
         self.inner.files.counts.request(Op::Read);
+        // A read the cache holds whole is answered here, on the request loop that read it: a
+        // copy under the file's page-map lock, no hand-off to a pool thread (a thread's
+        // wake-up and two context switches fewer per request: docs/fuse-requests.md).
+        if let Some(buf) = self.inner.try_read(fh, offset, size) {
+            self.inner.files.counts.read_on_loop();
+            return reply.data(&buf);
+        }
+        // So is an O_DIRECT read of a local directory's file: a `pread` of the backend file
+        // on this thread, which waits for the disk but never for a server, by one loop at a
+        // time, so that another always takes new requests.
+        if self.local
+            && io_ops::is_direct(flags, offset, size)
+            && let Some(_inline) = InlineRead::take(&self.inline_reads)
+        {
+            self.inner.files.counts.read_on_loop();
+            return match self.inner.read(fh, offset, size, flags, req.pid()) {
+                Ok(buf) => reply.data(&buf),
+                Err(error) => reply.error(error),
+            };
+        }
         let (inner, pid, clock) =
             (Arc::clone(&self.inner), req.pid(), Arc::clone(&self.guard.clock));
         let interrupted = move || io_ops::killed(pid);
