@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ebb_backend::{Credentials, Fallocate, FileKind, Namespace, SetAttr};
 use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags};
@@ -222,6 +223,26 @@ pub(super) fn is_direct(flags: OpenFlags, offset: u64, size: u32) -> bool {
     flags.0 & libc::O_DIRECT != 0
         && offset.is_multiple_of(4096)
         && u64::from(size).is_multiple_of(4096)
+}
+
+/// A request loop's turn to serve an `O_DIRECT` read itself: at most [`super::LOOP_THREADS`] - 1 at
+/// once (so one loop always reads new requests); given back when dropped.
+pub(super) struct InlineRead<'a>(&'a AtomicUsize);
+
+impl<'a> InlineRead<'a> {
+    pub(super) fn take(serving: &'a AtomicUsize) -> Option<InlineRead<'a>> {
+        let most = super::LOOP_THREADS - 1;
+        serving
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1))
+            .ok()
+            .map(|_| InlineRead(serving))
+    }
+}
+
+impl Drop for InlineRead<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Reads through the cache until `buf` is full or the file ends (or the caller is killed).

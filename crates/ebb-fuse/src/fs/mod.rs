@@ -45,7 +45,7 @@
 //! read the request: a read whose pages the cache holds (a copy), a write the throttle lets
 //! through (`write_task`), `forget`, `releasedir`, a flush of a caller being killed; and an
 //! `O_DIRECT` read of a local directory's file (a `pread`, which waits for the disk but never
-//! for a server) by one loop at a time ([`InlineRead`]). The rest
+//! for a server) by one loop at a time (`io_ops::InlineRead`). The rest
 //! is handed to a pool thread ([`crate::pool`]): requests that may wait on the backend's
 //! namespace (lookups, attributes, opens, creates, renames, ...) to the guard's pool
 //! ([`outage`]), other reads to the read pool, and writes that must wait, `fsync`, `flush`,
@@ -63,6 +63,7 @@
 mod convert;
 mod counts;
 mod files;
+mod inner;
 mod io_ops;
 mod nodes;
 mod ops;
@@ -74,12 +75,10 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, SystemTime};
 
-use ebb_backend::{
-    Attr, BackendFile, Credentials, DirEntries, DirEntry, FileKind, Namespace, SetAttr, SetTime,
-};
+use ebb_backend::{DirEntries, DirEntry, Namespace, SetAttr};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -97,7 +96,6 @@ use self::nodes::Nodes;
 use self::outage::{Guard, Reply};
 use crate::data::DataPath;
 use crate::pool::{DataBufs, Pool};
-use crate::times::{FileTimes, TimedFile};
 
 /// Name of the extended attribute of the mount's root that holds the live stats (JSON).
 pub const STATS_XATTR: &str = "user.ebb.stats";
@@ -107,7 +105,7 @@ pub const STATS_XATTR: &str = "user.ebb.stats";
 /// it saves a `getattr` round trip per `stat(2)`.
 const TTL: Duration = Duration::from_secs(1);
 
-/// fuser request loops (metadata is answered on them).
+/// fuser request loops (what cannot wait is answered on them: the module doc).
 pub(crate) const LOOP_THREADS: usize = 2;
 /// Threads serving reads; each holds one request.
 const READ_THREADS: usize = 8;
@@ -170,28 +168,8 @@ pub(crate) struct EbbFs<N: Namespace> {
     guard: Arc<Guard>,
     /// The namespace is a local directory: its files' reads never wait for a server.
     local: bool,
-    /// Request loops serving an `O_DIRECT` read themselves ([`InlineRead`]).
+    /// Request loops serving an `O_DIRECT` read themselves (`io_ops::InlineRead`).
     inline_reads: AtomicUsize,
-}
-
-/// A request loop's turn to serve an `O_DIRECT` read itself: at most [`LOOP_THREADS`] - 1 at
-/// once (so one loop always reads new requests); given back when dropped.
-struct InlineRead<'a>(&'a AtomicUsize);
-
-impl<'a> InlineRead<'a> {
-    fn take(serving: &'a AtomicUsize) -> Option<InlineRead<'a>> {
-        let most = LOOP_THREADS - 1;
-        serving
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1))
-            .ok()
-            .map(|_| InlineRead(serving))
-    }
-}
-
-impl Drop for InlineRead<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl<N: Namespace> EbbFs<N> {
@@ -250,94 +228,6 @@ impl<N: Namespace> EbbFs<N> {
             inline_reads: AtomicUsize::new(0),
         };
         Ok((fs, files))
-    }
-}
-
-impl<N: Namespace> Inner<N> {
-    fn node(&self, id: INodeNo) -> Result<N::Node, Errno> {
-        self.nodes.get(id)
-    }
-
-    /// Opens the data path of the regular file `node` for the cache, wrapped so that the
-    /// backend's mtime is put back to the kept one after each write-back.
-    fn opener<'a>(
-        &'a self,
-        node: &'a N::Node,
-        times: &'a Arc<FileTimes>,
-    ) -> impl Fn() -> io::Result<Arc<dyn BackendFile>> + 'a {
-        move || {
-            let inner = self.ns.open_file(node)?;
-            let (ns, node) = (Arc::clone(&self.ns), node.clone());
-            let (stat_ns, stat_node) = (Arc::clone(&ns), node.clone());
-            let restore = Box::new(move |mtime: SystemTime| {
-                let set = SetAttr { mtime: Some(SetTime::At(mtime)), ..SetAttr::default() };
-                ns.setattr(&node, &set, &Credentials::default()).map(|attr| attr.mtime)
-            });
-            let stat = Box::new(move || stat_ns.getattr(&stat_node).map(|attr| attr.mtime));
-            let times = Arc::clone(times);
-            Ok(Arc::new(TimedFile { inner, times, restore, stat, inflight: 0.into() }) as _)
-        }
-    }
-
-    /// What the kernel is told about the object `node` with `attr` and node id `id`: for a
-    /// file ebb caches, ebb's size and the times it keeps.
-    fn file_attr(&self, id: u64, node: &N::Node, attr: &Attr) -> FileAttr {
-        let mut size = attr.size;
-        let (mut mtime, mut ctime) = (attr.mtime, attr.ctime);
-        if attr.kind == FileKind::Regular {
-            let file = (attr.ino, attr.generation);
-            let times = self.files.file_times(file);
-            let open = self.opener(node, &times);
-            if self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open) {
-                // Closing the cache may have changed the backend's file (an S3 object gets
-                // a trimmed size then): its attributes from before are out of date.
-                if let Ok(fresh) = self.ns.getattr(node) {
-                    times.saw(fresh.mtime);
-                    (size, mtime, ctime) = (fresh.size, fresh.mtime, fresh.ctime);
-                }
-            }
-            if let Some(kept) = times.get() {
-                (mtime, ctime) = (kept.mtime, kept.ctime);
-            }
-            // On error the backend's size is the best answer left.
-            if let Some(Ok(cached)) = self.files.cached_size(file, &open) {
-                size = cached;
-            }
-        }
-        FileAttr {
-            ino: INodeNo(id),
-            size,
-            blocks: size.div_ceil(512).max(attr.blocks),
-            atime: attr.atime,
-            mtime,
-            ctime,
-            crtime: SystemTime::UNIX_EPOCH,
-            kind: file_type(attr.kind),
-            perm: attr.perm,
-            nlink: attr.nlink,
-            uid: attr.uid,
-            gid: attr.gid,
-            rdev: u32::try_from(attr.rdev).unwrap_or(0),
-            blksize: attr.blksize,
-            flags: 0,
-        }
-    }
-
-    /// Releases the nodes and cached data of regular files deleted by someone else that
-    /// nothing has open through the mount, so their storage is freed (see [`nodes`]).
-    fn release_deleted_files(&self) {
-        for (id, node) in self.nodes.regular_files() {
-            let Ok(attr) = self.ns.getattr(&node) else { continue };
-            if attr.nlink == 0 && self.files.release_deleted((attr.ino, attr.generation)) {
-                self.nodes.release(id);
-            }
-        }
-    }
-
-    /// Counts a kernel reference to the object `node` and tells its attributes.
-    fn entry(&self, node: N::Node, attr: &Attr) -> (FileAttr, u64) {
-        let id = self.nodes.remember(node.clone(), attr);
-        (self.file_attr(id, &node, attr), attr.generation)
     }
 }
 
@@ -610,7 +500,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         // time, so that another always takes new requests.
         if self.local
             && io_ops::is_direct(flags, offset, size)
-            && let Some(_inline) = InlineRead::take(&self.inline_reads)
+            && let Some(_inline) = io_ops::InlineRead::take(&self.inline_reads)
         {
             self.inner.files.counts.read_on_loop();
             return match self.inner.read(fh, offset, size, flags, req.pid()) {
