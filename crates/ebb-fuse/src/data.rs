@@ -152,6 +152,12 @@ pub(crate) trait DataFile: Send + Sync {
     ) -> Option<std::task::Poll<io::Result<usize>>> {
         None
     }
+    /// [`DataFile::read_at`] for a request loop, which must not block: `Some` with the bytes
+    /// read when the cache holds the whole range ([`ebb_runtime::File::try_read_at`]), `None`
+    /// where the read would wait (`buf` may then hold some bytes). Default: always `None`.
+    fn try_read_at(&self, _buf: &mut [u8], _offset: u64) -> Option<usize> {
+        None
+    }
     /// [`DataFile::read_at`], giving up when `interrupted` says so while it waits.
     fn read_at_interruptible(
         &self,

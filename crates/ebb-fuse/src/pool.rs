@@ -10,7 +10,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 
 use crossbeam::channel::{Receiver, Sender, bounded, select, unbounded};
@@ -23,10 +23,19 @@ pub(crate) struct Pool {
     resumed: Sender<Job>,
     /// Threads waiting for a job.
     idle: Arc<AtomicUsize>,
+    /// Jobs given to the pool so far (`RequestCounts`' hand-offs).
+    jobs: Arc<AtomicU64>,
 }
 
 impl Pool {
-    pub(crate) fn new(name: &str, threads: usize, queue: usize) -> io::Result<Pool> {
+    /// `threads` threads named `name-N`, `queue` jobs queued at most beyond them; `jobs`
+    /// counts the jobs given.
+    pub(crate) fn new(
+        name: &str,
+        threads: usize,
+        queue: usize,
+        jobs: Arc<AtomicU64>,
+    ) -> io::Result<Pool> {
         let (sender, receiver) = bounded::<Job>(queue);
         let (resumed, resumed_rx) = unbounded::<Job>();
         let idle = Arc::new(AtomicUsize::new(threads));
@@ -37,7 +46,7 @@ impl Pool {
                 .name(format!("{name}-{index}"))
                 .spawn(move || work(&receiver, &resumed_rx, &idle))?;
         }
-        Ok(Pool { sender, resumed, idle })
+        Ok(Pool { sender, resumed, idle, jobs })
     }
 
     /// Whether a job given now would wait for a thread (every thread busy, or jobs queued).
@@ -48,6 +57,7 @@ impl Pool {
 
     /// Runs `job` on a pool thread, waiting while the queue is full.
     pub(crate) fn run(&self, job: impl FnOnce() + Send + 'static) {
+        self.jobs.fetch_add(1, Ordering::Relaxed);
         // The receivers live as long as their threads, which only end when the pool is dropped.
         if let Err(unsent) = self.sender.send(Box::new(job)) {
             (unsent.into_inner())();
@@ -56,6 +66,7 @@ impl Pool {
 
     /// Runs a woken job on a pool thread before new ones, without waiting.
     pub(crate) fn resume(&self, job: impl FnOnce() + Send + 'static) {
+        self.jobs.fetch_add(1, Ordering::Relaxed);
         if let Err(unsent) = self.resumed.send(Box::new(job)) {
             (unsent.into_inner())();
         }

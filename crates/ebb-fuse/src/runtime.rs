@@ -289,6 +289,10 @@ impl DataFile for EbbFile {
         self.0.read_at_interruptible(buf, offset, interrupted)
     }
 
+    fn try_read_at(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        self.0.try_read_at(buf, offset)
+    }
+
     fn fsync_interruptible(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
         self.0.fsync_interruptible(interrupted)
     }

@@ -352,6 +352,30 @@ impl File {
         Ok(len)
     }
 
+    /// [`File::read_at`] for a caller that must not block (a FUSE request loop): `Some` with
+    /// the bytes read when every page of the range up to the end of the file is in the cache
+    /// (copied under the file's page-map lock, as a write's are; the engine is not entered,
+    /// as for any read that finds its pages), `None` when one is missing or the range spans
+    /// more than one step of [`File::read_at`] (`buf` may then hold some of the bytes; the
+    /// caller reads with [`File::read_at`], which brings them in).
+    pub fn try_read_at(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        let size = self.len();
+        if offset >= size || buf.is_empty() {
+            return Some(0);
+        }
+        let len = buf.len().min(usize::try_from(size - offset).unwrap_or(usize::MAX));
+        let first = offset / PAGE_SIZE;
+        let count = ((offset % PAGE_SIZE) as usize + len).div_ceil(PAGE) as u64;
+        if count > STEP_PAGES {
+            return None;
+        }
+        let step = ReadStep { offset, pos: offset, first, count, end: offset + len as u64 };
+        match self.copy_resident(buf, &step, &mut Vec::new()) {
+            (Some(done), None) if done == len => Some(len),
+            _ => None,
+        }
+    }
+
     /// Copies the step's resident pages up to its first missing one into `buf`; returns how far
     /// into the read that got (`None` if the first page is missing) and the first missing run.
     fn copy_resident(

@@ -59,6 +59,8 @@ pub(crate) struct Files {
     /// The times ebb keeps for files written through the mount, while anything holds them.
     times: Mutex<HashMap<FileId, Weak<FileTimes>>>,
     anchor_limit: usize,
+    /// The mount's requests and hand-offs (shown by `ebb stat` under `fuse`).
+    pub(crate) counts: super::counts::RequestCounts,
 }
 
 /// Whether the backend's file, with `size` and `mtime`, changed underneath since ebb last
@@ -115,6 +117,7 @@ impl Files {
             idle_keys: Mutex::new(HashMap::new()),
             times: Mutex::new(HashMap::new()),
             anchor_limit,
+            counts: super::counts::RequestCounts::default(),
         }
     }
 
@@ -226,6 +229,7 @@ impl Files {
         let list: Vec<serde_json::Value> =
             files.iter().map(|(id, _, file)| file.to_json(id.0)).collect();
         stats.insert("files".to_owned(), serde_json::Value::Array(list));
+        stats.insert("fuse".to_owned(), self.counts.to_json());
         stats.insert(
             "files_not_listed".to_owned(),
             serde_json::json!({

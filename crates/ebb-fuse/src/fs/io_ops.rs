@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ebb_backend::{Credentials, Fallocate, FileKind, Namespace, SetAttr};
 use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags};
@@ -123,11 +124,7 @@ impl<N: Namespace> Inner<N> {
         flags: OpenFlags,
         pid: u32,
     ) -> Result<Vec<u8>, Errno> {
-        // As in the kernel, a reader that opened the file with O_DIRECT reads around the
-        // cache (and its latency is what wbt protects); others read through it.
-        let direct = flags.0 & libc::O_DIRECT != 0
-            && offset.is_multiple_of(4096)
-            && u64::from(size).is_multiple_of(4096);
+        let direct = is_direct(flags, offset, size);
         let handle = self.files.handle(fh)?;
         let mut buf = vec![0; size as usize];
         let done = if direct {
@@ -137,6 +134,17 @@ impl<N: Namespace> Inner<N> {
         };
         buf.truncate(done.map_err(to_errno)?);
         Ok(buf)
+    }
+
+    /// A read the cache holds whole, without waiting ([`crate::data::DataFile::try_read_at`]):
+    /// what [`Inner::read`] would answer, with any flags (an `O_DIRECT` read of cached pages
+    /// reads the cache too); `None` where it would wait, or fail.
+    pub(super) fn try_read(&self, fh: FileHandle, offset: u64, size: u32) -> Option<Vec<u8>> {
+        let handle = self.files.handle(fh).ok()?;
+        let mut buf = vec![0; size as usize];
+        let done = handle.file.try_read_at(&mut buf, offset)?;
+        buf.truncate(done);
+        Some(buf)
     }
 
     /// close(2) does not write the data (as on a local filesystem; fsync does), but it
@@ -204,6 +212,36 @@ impl<N: Namespace> Inner<N> {
         // its own, which the mount does not report for a file whose times ebb keeps).
         handle.times.written();
         Ok(())
+    }
+}
+
+/// Whether a read of `size` bytes at `offset` of a file opened with `flags` reads around the
+/// cache: as in the kernel, a reader that opened the file with `O_DIRECT` (and reads whole
+/// pages) reads around the cache, and its latency is what wbt protects; others read through
+/// it.
+pub(super) fn is_direct(flags: OpenFlags, offset: u64, size: u32) -> bool {
+    flags.0 & libc::O_DIRECT != 0
+        && offset.is_multiple_of(4096)
+        && u64::from(size).is_multiple_of(4096)
+}
+
+/// A request loop's turn to serve an `O_DIRECT` read itself: at most [`super::LOOP_THREADS`] - 1 at
+/// once (so one loop always reads new requests); given back when dropped.
+pub(super) struct InlineRead<'a>(&'a AtomicUsize);
+
+impl<'a> InlineRead<'a> {
+    pub(super) fn take(serving: &'a AtomicUsize) -> Option<InlineRead<'a>> {
+        let most = super::LOOP_THREADS - 1;
+        serving
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1))
+            .ok()
+            .map(|_| InlineRead(serving))
+    }
+}
+
+impl Drop for InlineRead<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

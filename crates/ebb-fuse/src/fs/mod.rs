@@ -41,11 +41,19 @@
 //!
 //! # Threads
 //!
-//! fuser runs [`LOOP_THREADS`] request loops. Metadata operations are answered on them.
-//! Reads go to one pool and writes, `fsync` and `release` to another ([`crate::pool`]), so a
-//! writer that ebb throttles holds only its own request: readers and metadata continue. Each
-//! pool bounds the requests it holds (running plus queued); when a pool is full the loop that
-//! received the request waits for room.
+//! fuser runs [`LOOP_THREADS`] request loops. What cannot wait is answered on the loop that
+//! read the request: a read whose pages the cache holds (a copy), a write the throttle lets
+//! through (`write_task`), `forget`, `releasedir`, a flush of a caller being killed; and an
+//! `O_DIRECT` read of a local directory's file (a `pread`, which waits for the disk but never
+//! for a server) by one loop at a time (`io_ops::InlineRead`). The rest
+//! is handed to a pool thread ([`crate::pool`]): requests that may wait on the backend's
+//! namespace (lookups, attributes, opens, creates, renames, ...) to the guard's pool
+//! ([`outage`]), other reads to the read pool, and writes that must wait, `fsync`, `flush`,
+//! `release` and `fallocate` to the write pool, so a writer that ebb throttles holds only its
+//! own request: readers and metadata continue. Each pool bounds the requests it holds
+//! (running plus queued); when a pool is full the loop that received the request waits for
+//! room. Each hand-off costs a thread's wake-up and two context switches, counted with the
+//! requests by kind in `ebb stat`'s `fuse` ([`counts`]; docs/fuse-requests.md).
 //!
 //! # Stopping
 //!
@@ -53,7 +61,9 @@
 //! `EROFS`, so a drain finishes.
 
 mod convert;
+mod counts;
 mod files;
+mod inner;
 mod io_ops;
 mod nodes;
 mod ops;
@@ -65,11 +75,10 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, SystemTime};
 
-use ebb_backend::{
-    Attr, BackendFile, Credentials, DirEntries, DirEntry, FileKind, Namespace, SetAttr, SetTime,
-};
+use ebb_backend::{DirEntries, DirEntry, Namespace, SetAttr};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -81,12 +90,12 @@ pub(crate) use self::convert::errno_of;
 use self::convert::{
     credentials, file_type, reply_attr, reply_empty, reply_entry, reply_xattr, set_time, to_errno,
 };
+use self::counts::Op;
 pub(crate) use self::files::Files;
 use self::nodes::Nodes;
 use self::outage::{Guard, Reply};
 use crate::data::DataPath;
 use crate::pool::{DataBufs, Pool};
-use crate::times::{FileTimes, TimedFile};
 
 /// Name of the extended attribute of the mount's root that holds the live stats (JSON).
 pub const STATS_XATTR: &str = "user.ebb.stats";
@@ -96,7 +105,7 @@ pub const STATS_XATTR: &str = "user.ebb.stats";
 /// it saves a `getattr` round trip per `stat(2)`.
 const TTL: Duration = Duration::from_secs(1);
 
-/// fuser request loops (metadata is answered on them).
+/// fuser request loops (what cannot wait is answered on them: the module doc).
 pub(crate) const LOOP_THREADS: usize = 2;
 /// Threads serving reads; each holds one request.
 const READ_THREADS: usize = 8;
@@ -157,6 +166,10 @@ pub(crate) struct EbbFs<N: Namespace> {
     write_data: Arc<DataBufs>,
     /// Runs the requests that may wait on the backend, killable ([`outage`]).
     guard: Arc<Guard>,
+    /// The namespace is a local directory: its files' reads never wait for a server.
+    local: bool,
+    /// Request loops serving an `O_DIRECT` read themselves (`io_ops::InlineRead`).
+    inline_reads: AtomicUsize,
 }
 
 impl<N: Namespace> EbbFs<N> {
@@ -172,8 +185,9 @@ impl<N: Namespace> EbbFs<N> {
         let (root, attr) = ns
             .root()
             .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", ns.describe())))?;
-        let guard = Guard::new(Arc::clone(&data))?;
-        let files = Arc::new(Files::new(data, keep_times, anchor_limit));
+        let local = ns.local_directory().is_some();
+        let files = Arc::new(Files::new(Arc::clone(&data), keep_times, anchor_limit));
+        let guard = Guard::new(data, Arc::clone(&files.counts.meta_pool))?;
         let inner = Arc::new(Inner {
             ns,
             nodes: Nodes::new(root.clone(), &attr),
@@ -196,100 +210,24 @@ impl<N: Namespace> EbbFs<N> {
         }
         let fs = EbbFs {
             inner,
-            reads: Pool::new("ebb-fuse-read", READ_THREADS, POOL_QUEUE)?,
-            writes: Arc::new(Pool::new("ebb-fuse-write", WRITE_THREADS, POOL_QUEUE)?),
+            reads: Pool::new(
+                "ebb-fuse-read",
+                READ_THREADS,
+                POOL_QUEUE,
+                Arc::clone(&files.counts.read_pool),
+            )?,
+            writes: Arc::new(Pool::new(
+                "ebb-fuse-write",
+                WRITE_THREADS,
+                POOL_QUEUE,
+                Arc::clone(&files.counts.write_pool),
+            )?),
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
             guard,
+            local,
+            inline_reads: AtomicUsize::new(0),
         };
         Ok((fs, files))
-    }
-}
-
-impl<N: Namespace> Inner<N> {
-    fn node(&self, id: INodeNo) -> Result<N::Node, Errno> {
-        self.nodes.get(id)
-    }
-
-    /// Opens the data path of the regular file `node` for the cache, wrapped so that the
-    /// backend's mtime is put back to the kept one after each write-back.
-    fn opener<'a>(
-        &'a self,
-        node: &'a N::Node,
-        times: &'a Arc<FileTimes>,
-    ) -> impl Fn() -> io::Result<Arc<dyn BackendFile>> + 'a {
-        move || {
-            let inner = self.ns.open_file(node)?;
-            let (ns, node) = (Arc::clone(&self.ns), node.clone());
-            let (stat_ns, stat_node) = (Arc::clone(&ns), node.clone());
-            let restore = Box::new(move |mtime: SystemTime| {
-                let set = SetAttr { mtime: Some(SetTime::At(mtime)), ..SetAttr::default() };
-                ns.setattr(&node, &set, &Credentials::default()).map(|attr| attr.mtime)
-            });
-            let stat = Box::new(move || stat_ns.getattr(&stat_node).map(|attr| attr.mtime));
-            let times = Arc::clone(times);
-            Ok(Arc::new(TimedFile { inner, times, restore, stat, inflight: 0.into() }) as _)
-        }
-    }
-
-    /// What the kernel is told about the object `node` with `attr` and node id `id`: for a
-    /// file ebb caches, ebb's size and the times it keeps.
-    fn file_attr(&self, id: u64, node: &N::Node, attr: &Attr) -> FileAttr {
-        let mut size = attr.size;
-        let (mut mtime, mut ctime) = (attr.mtime, attr.ctime);
-        if attr.kind == FileKind::Regular {
-            let file = (attr.ino, attr.generation);
-            let times = self.files.file_times(file);
-            let open = self.opener(node, &times);
-            if self.files.drop_if_changed(file, &times, attr.size, attr.mtime, &open) {
-                // Closing the cache may have changed the backend's file (an S3 object gets
-                // a trimmed size then): its attributes from before are out of date.
-                if let Ok(fresh) = self.ns.getattr(node) {
-                    times.saw(fresh.mtime);
-                    (size, mtime, ctime) = (fresh.size, fresh.mtime, fresh.ctime);
-                }
-            }
-            if let Some(kept) = times.get() {
-                (mtime, ctime) = (kept.mtime, kept.ctime);
-            }
-            // On error the backend's size is the best answer left.
-            if let Some(Ok(cached)) = self.files.cached_size(file, &open) {
-                size = cached;
-            }
-        }
-        FileAttr {
-            ino: INodeNo(id),
-            size,
-            blocks: size.div_ceil(512).max(attr.blocks),
-            atime: attr.atime,
-            mtime,
-            ctime,
-            crtime: SystemTime::UNIX_EPOCH,
-            kind: file_type(attr.kind),
-            perm: attr.perm,
-            nlink: attr.nlink,
-            uid: attr.uid,
-            gid: attr.gid,
-            rdev: u32::try_from(attr.rdev).unwrap_or(0),
-            blksize: attr.blksize,
-            flags: 0,
-        }
-    }
-
-    /// Releases the nodes and cached data of regular files deleted by someone else that
-    /// nothing has open through the mount, so their storage is freed (see [`nodes`]).
-    fn release_deleted_files(&self) {
-        for (id, node) in self.nodes.regular_files() {
-            let Ok(attr) = self.ns.getattr(&node) else { continue };
-            if attr.nlink == 0 && self.files.release_deleted((attr.ino, attr.generation)) {
-                self.nodes.release(id);
-            }
-        }
-    }
-
-    /// Counts a kernel reference to the object `node` and tells its attributes.
-    fn entry(&self, node: N::Node, attr: &Attr) -> (FileAttr, u64) {
-        let id = self.nodes.remember(node.clone(), attr);
-        (self.file_attr(id, &node, attr), attr.generation)
     }
 }
 
@@ -364,15 +302,18 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.inner.files.counts.request(Op::Lookup);
         let name = name.to_owned();
         self.entry(req, reply, move |inner| inner.lookup(parent, &name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inner.files.counts.request(Op::Forget);
         self.inner.nodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.inner.files.counts.request(Op::Getattr);
         if ino == INodeNo::ROOT {
             // The root's attributes, asked for at every permission check on it (`ebb stat`'s
             // getxattr included), are tried once: during an outage the last known ones, so
@@ -415,12 +356,14 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.inner.files.counts.request(Op::Setattr);
         let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
         let caller = credentials(req);
         self.simple(req, reply, move |inner| inner.setattr(ino, &set, fh, &caller), reply_attr);
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.inner.files.counts.request(Op::Readlink);
         self.simple(
             req,
             reply,
@@ -442,6 +385,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Mknod);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.entry(req, reply, move |inner| {
             inner.mknod(parent, &name, mode & !umask, rdev, &caller)
@@ -457,16 +401,19 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Mkdir);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.entry(req, reply, move |inner| inner.mkdir(parent, &name, mode & !umask, &caller));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.files.counts.request(Op::Unlink);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.simple(req, reply, move |inner| inner.unlink(parent, &name, &caller), reply_empty);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.files.counts.request(Op::Rmdir);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.simple(req, reply, move |inner| inner.rmdir(parent, &name, &caller), reply_empty);
     }
@@ -479,6 +426,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Symlink);
         let (name, target, caller) =
             (link_name.to_owned(), target.as_os_str().to_owned(), credentials(req));
         self.entry(req, reply, move |inner| inner.symlink(parent, &name, &target, &caller));
@@ -494,6 +442,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Rename);
         let (name, newname, caller) = (name.to_owned(), newname.to_owned(), credentials(req));
         self.simple(
             req,
@@ -511,11 +460,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.inner.files.counts.request(Op::Link);
         let (newname, caller) = (newname.to_owned(), credentials(req));
         self.entry(req, reply, move |inner| inner.link(ino, newparent, &newname, &caller));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.inner.files.counts.request(Op::Open);
         let op = move |inner: &Inner<N>| inner.open(ino, flags);
         self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
             (Some(reply), Ok(fh)) => reply.opened(FileHandle(fh), io_ops::open_flags()),
@@ -536,6 +487,27 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.inner.files.counts.request(Op::Read);
+        // A read the cache holds whole is answered here, on the request loop that read it: a
+        // copy under the file's page-map lock, no hand-off to a pool thread (a thread's
+        // wake-up and two context switches fewer per request: docs/fuse-requests.md).
+        if let Some(buf) = self.inner.try_read(fh, offset, size) {
+            self.inner.files.counts.read_on_loop();
+            return reply.data(&buf);
+        }
+        // So is an O_DIRECT read of a local directory's file: a `pread` of the backend file
+        // on this thread, which waits for the disk but never for a server, by one loop at a
+        // time, so that another always takes new requests.
+        if self.local
+            && io_ops::is_direct(flags, offset, size)
+            && let Some(_inline) = io_ops::InlineRead::take(&self.inline_reads)
+        {
+            self.inner.files.counts.read_on_loop();
+            return match self.inner.read(fh, offset, size, flags, req.pid()) {
+                Ok(buf) => reply.data(&buf),
+                Err(error) => reply.error(error),
+            };
+        }
         let (inner, pid, clock) =
             (Arc::clone(&self.inner), req.pid(), Arc::clone(&self.guard.clock));
         let interrupted = move || io_ops::killed(pid);
@@ -558,6 +530,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.inner.files.counts.request(Op::Write);
         if let Err(error) = self.inner.files.check_writable() {
             reply.error(error);
             return;
@@ -575,6 +548,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Flush);
         // A caller being killed (a close in its exit, or in a close it was killed in) is
         // answered here when the pool would make it wait: the kernel waits for a FLUSH's
         // answer whatever signal comes, and on the pool it could wait behind writes blocked on
@@ -601,6 +575,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Release);
         let inner = Arc::clone(&self.inner);
         self.writes.run(move || reply_empty(reply, inner.release(fh)));
     }
@@ -613,11 +588,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Fsync);
         let (inner, pid) = (Arc::clone(&self.inner), req.pid());
         self.writes.run(move || reply_empty(reply, inner.fsync(fh, pid)));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.inner.files.counts.request(Op::Opendir);
         let op = move |inner: &Inner<N>| inner.opendir(ino);
         self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {
             (Some(reply), Ok(fh)) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
@@ -635,6 +612,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        self.inner.files.counts.request(Op::Readdir);
         let op = move |inner: &Inner<N>| inner.fill_dir(fh, offset);
         self.guarded(req, reply, op, move |inner, reply, result| match (reply, result) {
             (Some(reply), Ok(())) => inner.readdir(fh, offset, reply),
@@ -651,6 +629,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Releasedir);
         self.inner.dirs.lock().remove(&fh.0);
         reply.ok();
     }
@@ -663,10 +642,12 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Fsyncdir);
         self.simple(req, reply, move |inner| inner.fsyncdir(ino), reply_empty);
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.inner.files.counts.request(Op::Statfs);
         self.simple(
             req,
             reply,
@@ -697,23 +678,27 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Setxattr);
         let (name, value, caller) = (name.to_owned(), value.to_vec(), credentials(req));
         let op = move |inner: &Inner<N>| inner.setxattr(ino, &name, &value, flags, &caller);
         self.simple(req, reply, op, reply_empty);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.inner.files.counts.request(Op::Getxattr);
         let name = name.to_owned();
         let answer = move |reply, result| reply_xattr(reply, result, size);
         self.simple(req, reply, move |inner| inner.getxattr(ino, &name), answer);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.inner.files.counts.request(Op::Listxattr);
         let answer = move |reply, result| reply_xattr(reply, result, size);
         self.simple(req, reply, move |inner| inner.listxattr(ino), answer);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.files.counts.request(Op::Removexattr);
         let (name, caller) = (name.to_owned(), credentials(req));
         self.simple(req, reply, move |inner| inner.removexattr(ino, &name, &caller), reply_empty);
     }
@@ -728,6 +713,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.inner.files.counts.request(Op::Fallocate);
         let inner = Arc::clone(&self.inner);
         self.writes.run(move || reply_empty(reply, inner.fallocate(ino, fh, offset, length, mode)));
     }
@@ -742,6 +728,7 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.inner.files.counts.request(Op::Create);
         let (name, caller) = (name.to_owned(), credentials(req));
         let op = move |inner: &Inner<N>| inner.create(parent, &name, mode & !umask, flags, &caller);
         self.guarded(req, reply, op, |inner, reply, result| match (reply, result) {

@@ -206,10 +206,13 @@ pub(crate) struct Guard {
 
 impl Guard {
     /// The guard of a mount whose file data goes through `data` (which may keep the backend's
-    /// outage clock, [`Clock::of`]).
-    pub(crate) fn new(data: Arc<dyn DataPath>) -> std::io::Result<Arc<Guard>> {
+    /// outage clock, [`Clock::of`]); `jobs` counts the requests it runs.
+    pub(crate) fn new(
+        data: Arc<dyn DataPath>,
+        jobs: Arc<std::sync::atomic::AtomicU64>,
+    ) -> std::io::Result<Arc<Guard>> {
         let guard = Arc::new(Guard {
-            pool: Pool::new("ebb-fuse-meta", THREADS, QUEUE)?,
+            pool: Pool::new("ebb-fuse-meta", THREADS, QUEUE, jobs)?,
             pending: Mutex::new(Vec::new()),
             clock: Arc::new(Clock::of(data)),
         });

@@ -135,6 +135,7 @@ pub(super) fn serve<N: Namespace + 'static>(
     let poll = copy_in(handle, data, offset, &mut done, || false, Poller::Loop, &mut cx);
     if let Some(Poll::Ready(result)) = poll {
         *parking.state.lock() = State::Done;
+        inner.files.counts.write_on_loop();
         return answer(reply, result);
     }
     let task = WriteTask {

@@ -19,6 +19,7 @@ mod errors;
 mod posix;
 mod racing;
 mod random;
+mod requests;
 
 use random::{random_operations, random_operations_over_nfs, random_operations_over_s3};
 

@@ -191,3 +191,37 @@ fn try_poll_write_at_declines_a_write_that_would_read_old_bytes() {
         [[7u8; 4096], [2; 4096], [7; 4096]].concat().into_iter().chain([3; 100]).collect();
     assert!(back == expected, "declined writes wrote nothing; the others landed");
 }
+
+// `try_read_at` answers only from the cache: after a fresh cache opens a file written by an
+// earlier one it declines (the pages are in the backend only); once `read_at` brought a page
+// in, a read within it is answered with the same bytes, and one that reaches a page still
+// missing is declined. At and past the end it answers 0 bytes, and it cuts a read at the end.
+#[test]
+fn try_read_at_answers_only_from_the_cache() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let cache = || Builder::new().memory(16 << 20).backend("mem", Arc::clone(&backend)).build();
+    let first = cache().unwrap();
+    let f = first.open("r", CREATE).unwrap();
+    let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+    f.write_at(&data, 0).unwrap();
+    let mut buf = vec![0u8; 200];
+    assert_eq!(f.try_read_at(&mut buf, 4000), Some(200), "the writer's pages are cached");
+    assert_eq!(buf, data[4000..4200]);
+    f.fsync().unwrap();
+    drop(f);
+    drop(first);
+    let second = cache().unwrap();
+    let g = second.open("r", CREATE).unwrap();
+    assert_eq!(g.try_read_at(&mut buf, 0), None, "nothing is cached yet");
+    let mut page = vec![0u8; 4096];
+    assert_eq!(g.read_at(&mut page, 4096).unwrap(), 4096);
+    assert_eq!(g.try_read_at(&mut buf, 4096 + 10), Some(200));
+    assert_eq!(buf, data[4106..4306], "the cached page's bytes");
+    assert_eq!(g.try_read_at(&mut buf, 8192 - 100), None, "the third page is not cached");
+    let mut tail = vec![0u8; 4096];
+    assert_eq!(g.read_at(&mut tail, 3 * 4096).unwrap(), 100);
+    assert_eq!(g.try_read_at(&mut tail, 3 * 4096), Some(100), "cut at the end of the file");
+    assert_eq!(tail[..100], data[3 * 4096..]);
+    assert_eq!(g.try_read_at(&mut tail, data.len() as u64), Some(0), "at the end");
+    assert_eq!(g.try_read_at(&mut tail, 1 << 20), Some(0), "past the end");
+}
