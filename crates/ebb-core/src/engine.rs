@@ -527,7 +527,10 @@ impl Engine {
             _ => None,
         };
         match event {
-            Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
+            Event::Open { handle, inode, backend } => {
+                self.open(handle, inode, backend);
+                self.charge_files(maps);
+            }
             Event::Close { handle, request } => {
                 self.close(handle, request, maps);
                 self.gate_sweep(maps);
