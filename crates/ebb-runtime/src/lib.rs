@@ -128,10 +128,8 @@ impl Builder {
         self
     }
 
-    /// The bytes the caller keeps per file it has attached beside the runtime's own (a FUSE
-    /// mount's tables): with the runtime's ([`FILE_STATE_BYTES`]) they are charged against the
-    /// memory budget for every file the cache knows, so the cache shrinks to make room for them
-    /// (`ebb_core::Config::file_state_bytes`).
+    /// The bytes the caller keeps per file it attached (a FUSE mount's tables): with the
+    /// runtime's ([`FILE_STATE_BYTES`]) charged against the budget per file the cache knows.
     pub fn file_state_bytes(mut self, bytes: u64) -> Builder {
         self.caller_file_bytes = bytes;
         self
@@ -548,10 +546,8 @@ impl Ebb {
         self.shared().backends[0].backend.remove(name)
     }
 
-    /// The most files the caller should keep attached while nobody has them open (a mount's
-    /// closed files kept for their attributes): half of the files whose state fits in the
-    /// share of memory it may be charged (`Engine::files_kept_max`), less the closed files the
-    /// runtime keeps cached itself; the other half is for the files applications hold open.
+    /// The most files a caller should keep attached while nobody has them open: half of
+    /// `Engine::files_kept_max` (the other half is for open files), less the runtime's own.
     pub fn files_kept_max(&self) -> u64 {
         let shared = self.shared();
         let core = shared.core.lock();

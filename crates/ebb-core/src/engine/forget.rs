@@ -1,5 +1,6 @@
-//! Forgetting files: a file no handle, page, IO, retry or unreported error keeps leaves the
-//! engine (the kernel's inode eviction), and the index of the files' retry deadlines.
+//! Files entering the engine (at their first open) and leaving it: a file no handle, page,
+//! IO, retry or unreported error keeps is forgotten (the kernel's inode eviction); and the
+//! index of the files' retry deadlines.
 //!
 //! # The files' state against the memory budget
 //!
@@ -22,17 +23,66 @@
 //! rather than leave the cache too little room to make progress. There are no samples to lack:
 //! the charge follows the count of files exactly.
 
-use super::{Engine, PageMaps};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use super::{Engine, InodeMeta, PageMaps};
 use crate::config::PAGE_SIZE;
 use crate::event::Action;
-use crate::ids::InodeId;
-use crate::time::Instant;
+use crate::ids::{BackendId, GroupId, HandleId, InodeId};
+use crate::time::{Duration, Instant};
 
 /// The largest share of memory the files' state is charged: `1 / FILE_STATE_SHARE_MAX` of it
 /// (module doc).
 const FILE_STATE_SHARE_MAX: u64 = 2;
 
 impl Engine {
+    /// A handle opens `inode` on `backend`: the file is known from its first open on, and its
+    /// state is charged against memory (module doc).
+    pub(super) fn open<M: PageMaps>(
+        &mut self,
+        handle: HandleId,
+        inode: InodeId,
+        backend: BackendId,
+        maps: &mut M,
+    ) {
+        assert!(backend.index() < self.wbs.len(), "open on unknown backend {backend}");
+        if !self.inodes.contains_key(&inode) {
+            self.files_opened += 1;
+        }
+        let meta = self.inodes.entry(inode).or_insert_with(|| InodeMeta {
+            backend,
+            group: GroupId(0),
+            last_dirtied: Instant::ZERO,
+            syncing: None,
+            writeback_index: 0,
+            inflight: BTreeSet::new(),
+            commits_inflight: BTreeSet::new(),
+            commit_marks: VecDeque::new(),
+            commit_now: false,
+            commit_deferred: false,
+            handles: 0,
+            err_seq: 0,
+            err: None,
+            err_unseen: false,
+            retry_at: None,
+            hold_retry_at: None,
+            retry_backoff: Duration::ZERO,
+            retry_held: false,
+            durability: Default::default(),
+            page_waiters: Vec::new(),
+            last_read_end: u64::MAX,
+            readahead: 0,
+            reading: BTreeMap::new(),
+            invalidating: Vec::new(),
+            unstable: 0,
+        });
+        meta.handles += 1;
+        // Errors nobody has seen yet are reported to the next opener too (errseq).
+        let seen = if meta.err_unseen { meta.err_seq.saturating_sub(1) } else { meta.err_seq };
+        self.handles.insert(handle, (inode, seen));
+        self.charge_files(maps);
+    }
+
     /// Forgets `inode` if nothing of it is left (the kernel evicting an unused inode): no open
     /// handle, no page cached, no IO in flight, no retry due, no unreported error, no write
     /// waiting for a sync of the file (unless it was just `emptied`, truncated to nothing with
