@@ -527,7 +527,7 @@ impl Engine {
             _ => None,
         };
         match event {
-            Event::Open { handle, inode, backend } => self.open(handle, inode, backend),
+            Event::Open { handle, inode, backend } => self.open(handle, inode, backend, maps),
             Event::Close { handle, request } => {
                 self.close(handle, request, maps);
                 self.gate_sweep(maps);
@@ -578,44 +578,6 @@ impl Engine {
             self.recommit_touched(inode, emptied, maps);
             self.maybe_forget(inode, emptied, maps);
         }
-    }
-
-    fn open(&mut self, handle: HandleId, inode: InodeId, backend: BackendId) {
-        assert!(backend.index() < self.wbs.len(), "open on unknown backend {backend}");
-        if !self.inodes.contains_key(&inode) {
-            self.files_opened += 1;
-        }
-        let meta = self.inodes.entry(inode).or_insert_with(|| InodeMeta {
-            backend,
-            group: GroupId(0),
-            last_dirtied: Instant::ZERO,
-            syncing: None,
-            writeback_index: 0,
-            inflight: BTreeSet::new(),
-            commits_inflight: BTreeSet::new(),
-            commit_marks: VecDeque::new(),
-            commit_now: false,
-            commit_deferred: false,
-            handles: 0,
-            err_seq: 0,
-            err: None,
-            err_unseen: false,
-            retry_at: None,
-            hold_retry_at: None,
-            retry_backoff: Duration::ZERO,
-            retry_held: false,
-            durability: Default::default(),
-            page_waiters: Vec::new(),
-            last_read_end: u64::MAX,
-            readahead: 0,
-            reading: BTreeMap::new(),
-            invalidating: Vec::new(),
-            unstable: 0,
-        });
-        meta.handles += 1;
-        // Errors nobody has seen yet are reported to the next opener too (errseq).
-        let seen = if meta.err_unseen { meta.err_seq.saturating_sub(1) } else { meta.err_seq };
-        self.handles.insert(handle, (inode, seen));
     }
 
     /// Whether `inode` is known (has been opened).

@@ -3,7 +3,8 @@
 //!
 //! Every page the cache holds occupies one frame of a fixed budget (`Config::memory_bytes`),
 //! so the cache can never exceed it. Anonymous memory of the workload (simulator) shares the
-//! same budget. Resident frames sit on an inactive or an active list, linked through the frame
+//! same budget, and so does the state of the files the cache knows (the kernel's inode and
+//! dentry slab: `engine/forget.rs`). Resident frames sit on an inactive or an active list, linked through the frame
 //! table (an intrusive doubly linked list, O(1) per move); reclaim scans the inactive tail.
 //!
 //! Zones (the 2.6/3.x kernel's `struct zone`, before LRUs moved to the node in 4.8): memory is
@@ -131,6 +132,8 @@ struct Zone {
     anon_writeback: u64,
     /// Anonymous pages written to swap, waiting for the next reclaim pass to free them.
     anon_swapped: u64,
+    /// Pages charged for the state of the files the cache knows ([`Memory::charge_files`]).
+    files: u64,
     lists: [ListHead; 2],
     wmark: Watermarks,
     /// `reserve[c]`: pages an allocation of class `c` leaves free here (lowmem reserve).
@@ -165,6 +168,7 @@ impl Memory {
                 anon: 0,
                 anon_writeback: 0,
                 anon_swapped: 0,
+                files: 0,
                 lists: [EMPTY_LIST; 2],
                 wmark: wmarks[z],
                 reserve: (0..n)
@@ -212,7 +216,7 @@ impl Memory {
     /// Free pages of zone `z`.
     pub(crate) fn zone_free(&self, z: usize) -> u64 {
         let zone = &self.zones[z];
-        zone.pages.saturating_sub(zone.allocated + zone.anon)
+        zone.pages.saturating_sub(zone.allocated + zone.anon + zone.files)
     }
 
     /// The zone a frame belongs to.
@@ -220,7 +224,7 @@ impl Memory {
         usize::from(self.frames[frame.index()].zone)
     }
 
-    /// Pages not used by the cache or by anonymous memory.
+    /// Pages not used by the cache, by anonymous memory or by the files' state.
     pub(crate) fn free_pages(&self) -> u64 {
         (0..self.zones.len()).map(|z| self.zone_free(z)).sum()
     }
@@ -235,6 +239,33 @@ impl Memory {
 
     pub(crate) fn anon(&self) -> u64 {
         self.zones.iter().map(|z| z.anon).sum()
+    }
+
+    /// Pages charged for the state of the files the cache knows.
+    pub(crate) fn files(&self) -> u64 {
+        self.zones.iter().map(|z| z.files).sum()
+    }
+
+    /// Charges `pages` for the state of the files the cache knows, in place of the previous
+    /// charge (the kernel's inode and dentry slab, which comes out of the same memory as the
+    /// page cache). Taken from the free pages of the highest zone first, then of lower ones;
+    /// what no zone has free is charged to the highest zone beyond memory, overcommitted until
+    /// reclaim frees frames (a slab allocation that finds no free page succeeds by reclaiming
+    /// cache: the caller wakes kswapd).
+    pub(crate) fn charge_files(&mut self, pages: u64) {
+        for zone in &mut self.zones {
+            zone.files = 0;
+        }
+        let mut left = pages;
+        for z in (0..self.zones.len()).rev() {
+            let n = left.min(self.zone_free(z));
+            self.zones[z].files += n;
+            left -= n;
+        }
+        let top = self.top_zone();
+        self.zones[top].files += left;
+        self.overcommitted |= left > 0;
+        self.settle_overcommit();
     }
 
     /// Adds anonymous pages without a zone choice (the simulator's pre-existing memory): the
@@ -253,27 +284,30 @@ impl Memory {
         self.overcommitted |= left > 0;
     }
 
-    /// Whether anonymous memory charged beyond memory still makes frames and anonymous memory
-    /// exceed the total (the only way they may).
+    /// Whether anonymous memory or the files' state charged beyond memory still makes frames,
+    /// anonymous memory and the files' state exceed the total (the only way they may).
     pub(crate) fn overcommitted(&self) -> bool {
         self.overcommitted
     }
 
-    /// Frames and anonymous memory fit in memory, unless anonymous memory was charged beyond it
-    /// ([`Memory::add_anon`], the one way they may not): checked where either grows.
+    /// Frames, anonymous memory and the files' state fit in memory, unless anonymous memory or
+    /// the files' state was charged beyond it ([`Memory::add_anon`], [`Memory::charge_files`],
+    /// the only ways they may not): checked where frames or anonymous memory grow.
     fn check_budget(&self) {
         invariant!(
-            self.overcommitted || self.allocated() + self.anon() <= self.total,
-            "{} frames and {} anonymous pages exceed the {} pages of memory",
+            self.overcommitted || self.allocated() + self.anon() + self.files() <= self.total,
+            "{} frames, {} anonymous pages and {} pages of file state exceed the {} pages of \
+             memory",
             self.allocated(),
             self.anon(),
+            self.files(),
             self.total
         );
     }
 
-    /// Clears the overcommit once frames and anonymous memory fit again.
+    /// Clears the overcommit once frames, anonymous memory and the files' state fit again.
     fn settle_overcommit(&mut self) {
-        if self.overcommitted && self.allocated() + self.anon() <= self.total {
+        if self.overcommitted && self.allocated() + self.anon() + self.files() <= self.total {
             self.overcommitted = false;
         }
     }

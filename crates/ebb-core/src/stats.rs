@@ -234,6 +234,10 @@ pub struct MemInfo {
     /// Anonymous (non-cache) pages.
     #[figure("AnonPages", Pages)]
     pub anon: u64,
+    /// Pages charged for the state of the files the cache knows (the kernel's inode and
+    /// dentry slab; `Config::file_state_bytes`).
+    #[figure("Slab", Pages)]
+    pub slab: u64,
     /// Resident file pages.
     #[figure("Cached", Pages)]
     pub cached: u64,

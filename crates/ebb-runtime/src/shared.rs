@@ -177,12 +177,22 @@ pub(crate) struct Core {
     /// Files with no open handle, oldest first; beyond [`CLOSED_CACHED`] the oldest clean ones
     /// leave the cache (their pages are dropped and their backend file closed).
     pub(crate) closed: std::collections::VecDeque<InodeId>,
+    /// How many closed files stay cached: [`CLOSED_CACHED`], or fewer when the share of memory
+    /// the files' state may take holds fewer ([`closed_cached`]).
+    pub(crate) closed_max: usize,
 }
 
 /// Closed files kept cached (with their backend file descriptors) before the oldest clean one is
 /// forgotten. The kernel keeps closed files' pages until reclaim; ebb bounds the open
 /// descriptors instead.
 pub(crate) const CLOSED_CACHED: usize = 512;
+
+/// Closed files kept cached by a cache whose files' state fits `kept_max` files
+/// (`Engine::files_kept_max`): [`CLOSED_CACHED`], at most an eighth of them (the rest are for
+/// the files open and those a caller keeps attached, see `Ebb::files_kept_max`), at least one.
+pub(crate) fn closed_cached(kept_max: u64) -> usize {
+    usize::try_from(kept_max / 8).unwrap_or(usize::MAX).clamp(1, CLOSED_CACHED)
+}
 
 pub(crate) enum Job {
     /// Pages of ascending, disjoint runs (`Action::Write`), written as one write.
@@ -294,6 +304,7 @@ impl Shared {
         let (tx, rx) = crossbeam::channel::unbounded();
         let (reads_tx, reads_rx) = crossbeam::channel::unbounded();
         let frames = FramePool::new(engine.config().memory_pages());
+        let closed_max = closed_cached(engine.files_kept_max());
         let nice = (engine.config().io_thread_nice, engine.config().io_thread_ioprio);
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
@@ -305,6 +316,7 @@ impl Shared {
                 keys: BTreeMap::new(),
                 next_inode: 1,
                 closed: std::collections::VecDeque::new(),
+                closed_max,
             }),
             timer_cv: Condvar::new(),
             files: RwLock::new(BTreeMap::new()),
@@ -408,7 +420,7 @@ impl Shared {
     }
 
     /// A handle of `fs` closed; if it was the last, the file joins the closed list, and the
-    /// oldest closed files beyond [`CLOSED_CACHED`] that hold nothing unwritten and no unseen
+    /// oldest closed files beyond [`Core::closed_max`] that hold nothing unwritten and no unseen
     /// error leave the cache. A file whose key was forgotten leaves at once.
     pub(crate) fn handle_closed(&self, fs: &FileState) {
         if fs.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
@@ -431,7 +443,7 @@ impl Shared {
         }
         core.closed.push_back(fs.inode);
         let mut kept = std::collections::VecDeque::new();
-        while core.closed.len() + kept.len() > CLOSED_CACHED {
+        while core.closed.len() + kept.len() > core.closed_max {
             let Some(inode) = core.closed.pop_front() else { break };
             let Some(victim) = self.file(inode) else { continue };
             if victim.handles.load(Ordering::Acquire) > 0 {

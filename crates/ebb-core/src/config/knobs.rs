@@ -115,6 +115,11 @@ declare_knobs! {
             trace: bool = false,
             /// The backends; `BackendId(i)` is `backends[i]`.
             backends: Vec<BackendConfig> = Vec::new(),
+            /// Bytes each file the engine knows costs beside its cached pages (the engine's
+            /// record, its page map, the driver's tables), charged against `memory_bytes` as
+            /// the kernel's inode slab is (`engine/forget.rs`). Set by the driver, which
+            /// measures its own; 0 (the simulator) charges nothing. Not a knob.
+            file_state_bytes: u64 = 0,
         }
     }
 

@@ -142,13 +142,14 @@ impl Engine {
             ));
         }
         if self.mem.allocated() > self.mem.total()
-            || (self.mem.allocated() + self.mem.anon() > self.mem.total()
+            || (self.mem.allocated() + self.mem.anon() + self.mem.files() > self.mem.total()
                 && !self.mem.overcommitted())
         {
             return Err(format!(
-                "memory budget exceeded: {} + {} > {}",
+                "memory budget exceeded: {} frames + {} anonymous + {} file state > {}",
                 self.mem.allocated(),
                 self.mem.anon(),
+                self.mem.files(),
                 self.mem.total()
             ));
         }

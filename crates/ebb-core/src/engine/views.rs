@@ -18,6 +18,7 @@ impl Engine {
             total: self.mem.total(),
             free: self.mem.free_pages(),
             anon: self.mem.anon(),
+            slab: self.mem.files(),
             cached: self.global.resident.max(0) as u64,
             dirty: self.global.dirty(),
             held: self.global.held.max(0) as u64,

@@ -73,3 +73,52 @@ fn closed_files_with_nothing_cached_are_forgotten() {
     h.request(Event::Open { handle: HandleId(9), inode, backend: BackendId(0) });
     assert!(h.engine.knows_inode(inode));
 }
+
+/// The state of the files the engine knows is charged against memory
+/// (`Config::file_state_bytes`, as the kernel counts its inode slab): opening 2,000 files beside
+/// a cache full of clean pages makes kswapd evict enough of them that frames and the charge fit
+/// in memory, and the dirty threshold falls with the free memory; the charge stops at half of
+/// memory, and goes with the files once they are closed and forgotten. Without the charge the
+/// 2,000 files' 4,000 pages of state came on top of about 15,000 cached pages in 16,384.
+#[test]
+fn the_files_state_is_charged_against_memory() {
+    let mut c = config(64, ThrottlePolicy::Ioless);
+    c.file_state_bytes = 8192;
+    let mut h = Harness::new(c, &[15_000]);
+    // 15,000 pages written and synced: clean, and cached as long as memory has room.
+    let dd = h.add_dd(0, 15_000, 64, Instant::ZERO);
+    h.run_until(secs(10));
+    h.request(Event::Sync { request: RequestId(1) });
+    h.run_until(secs(30));
+    assert_eq!(h.done_requests.get(&RequestId(1)), Some(&Ok(())), "sync not answered");
+    let full = h.engine.meminfo();
+    assert!(full.slab <= 2, "at most the written file known, two pages of state: {full:?}");
+    assert!(full.cached > 14_000 && full.dirty == 0, "not a full clean cache: {full:?}");
+    for i in 0..2_000 {
+        let (handle, inode) = (HandleId(100_000 + i), InodeId(100_000 + i));
+        h.request(Event::Open { handle, inode, backend: BackendId(0) });
+    }
+    let charged = h.engine.meminfo();
+    assert_eq!(charged.slab, full.slab + 2 * 2_000, "{charged:?}");
+    // kswapd balanced memory back above the watermarks (min: 256 pages of 64 MiB), so the
+    // frames and the state fit in it (overcommitted, there would be no free page).
+    assert!(charged.free >= 256, "memory not balanced: {charged:?}");
+    assert!(charged.cached + charged.slab + charged.free <= charged.total, "{charged:?}");
+    assert!(charged.cached < full.cached - 2_500, "clean pages not evicted: {charged:?}");
+    assert!(charged.thresh < full.thresh, "the dirty threshold did not fall: {charged:?}");
+    let writers = [&h.dds[dd].w];
+    h.engine.check_accounting(&h.maps, &writers).unwrap();
+    // Files held open beyond half of memory: the charge stops there.
+    for i in 2_000..10_000 {
+        let (handle, inode) = (HandleId(100_000 + i), InodeId(100_000 + i));
+        h.request(Event::Open { handle, inode, backend: BackendId(0) });
+    }
+    assert_eq!(h.engine.meminfo().slab, charged.total / 2);
+    // Closed with nothing cached, the files are forgotten and their charge goes.
+    let forgotten_before = h.forgotten;
+    for i in 0..10_000 {
+        h.request(Event::Close { handle: HandleId(100_000 + i), request: RequestId(100 + i) });
+    }
+    assert_eq!(h.forgotten - forgotten_before, 10_000);
+    assert_eq!(h.engine.meminfo().slab, full.slab);
+}
