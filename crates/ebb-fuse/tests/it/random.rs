@@ -617,10 +617,10 @@ impl Checker<'_> {
             "chmod" => self.chmod(name),
             "utimes" => self.utimes(name),
             "fallocate" => self.fallocate(name),
-            // A child process starts with no file of the mount open: at its exec, the kernel
-            // would close (FLUSH) every one it inherited, to this process, which serves the
-            // mount; over S3 a FLUSH writes the file back, and a test process that died then
-            // left the child in exec for good (seen once, in a loop of these tests).
+            // A child process starts with no file of the mount open: at its exec the kernel
+            // closes every one it inherited, a FLUSH each, which over S3 writes the file back,
+            // so the checker's write-backs would depend on its children. (A FLUSH of a mount
+            // that has stopped serving fails at once: `a_dropped_mount_ends_its_connection`.)
             "nobody write" | "nobody truncate" | "nobody chmod" | "outside"
                 if !self.open.is_empty() =>
             {
