@@ -37,6 +37,7 @@
 //! start finds it in `/proc/self/mountinfo` and detaches it. While it serves, failed
 //! write-backs are logged on stderr.
 
+mod connection;
 mod data;
 mod fs;
 mod places;
@@ -49,12 +50,14 @@ mod tests;
 mod times;
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use ebb_backend::{DirNamespace, Namespace};
 
+use crate::connection::Connection;
 pub use crate::fs::STATS_XATTR;
 use crate::fs::{EbbFs, Files, LOOP_THREADS};
 pub use crate::places::clear_stale_mount;
@@ -96,10 +99,13 @@ pub struct MountConfig {
     pub trace: Option<(PathBuf, u64)>,
 }
 
-/// A mounted filesystem. Dropping it without [`Mount::unmount`] detaches the mount lazily and
-/// writes nothing back.
+/// A mounted filesystem. Dropping it without [`Mount::unmount`] detaches the mount lazily,
+/// ends its FUSE connection (a process still using the mount gets `ENOTCONN`, none waits for
+/// an answer: see `connection`) and writes nothing back.
 pub struct Mount {
     session: Option<fuser::BackgroundSession>,
+    /// Ended whenever the mount stops serving while it may still have users.
+    connection: Connection,
     /// Serves `ebb stat`; stopped (its socket removed) when the mount is dropped.
     stats_server: Option<StatsServer>,
     files: Arc<Files>,
@@ -203,14 +209,13 @@ impl Mount {
         options.acl = fuser::SessionACL::All;
         options.n_threads = Some(LOOP_THREADS);
         options.clone_fd = true;
-        let session = fuser::Session::new(fs, mountpoint, &options)
-            .and_then(fuser::Session::spawn)
-            .map_err(|error| {
-                io::Error::new(
-                    error.kind(),
-                    format!("mounting on {}: {error}", mountpoint.display()),
-                )
-            })?;
+        let mounting = |error: io::Error| {
+            io::Error::new(error.kind(), format!("mounting on {}: {error}", mountpoint.display()))
+        };
+        let session = fuser::Session::new(fs, mountpoint, &options).map_err(mounting)?;
+        let device = session.as_fd().try_clone_to_owned().map_err(mounting)?;
+        let session = session.spawn().map_err(mounting)?;
+        let connection = Connection::new(device, mountpoint);
         // Without its socket the mount still works; `ebb stat` falls back to the attribute.
         let stats_server = StatsServer::start(mountpoint, Arc::downgrade(&files))
             .inspect_err(|error| {
@@ -219,6 +224,7 @@ impl Mount {
             .ok();
         Ok(Mount {
             session: Some(session),
+            connection,
             stats_server,
             files,
             mountpoint: mountpoint.to_path_buf(),
@@ -281,13 +287,16 @@ impl Mount {
         self.session.as_ref().is_none_or(|session| session.guard.is_finished())
     }
 
-    /// Unmounts (lazily if busy), then writes everything to the backend and makes it durable. Fails
-    /// only if something could not be written now; an error that passed (a full backend that
-    /// has room again) is not a failure.
+    /// Unmounts (lazily if busy: the processes using it then get `ENOTCONN`), then writes
+    /// everything to the backend and makes it durable. Fails only if something could not be
+    /// written now; an error that passed (a full backend that has room again) is not a failure.
     pub fn unmount(mut self) -> io::Result<()> {
         let detached = self.unmount_kernel_side()?;
         if let Some(session) = self.session.take() {
             if detached {
+                // No process keeps adding to the cache while it is written, nor waits on a
+                // mount nobody serves.
+                self.connection.end(&self.mountpoint);
                 drop(session);
             } else {
                 session.join()?;
@@ -299,6 +308,13 @@ impl Mount {
         let synced = self.files.data.sync();
         self.files.close_anchors();
         synced
+    }
+
+    /// Detaches the mount lazily and ends its connection (see `connection`): a process still
+    /// using it gets `ENOTCONN`, and none waits for an answer that would never come.
+    pub(crate) fn detach(&self) {
+        let _ = rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH);
+        self.connection.end(&self.mountpoint);
     }
 
     /// Unmounts; returns whether it had to detach lazily (the mount was busy).
@@ -331,8 +347,11 @@ impl Drop for Mount {
         self.stats_server.take();
         if let Some(session) = self.session.take() {
             if !session.guard.is_finished() {
-                let _ =
-                    rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH);
+                self.detach();
+            } else {
+                // The request loops have ended; if not for the connection's end (an error of
+                // theirs), nobody would serve it from here on.
+                self.connection.end(&self.mountpoint);
             }
             drop(session);
         }

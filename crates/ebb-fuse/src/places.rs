@@ -103,7 +103,7 @@ pub(crate) fn absolute_without_following(path: &Path) -> io::Result<PathBuf> {
 }
 
 /// Mount points in mountinfo escape space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(field: &str) -> std::ffi::OsString {
+pub(crate) fn unescape_mountinfo(field: &str) -> std::ffi::OsString {
     use std::os::unix::ffi::OsStringExt;
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -93,7 +93,7 @@ pub fn run<N: Namespace>(config: &MountConfig, namespace: N) -> io::Result<()> {
                     "ebb mount: {signal} again: exiting now; not written to {backend}: {}",
                     mount.unwritten()
                 );
-                detach(&mount);
+                mount.detach();
                 std::process::exit(1);
             }
             Ok(Event::Drained(result)) => {
@@ -103,7 +103,7 @@ pub fn run<N: Namespace>(config: &MountConfig, namespace: N) -> io::Result<()> {
                         "ebb mount: drain failed: {error}; not written: {}",
                         mount.unwritten()
                     );
-                    detach(&mount);
+                    mount.detach();
                     return Err(error);
                 }
                 break;
@@ -148,9 +148,4 @@ fn start_drain(
         drop(mount);
         let _ = sender.send(Event::Drained(result));
     })
-}
-
-/// Detaches the mount from its mountpoint, leaving what is not written (an exit now).
-fn detach(mount: &Mount) {
-    let _ = rustix::mount::unmount(mount.mountpoint(), rustix::mount::UnmountFlags::DETACH);
 }

@@ -506,6 +506,7 @@ impl File {
         }
         let _g = fs.size_lock.write();
         fs.file.set_size(fs.size.load(Ordering::Acquire))?;
+        fs.padded.store(false, Ordering::Release);
         drop(changing);
         fs.needs_sync.store(true, Ordering::Release);
         Ok(())
@@ -568,8 +569,9 @@ impl File {
     /// close-to-open): its clean pages leave the cache and reads in flight keep none of theirs
     /// ([`Event::BackendChanged`]), so reads bring the new bytes; pages holding data the
     /// backend lacks stay (the cache's data wins). With no such page left, the file's size
-    /// becomes the backend's, unless the backend's is at most the rest of the last page longer
-    /// (the whole last page a write-back wrote before its trim, not someone else's growth).
+    /// becomes the backend's, unless the backend's is longer by the whole last page a
+    /// write-back of ebb's wrote and could not trim yet (`padded`; someone else's growth is
+    /// theirs, also inside ebb's last page).
     pub fn backend_changed(&self) -> io::Result<()> {
         let fs = &self.fs;
         let _t = fs.truncate_lock.lock();
@@ -581,7 +583,9 @@ impl File {
         let map = fs.map.lock();
         let counts = map.counts();
         let size = fs.size.load(Ordering::Acquire);
-        let padded = backend > size && backend <= size.next_multiple_of(PAGE_SIZE);
+        let padded = fs.padded.load(Ordering::Acquire)
+            && backend > size
+            && backend <= size.next_multiple_of(PAGE_SIZE);
         if counts.dirty + counts.held + counts.writeback + counts.unstable == 0 && !padded {
             fs.size.store(backend, Ordering::Release);
         }

@@ -517,6 +517,7 @@ impl Ebb {
                     size: size.into(),
                     size_lock: RwLock::new(()),
                     truncate_lock: Mutex::new(()),
+                    padded: false.into(),
                     needs_sync: false.into(),
                     key: (b, key),
                     handles: 0.into(),

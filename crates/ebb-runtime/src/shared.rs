@@ -81,6 +81,11 @@ pub(crate) struct FileState {
     pub(crate) size_lock: RwLock<()>,
     /// Serialises `set_len` calls.
     pub(crate) truncate_lock: Mutex<()>,
+    /// A write-back left the backend file longer than the logical size (its last page written
+    /// whole) and the trim right after it has not happened (it failed). The only excess a
+    /// later trim cuts: any other was made by someone else (issue 33), whose bytes are theirs
+    /// even when they end inside ebb's last page. Set and cleared under `size_lock` exclusive.
+    pub(crate) padded: AtomicBool,
     /// Written since the backend file was last synced.
     pub(crate) needs_sync: AtomicBool,
     /// How it is named (to forget it when it leaves the cache).

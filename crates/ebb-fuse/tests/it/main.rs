@@ -15,6 +15,7 @@ use ebb_backend::s3::test_server::TestServer;
 use ebb_backend::{DirNamespace, NfsNamespace, NfsServer, S3Backend, S3Namespace};
 use ebb_fuse::{DataMode, Mount, MountConfig};
 
+mod ending;
 mod errors;
 mod posix;
 mod racing;
@@ -221,10 +222,6 @@ fn an_nfs_mount_and_the_library_give_the_engine_the_same_backend_settings() {
 // The same checker on a mount of an S3 bucket (versitygw), with the operations S3 refuses
 // checked as refused: hard links (EPERM), chmod, utimes and fallocate (EOPNOTSUPP).
 #[test]
-#[ignore = "hung twice in a loop of these checkers (2026-11-29): a child process forked by \
-            a test of this binary stayed in execve, closing an S3-mount file it inherited (a \
-            FLUSH the mount never answered); run alone: cargo test -p ebb-fuse --test it -- \
-            --ignored s3"]
 fn random_operations_match_the_model_over_s3() {
     random_operations_over_s3(6, 600);
 }

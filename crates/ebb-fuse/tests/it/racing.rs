@@ -254,10 +254,6 @@ fn reads_racing_truncates_over_nfs() {
 
 // Over S3: reads racing truncates and writes (S3 cannot punch or zero).
 #[test]
-#[ignore = "hung twice in a loop of these checkers (2026-11-29): a child process forked by \
-            a test of this binary stayed in execve, closing an S3-mount file it inherited (a \
-            FLUSH the mount never answered); run alone: cargo test -p ebb-fuse --test it -- \
-            --ignored s3"]
 fn reads_racing_truncates_over_s3() {
     let start = std::time::Instant::now();
     check(Over::S3, 0x5eed_0004, OPS_S3, None).map(Result::unwrap);

@@ -21,11 +21,12 @@
 //!
 //! What each backend refuses is checked as refused: NFSv3 has no fallocate (`EOPNOTSUPP`);
 //! S3 has no hard links (`EPERM`), no modes, times or fallocate (`EOPNOTSUPP`), and its files
-//! show 0644, so another user's writes and truncates are refused there. S3's Last-Modified
-//! has a resolution of one second: a change by another client that keeps the size and lands
-//! in the second of ebb's own upload is not seen by the mount (its revalidation compares the
-//! mtime, and the size of a clean file), so over S3 the second client's changes always
-//! change the size by more than the page ebb rounds to.
+//! show 0644, so another user's writes and truncates are refused there. Over S3 the second
+//! client's changes always change the size by more than the page ebb rounds to: one that
+//! keeps the size (or stays inside that page) and lands in the second of the mount's own
+//! upload goes unseen, as S3's Last-Modified counts whole seconds and the mount's
+//! revalidation compares it and a clean file's size. A documented limit: the S3 paragraph of
+//! docs/library.md (close-to-open), and the README's S3 lines.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -439,7 +440,8 @@ impl Checker<'_> {
             _ => "delete",
         };
         if self.kind == Kind::S3 && what != "delete" {
-            // A size the mount's revalidation sees whatever the second (module doc).
+            // A size the mount's revalidation sees whatever the second (module doc, and
+            // docs/library.md's S3 paragraph: the Last-Modified limit).
             let seen = |len: usize| len < old.len() || len > old.len().next_multiple_of(4096);
             if !seen(new.len()) {
                 new.resize(old.len().next_multiple_of(4096) + 1, 0);
@@ -617,10 +619,10 @@ impl Checker<'_> {
             "chmod" => self.chmod(name),
             "utimes" => self.utimes(name),
             "fallocate" => self.fallocate(name),
-            // A child process starts with no file of the mount open: at its exec, the kernel
-            // would close (FLUSH) every one it inherited, to this process, which serves the
-            // mount; over S3 a FLUSH writes the file back, and a test process that died then
-            // left the child in exec for good (seen once, in a loop of these tests).
+            // A child process starts with no file of the mount open: at its exec the kernel
+            // closes every one it inherited, a FLUSH each, which over S3 writes the file back,
+            // so the checker's write-backs would depend on its children. (A FLUSH of a mount
+            // that has stopped serving fails at once: `a_dropped_mount_ends_its_connection`.)
             "nobody write" | "nobody truncate" | "nobody chmod" | "outside"
                 if !self.open.is_empty() =>
             {

@@ -92,19 +92,25 @@ fn trim_and_sync(shared: &Shared, fs: &FileState) -> io::Result<()> {
     Ok(())
 }
 
-/// Trims the backend file to the logical size: a write-back writes the last page whole, so
-/// the backend's file may be up to the rest of that page longer. One longer than that was
-/// grown by someone else after ebb last wrote it (a truncate through ebb sets the backend's
-/// size itself), and a trim would cut their data (issue 33: another NFS client's growth was
-/// cut by the close that dropped the stale cache): it is left as it is. A growth by someone
-/// else that ends within ebb's last page is still cut, as ebb cannot tell it from its own.
+/// Trims the backend file to the logical size where a write-back of ebb's left it longer: a
+/// write-back writes the last page whole and trims right after; if that trim failed, the
+/// backend's file is still up to the rest of that page longer (`FileState::padded`), which
+/// this cuts. Any other excess was made by someone else (another NFS client, a process in the
+/// backing directory) after ebb last wrote the file (a truncate through ebb sets the backend's
+/// size itself), and a trim would cut their data, whether it ends past ebb's last page or
+/// inside it (issue 33: another client's growth was cut by the close that dropped the stale
+/// cache): it is left as it is.
 pub(crate) fn trim_backend_file(fs: &FileState) -> io::Result<()> {
     // Exclusive: no write of the file lands between the look at the sizes and the trim.
     let _g = fs.size_lock.write();
+    if !fs.padded.load(Ordering::Acquire) {
+        return Ok(());
+    }
     let size = fs.size.load(Ordering::Acquire);
     let backend = fs.file.size()?;
     if backend > size && backend <= size.next_multiple_of(crate::PAGE_SIZE) {
         fs.file.set_size(size)?;
     }
+    fs.padded.store(false, Ordering::Release);
     Ok(())
 }

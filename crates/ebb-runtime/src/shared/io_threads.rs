@@ -292,7 +292,10 @@ impl Shared {
             let _g = fs.size_lock.write();
             let size = fs.size.load(Ordering::Acquire);
             if end > size {
+                // Ours to trim later if this trim fails (`FileState::padded`).
+                fs.padded.store(true, Ordering::Release);
                 fs.file.set_size(size).map_err(|e| to_io_error(&e))?;
+                fs.padded.store(false, Ordering::Release);
             }
         }
         Ok(stability)

@@ -12,6 +12,7 @@ mod nfs;
 mod nonblocking;
 mod racing;
 mod s3;
+mod second_client;
 mod seeded;
 mod swarm;
 mod threads;

@@ -170,3 +170,37 @@ fn a_trim_leaves_what_someone_else_grew() {
     assert_eq!(other.read_at(&mut got, 8192).unwrap(), 8192);
     assert!(got.iter().all(|&b| b == 2), "the other's bytes");
 }
+
+// Someone else grows the backend's file to an end inside ebb's last page after ebb wrote and
+// trimmed it: the growth is theirs, as one past that page is. ebb's next open sees it
+// (`backend_changed`: the size becomes the backend's), and neither its fsync nor its close
+// cuts it. Before the fix ebb took the excess for its own last page written whole: the size
+// stayed 100 and the fsync cut the file back to 100 bytes.
+#[test]
+fn a_trim_leaves_a_growth_inside_ebbs_last_page() {
+    let backend = Arc::new(MemBackend::new());
+    let ebb = Builder::new().memory(16 << 20).backend("b", backend.clone()).build().unwrap();
+    let file = ebb.open("f", CREATE).unwrap();
+    file.write_at(&[1u8; 100], 0).unwrap();
+    file.fsync().unwrap();
+    let other = backend.open("f", OPEN).unwrap();
+    assert_eq!(other.size().unwrap(), 100, "ebb's page trimmed to the logical size");
+    other.write_at(&[2u8; 2000], 100).unwrap();
+    file.backend_changed().unwrap();
+    assert_eq!(file.len(), 2100, "the size after the other's growth is seen");
+    let mut got = vec![0u8; 4096];
+    assert_eq!(file.read_at(&mut got, 0).unwrap(), 2100);
+    assert!(got[..100].iter().all(|&b| b == 1) && got[100..2100].iter().all(|&b| b == 2));
+    file.fsync().unwrap();
+    assert_eq!(other.size().unwrap(), 2100, "the other's growth after ebb's fsync");
+    // ebb writes its own last page again: its write-back's padding is still trimmed.
+    file.write_at(&[3u8; 10], 2100).unwrap();
+    file.fsync().unwrap();
+    assert_eq!(other.size().unwrap(), 2110, "ebb's own last page trimmed after its write-back");
+    file.close().unwrap();
+    assert_eq!(other.size().unwrap(), 2110, "after ebb's close");
+    let mut got = vec![0u8; 2110];
+    assert_eq!(other.read_at(&mut got, 0).unwrap(), 2110);
+    assert!(got[100..2100].iter().all(|&b| b == 2), "the other's bytes");
+    assert!(got[2100..].iter().all(|&b| b == 3), "ebb's bytes");
+}
