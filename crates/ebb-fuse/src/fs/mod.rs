@@ -587,8 +587,10 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             return;
         }
         // On a flush-on-close backend (NFS, S3) this writes the file back: a pool thread, as
-        // for fsync, so the request loops stay free.
-        self.writes.run(move || reply_empty(reply, inner.flush(fh, pid)));
+        // for fsync, so the request loops stay free; answered `EINTR` by the guard's watcher
+        // if the caller is killed meanwhile (even a clean file's flush asks the backend).
+        let op = move |_: &dyn Fn() -> bool| inner.flush(fh, pid);
+        self.guard.run_killable_on(&self.writes, pid, reply, op, answer_empty);
     }
 
     fn release(
@@ -614,7 +616,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         reply: ReplyEmpty,
     ) {
         let (inner, pid) = (Arc::clone(&self.inner), req.pid());
-        self.writes.run(move || reply_empty(reply, inner.fsync(fh, pid)));
+        let op = move |_: &dyn Fn() -> bool| inner.fsync(fh, pid);
+        self.guard.run_killable_on(&self.writes, pid, reply, op, answer_empty);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -759,6 +762,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             }
             (None, Err(_)) => {}
         });
+    }
+}
+
+/// Answers `reply` with `result` unless the guard's watcher answered it (`None`).
+fn answer_empty(reply: Option<ReplyEmpty>, result: Result<(), Errno>) {
+    if let Some(reply) = reply {
+        reply_empty(reply, result);
     }
 }
 

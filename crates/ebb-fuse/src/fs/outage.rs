@@ -20,7 +20,10 @@
 //! pool, its reply kept in a slot; the guard's watcher looks every [`WATCH_EVERY`] at the
 //! callers of the requests not yet answered, and answers `EINTR` for a caller being killed.
 //! The call itself goes on and its result is thrown away, with what it opened or counted
-//! undone (`answer` gets `None`).
+//! undone (`answer` gets `None`). `fsync` and the `flush` of a close run on the write pool
+//! under the same watcher ([`Guard::run_killable_on`]): even one with nothing to write asks
+//! the backend (the file's size for its trim, a COMMIT), and a killed process's close on its
+//! way out waits for its FLUSH's answer whatever signal comes.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -170,10 +173,12 @@ replies!(
 /// A request's reply until someone answers it.
 struct Slot<R>(Mutex<Option<R>>);
 
-/// A request not yet answered: its caller, when it came, the slot of its reply.
+/// A request not yet answered: its caller, when it came, the slot of its reply, and whether
+/// it is answered `EIO` once it has waited longer than the deadline allows (`bounded`).
 struct Waiting {
     pid: u32,
     since: Instant,
+    bounded: bool,
     slot: Arc<dyn Pending>,
 }
 
@@ -230,10 +235,39 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
+        self.run_on(&self.pool, true, pid, reply, op, answer);
+    }
+
+    /// [`Guard::run`] on `pool`, for a request that may rightly wait longer than the deadline
+    /// while the backend answers (an fsync or a close writing a large file back): answered
+    /// `EINTR` when its caller is killed, never `EIO` for its time. A flush or an fsync that
+    /// found nothing to write still asks the backend (its size, a COMMIT, an S3 completion),
+    /// and the caller's close or exit waits for that answer whatever signal comes.
+    pub(crate) fn run_killable_on<R: Reply, T: Send + 'static>(
+        &self,
+        pool: &Pool,
+        pid: u32,
+        reply: R,
+        op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
+        answer: impl FnOnce(Option<R>, T) + Send + 'static,
+    ) {
+        self.run_on(pool, false, pid, reply, op, answer);
+    }
+
+    fn run_on<R: Reply, T: Send + 'static>(
+        &self,
+        pool: &Pool,
+        bounded: bool,
+        pid: u32,
+        reply: R,
+        op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
+        answer: impl FnOnce(Option<R>, T) + Send + 'static,
+    ) {
         let slot = Arc::new(Slot(Mutex::new(Some(reply))));
-        let waiting = Waiting { pid, since: Instant::now(), slot: Arc::clone(&slot) as _ };
+        let since = Instant::now();
+        let waiting = Waiting { pid, since, bounded, slot: Arc::clone(&slot) as _ };
         self.pending.lock().push(waiting);
-        self.pool.run(move || {
+        pool.run(move || {
             if slot.answered() {
                 return; // the caller was killed while the request was queued
             }
@@ -245,25 +279,25 @@ impl Guard {
 }
 
 /// Every [`WATCH_EVERY`]: forgets the answered requests, answers `EINTR` to the killed
-/// callers of the others and `EIO` to those waiting longer than the deadline (plus
-/// [`PROBE_MAX`]) in all: a backend call that hangs (a server that accepts and never
+/// callers of the others and `EIO` to the bounded ones ([`Guard::run`]) waiting longer than
+/// the deadline (plus [`PROBE_MAX`]) in all: a backend call that hangs (a server that accepts and never
 /// answers) may itself outlast the deadline before it fails. Until the guard is dropped.
 fn watch(guard: &Weak<Guard>) {
     while let Some(guard) = guard.upgrade() {
-        let pending: Vec<(u32, Instant, Arc<dyn Pending>)> = {
+        let pending: Vec<(u32, Instant, bool, Arc<dyn Pending>)> = {
             let mut pending = guard.pending.lock();
             pending.retain(|waiting| !waiting.slot.answered());
-            pending.iter().map(|w| (w.pid, w.since, Arc::clone(&w.slot))).collect()
+            pending.iter().map(|w| (w.pid, w.since, w.bounded, Arc::clone(&w.slot))).collect()
         };
         let longest = guard.clock.deadline() + Duration::from_nanos(PROBE_MAX.as_nanos());
         drop(guard);
-        for (pid, since, slot) in pending {
+        for (pid, since, bounded, slot) in pending {
             if slot.answered() {
                 continue;
             }
             if killed(pid) {
                 slot.interrupt(Errno::EINTR);
-            } else if since.elapsed() > longest {
+            } else if bounded && since.elapsed() > longest {
                 slot.interrupt(Errno::EIO);
             }
         }
