@@ -54,6 +54,13 @@ pub(crate) struct Times {
 /// and the backend's mtime as ebb last saw or left it (to notice a change by someone else).
 #[derive(Debug, Default)]
 pub(crate) struct FileTimes {
+    /// Held across the backend calls that read or set the backend's mtime (the write-back's
+    /// check and restore, a `utimes`), so that they do not overlap; the other fields' locks
+    /// are held only to read or set them. A write through the mount (which sets `times`)
+    /// must never wait for the backend: over a server that stalls, a writer on a pool thread
+    /// waiting for a lock held across its call could not be answered when it is killed (a
+    /// killed writer over S3 stayed alive until the server answered again).
+    backend: Mutex<()>,
     times: Mutex<Option<Times>>,
     seen: Mutex<Option<SystemTime>>,
     /// The backend's mtime as ebb last left it (seen, or put back after a write-back);
@@ -86,7 +93,7 @@ impl FileTimes {
     /// ebb dropped the pages of the file that a change underneath made stale, keeping its
     /// own data and times: the backend's `mtime` is the one to compare with from now.
     pub(crate) fn change_seen(&self, mtime: SystemTime) {
-        let _times = self.times.lock();
+        let _backend = self.backend.lock();
         *self.left.lock() = Some(mtime);
         self.changed.store(false, Ordering::Release);
     }
@@ -109,9 +116,11 @@ impl FileTimes {
     /// Before a write-back or trim that no other overlaps: compares the backend's mtime
     /// (`stat`) with the one ebb left there, if ebb puts it back after its writes.
     fn check(&self, stat: &Stat) {
-        let times = self.times.lock();
+        let _backend = self.backend.lock();
+        let kept = self.times.lock().is_some();
         let left = *self.left.lock();
-        if let (Some(_), Some(left)) = (*times, left)
+        if kept
+            && let Some(left) = left
             && stat().is_ok_and(|mtime| mtime != left)
         {
             self.changed.store(true, Ordering::Release);
@@ -135,8 +144,9 @@ impl FileTimes {
     /// Runs `set` (a `utimes` on the backend returning the attributes after) under the lock
     /// the write-back side takes, and keeps the times it set if ebb keeps times.
     pub(crate) fn set_with(&self, set: impl FnOnce() -> io::Result<Attr>) -> io::Result<Attr> {
-        let mut times = self.times.lock();
+        let _backend = self.backend.lock();
         let attr = set()?;
+        let mut times = self.times.lock();
         if times.is_some() {
             *times = Some(Times { mtime: attr.mtime, ctime: attr.ctime });
         } else {
@@ -150,8 +160,9 @@ impl FileTimes {
     /// keeps with `restore`. The data is written either way, so a failure here is not the
     /// write's (a backend that cannot set times refuses); the mount's times stay right.
     fn restore(&self, restore: &Restore) {
-        let times = self.times.lock();
-        if let Some(times) = *times {
+        let _backend = self.backend.lock();
+        let kept = *self.times.lock();
+        if let Some(times) = kept {
             *self.left.lock() = restore(times.mtime).ok();
         }
     }

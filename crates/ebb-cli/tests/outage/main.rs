@@ -152,7 +152,10 @@ impl Fixture {
         match &self.server {
             Server::Nfs(nfs) => std::fs::read(nfs.export_dir().join(name)).ok(),
             Server::S3(s3) => {
-                let mut options = s3.options("m/");
+                // A name in a directory: the object under the directory's prefix.
+                let (dir, name) = name.rsplit_once('/').map_or(("", name), |(d, n)| (d, n));
+                let prefix = if dir.is_empty() { "m/".to_owned() } else { format!("m/{dir}/") };
+                let mut options = s3.options(&prefix);
                 options.state_dir = Some(self.root.path().join("observer"));
                 let backend = S3Backend::open(options).unwrap();
                 let file =
@@ -265,7 +268,7 @@ fn calls(mnt: &Path, tag: &str) -> Vec<(String, Vec<String>)> {
                 "status=none".into(),
             ],
         ),
-        // cat blocks in its open; a read on a descriptor opened before: `descriptor_calls`.
+        // cat blocks in its open; a read on a descriptor opened before: `spawn_descriptor_children`.
         ("open", vec!["cat".into(), format!("{m}/old")]),
         // A size (to the one it has): S3 objects have no settable mode or times.
         ("setattr", vec!["truncate".into(), "-s".into(), "1M".into(), format!("{m}/old")]),
@@ -276,13 +279,15 @@ fn calls(mnt: &Path, tag: &str) -> Vec<(String, Vec<String>)> {
             "rename",
             vec!["mv".into(), format!("{m}/mv/moved-{tag}"), format!("{m}/mv/moved-{tag}.2")],
         ),
-        // A create, then (past the fault) writes, fsync and the closing flush.
+        // A create, then (past the fault) writes, fsync and the closing flush. In a directory
+        // of its own: in the root, its create held the root's lock while the stat of `old`
+        // waited for it (walk_component), alive 2 s after SIGKILL (once, S3).
         (
             "create+write+fsync+flush",
             [
                 "dd",
                 &format!("if={}", source(mnt, tag).display()),
-                &format!("of={m}/written-{tag}"),
+                &format!("of={m}/wr/written-{tag}"),
                 "bs=64k",
                 "conv=fsync",
                 "status=none",
@@ -311,7 +316,7 @@ fn written() -> Vec<u8> {
 /// `mv/moved-TAG`, and dd's source.
 fn prepare(fx: &Fixture, tag: &str) {
     std::fs::write(source(&fx.mnt, tag), written()).unwrap();
-    for dir in ["dir", "new", "mk", "rm", "mv"] {
+    for dir in ["dir", "new", "mk", "rm", "mv", "wr"] {
         let _ = std::fs::create_dir(fx.path(dir));
     }
     if !fx.path("old").exists() {
@@ -348,6 +353,15 @@ fn finish_calls(
     children: Vec<(String, String, Child)>,
     limit: Duration,
 ) -> Vec<(String, Option<i32>, String)> {
+    let timed = finish_calls_timed(children, limit);
+    timed.into_iter().map(|(name, code, err, _)| (name, code, err)).collect()
+}
+
+/// [`finish_calls`], with each call's time from now to its end.
+fn finish_calls_timed(
+    children: Vec<(String, String, Child)>,
+    limit: Duration,
+) -> Vec<(String, Option<i32>, String, Duration)> {
     let start = Instant::now();
     let mut ended: Vec<Option<(Option<i32>, Duration)>> = vec![None; children.len()];
     let mut children = children;
@@ -374,96 +388,200 @@ fn finish_calls(
             let mut err = String::new();
             let _ = child.stderr.take().unwrap().read_to_string(&mut err);
             eprintln!("{name}: exit {code:?} after {took:?}: {}", err.trim());
-            (name, code, err)
+            (name, code, err, took)
         })
         .collect()
 }
 
 // --- scenarios, each over both backends ---
 
-/// The calls on descriptors opened before the fault (`read`, `write`, `getattr`, `fsync`,
-/// `flush`), which a call on a path never reaches while the server is away (it blocks in its
-/// lookup or open first). Each command uses the descriptor it inherits as its standard input
-/// or output, so it opens nothing on the mount. The mount is restarted before the descriptors
-/// are opened, so `old` is not cached and the read reaches the server; `fsync-TAG` and
-/// `flush-TAG` hold 1 MiB written through the descriptor and not yet written back; the writer
-/// writes more than the cache's dirty limit, so that it is throttled while write-back hangs.
-fn descriptor_calls(fx: &mut Fixture, tag: &str) -> Vec<(String, Command)> {
+/// What a descriptor child does (`python3 -c`, arguments: the call and the file): opens the
+/// file itself (for `fsync` and `flush`: creates it and writes 1 MiB the cache holds), says
+/// `ready`, waits for a line on its standard input, then makes its one call, and exits 3 if
+/// the call returned (a call that needs the server must not, while it stalls).
+const DESCRIPTOR_CHILD: &str = r#"
+import os, sys
+call, path = sys.argv[1], sys.argv[2]
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+if call in ("read", "getattr (fstat)"):
+    fd = os.open(path, os.O_RDONLY)
+else:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    if call != "write":
+        write_all(fd, b"\x5a" * (1 << 20))
+print("ready", flush=True)
+sys.stdin.readline()
+if call == "read":
+    os.read(fd, 1 << 20)
+elif call == "getattr (fstat)":
+    os.fstat(fd)
+elif call == "write":
+    for _ in range(256):
+        write_all(fd, bytes(1 << 20))
+elif call == "fsync":
+    os.fsync(fd)
+elif call == "flush":
+    os.close(fd)
+sys.exit(3)
+"#;
+
+/// The calls on a descriptor (`read`, a throttled `write`, `fstat`, `fsync`, the `flush` of a
+/// close), which a call on a path never reaches while the server is away (it blocks in its
+/// lookup or open first), each in a child ([`DESCRIPTOR_CHILD`]) that opens its own
+/// descriptor while the server answers and makes its call once the server stalls. The test
+/// itself holds no descriptor on the mount meanwhile: a child spawned while it held one with
+/// unwritten data would close its inherited copy in its `execve` (close-on-exec), a FLUSH
+/// that waits for the server, and block there instead of in its call (the first version of
+/// this trial did, and saw every child, the reader's included, alive after SIGKILL).
+///
+/// The mount is restarted first, so `old` is not cached and the read reaches the server; the
+/// writer writes more than the cache's dirty limit, so that it is throttled while write-back
+/// hangs; `fsync` and `flush` have 1 MiB not yet written back. `None` (SKIPPED) without
+/// python3.
+fn spawn_descriptor_children(
+    fx: &mut Fixture,
+    tag: &str,
+    deadline_secs: u64,
+) -> Option<Vec<(String, Child)>> {
+    if Command::new("python3").arg("-c").arg("").status().is_err() {
+        let missing = "python3 is not installed (scripts/setup installs it)";
+        assert!(std::env::var_os("CI").is_none(), "{missing}, and CI is set");
+        eprintln!("SKIPPED: {missing}");
+        return None;
+    }
     fx.kill_mount();
-    fx.mount(60);
-    let read = || std::fs::File::open(fx.path("old")).unwrap();
-    let dirty = |name: &str| {
-        let mut file = std::fs::File::create(fx.path(&format!("{name}-{tag}"))).unwrap();
-        std::io::Write::write_all(&mut file, &pattern(MIB, 9)).unwrap();
-        file
-    };
-    let big = std::fs::File::create(fx.path(&format!("big-{tag}"))).unwrap();
-    let command = |program: &str,
-                   args: &[&str],
-                   input: Option<std::fs::File>,
-                   output: Option<std::fs::File>| {
-        let mut command = Command::new(program);
-        command.args(args).stdin(input.map_or_else(Stdio::null, Stdio::from));
-        command.stdout(output.map_or_else(Stdio::null, Stdio::from));
-        command
-    };
-    let calls = vec![
-        ("read".to_owned(), command("cat", &[], Some(read()), None)),
-        ("getattr (fstat)".to_owned(), command("stat", &["-"], Some(read()), None)),
-        (
-            "write".to_owned(),
-            command("dd", &["if=/dev/zero", "bs=1M", "count=256", "status=none"], None, Some(big)),
-        ),
-        (
-            "fsync".to_owned(),
-            command(
-                "dd",
-                &["if=/dev/null", "conv=fsync", "status=none"],
-                None,
-                Some(dirty("fsync")),
-            ),
-        ),
-        // dd closes its standard output at its end: the FLUSH that writes the file back.
-        (
-            "flush".to_owned(),
-            command("dd", &["if=/dev/null", "status=none"], None, Some(dirty("flush"))),
-        ),
+    fx.mount(deadline_secs);
+    let files = [
+        ("read", "old".to_owned()),
+        ("getattr (fstat)", "old".to_owned()),
+        ("write", format!("big-{tag}")),
+        ("fsync", format!("fsync-{tag}")),
+        ("flush", format!("flush-{tag}")),
     ];
+    let mut children = Vec::new();
+    for (call, file) in files {
+        let child = Command::new("python3")
+            .args(["-c", DESCRIPTOR_CHILD, call])
+            .arg(fx.path(&file))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        children.push((call.to_owned(), child));
+    }
+    // Each child's `ready`, read on a thread of its own so that the wait has a deadline.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (index, (_, child)) in children.iter_mut().enumerate() {
+        let mut stdout = child.stdout.take().unwrap();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut line = [0; 6];
+            let ready = stdout.read_exact(&mut line).is_ok() && &line == b"ready\n";
+            let _ = tx.send((index, ready));
+        });
+    }
+    let start = Instant::now();
+    let mut ready = 0;
+    while ready < children.len() {
+        let left = Duration::from_secs(30).saturating_sub(start.elapsed());
+        if let Ok((_, true)) = rx.recv_timeout(left) {
+            ready += 1;
+            continue;
+        }
+        for (_, child) in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let errors: Vec<String> = children
+            .iter_mut()
+            .map(|(call, child)| {
+                let mut err = String::new();
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                format!("{call}: {}", err.trim())
+            })
+            .collect();
+        panic!("the descriptor children did not all get ready within 30 s: {errors:?}");
+    }
     // The kernel's attribute cache (1 s) expired, so that fstat asks the mount.
     std::thread::sleep(Duration::from_millis(1100));
-    calls
+    Some(children)
 }
 
 /// While the server stalls (connections accepted, nothing answered), a process blocked in each
-/// kind of call dies within a generous bound of SIGKILL (the issue asks for 1 s; the bound is
-/// 2 s on a noisy machine). Every call must still be blocked when it is killed (none answered
-/// from a cache), so that each kind is seen waiting on the server. `on_descriptors`: the calls
-/// on descriptors opened before ([`descriptor_calls`]) instead of the calls on paths.
-fn a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(
-    kind: Kind,
-    on_descriptors: bool,
-) {
+/// kind of call on a path dies within a generous bound of SIGKILL (the issue asks for 1 s; the
+/// bound is 2 s on a noisy machine). Every call must still be blocked when it is killed (none
+/// answered from a cache), so that each kind is seen waiting on the server.
+fn a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(kind: Kind) {
     let name = format!("{kind:?}-killable").to_lowercase();
-    let Some(mut fx) = Fixture::start(kind, &name, 60) else { return };
+    let Some(fx) = Fixture::start(kind, &name, 60) else { return };
     prepare(&fx, "k");
-    let mut on_descriptors =
-        if on_descriptors { descriptor_calls(&mut fx, "k") } else { Vec::new() };
     fx.proxy.set(Mode::Stall);
-    let mut children =
-        if on_descriptors.is_empty() { spawn_calls(calls(&fx.mnt, "k")) } else { Vec::new() };
-    for (name, command) in &mut on_descriptors {
-        let child = command.stderr(Stdio::piped()).spawn().unwrap();
-        children.push((name.clone(), String::new(), child));
-    }
+    let mut children = spawn_calls(calls(&fx.mnt, "k"));
     std::thread::sleep(Duration::from_millis(1500));
+    // The stat of `old` and its truncate to the size it has may be answered without the
+    // backend (over S3, seen in some runs); every other call needs the server.
+    let (slow, not_blocked) = kill_each(&mut children, &["lookup+getattr", "setattr"]);
+    fx.proxy.set(Mode::Pass);
+    // The survivors end once the server answers (or are killed by finish_calls).
+    let _ = finish_calls(children, Duration::from_secs(30));
+    assert!(slow.is_empty(), "{kind:?}: still alive 2 s after SIGKILL: {slow:?}");
+    assert!(not_blocked.is_empty(), "{kind:?}: not blocked on the server: {not_blocked:?}");
+}
+
+/// [`a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs`] for the calls on a
+/// descriptor opened before the server stalls ([`spawn_descriptor_children`]).
+fn a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs(kind: Kind) {
+    let name = format!("{kind:?}-descriptors").to_lowercase();
+    let Some(mut fx) = Fixture::start(kind, &name, 60) else { return };
+    prepare(&fx, "d");
+    let Some(children) = spawn_descriptor_children(&mut fx, "d", 60) else { return };
+    fx.proxy.set(Mode::Stall);
+    let mut children = go(children);
+    std::thread::sleep(Duration::from_millis(1500));
+    // fstat may be answered without the server (seen in some runs over both).
+    let (slow, not_blocked) = kill_each(&mut children, &["getattr (fstat)"]);
+    fx.proxy.set(Mode::Pass);
+    let _ = finish_calls(children, Duration::from_secs(30));
+    assert!(slow.is_empty(), "{kind:?}: still alive 2 s after SIGKILL: {slow:?}");
+    assert!(not_blocked.is_empty(), "{kind:?}: not blocked on the server: {not_blocked:?}");
+}
+
+/// Where the process `pid` waits in the kernel (`/proc/PID/stack`, root only), read by a child
+/// with a deadline: the read waits for a lock a process in `execve` holds.
+fn kernel_stack(pid: u32) -> String {
+    let path = format!("/proc/{pid}/stack");
+    let (_, err, out) =
+        run(Command::new("timeout").args(["2", "cat", &path]), Duration::from_secs(5));
+    let frames: Vec<&str> = out.lines().filter_map(|line| line.split(' ').nth(1)).collect();
+    if frames.is_empty() { err } else { frames.join(" < ") }
+}
+
+/// Tells each descriptor child to make its call.
+fn go(children: Vec<(String, Child)>) -> Vec<(String, String, Child)> {
+    children
+        .into_iter()
+        .map(|(call, mut child)| {
+            std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+            (call, String::new(), child)
+        })
+        .collect()
+}
+
+/// SIGKILLs each child still running and waits (at most 2 s each) for it to end: the calls
+/// still alive 2 s after their SIGKILL, and those that had already ended (except those in
+/// `may_end`), with their exit code.
+fn kill_each(
+    children: &mut [(String, String, Child)],
+    may_end: &[&str],
+) -> (Vec<String>, Vec<String>) {
     let (mut slow, mut not_blocked) = (Vec::new(), Vec::new());
-    for (name, _script, child) in &mut children {
-        if child.try_wait().unwrap().is_some() {
-            // Answered without the backend: nothing to kill. The stat of `old` and its
-            // truncate to the size it has may be (over S3, seen in some runs); every other
-            // call needs the server.
-            if !["lookup+getattr", "setattr"].contains(&name.as_str()) {
-                not_blocked.push(name.clone());
+    for (name, _script, child) in children {
+        if let Some(status) = child.try_wait().unwrap() {
+            if !may_end.contains(&name.as_str()) {
+                not_blocked.push(format!("{name} (exit {:?})", status.code()));
             }
             continue;
         }
@@ -475,35 +593,38 @@ fn a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(
                 break;
             }
             if killed_at.elapsed() > Duration::from_secs(2) {
-                slow.push(name.clone());
+                slow.push(format!("{name} (kernel stack: {})", kernel_stack(child.id())));
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    fx.proxy.set(Mode::Pass);
-    // The test's own copies of the descriptors, closed once the server answers: a close is a
-    // flush, which waits for the server.
-    drop(on_descriptors);
-    // The survivors end once the server answers (or are killed by finish_calls).
-    let _ = finish_calls(children, Duration::from_secs(30));
-    assert!(slow.is_empty(), "{kind:?}: still alive 2 s after SIGKILL: {slow:?}");
-    assert!(not_blocked.is_empty(), "{kind:?}: not blocked on the server: {not_blocked:?}");
+    (slow, not_blocked)
 }
 
-/// The server refuses connections past the deadline: every call that needs it fails with EIO
-/// (or succeeds from the cache), none with a socket errno, and none hangs.
+/// How long after the deadline a call may end with EIO, on a noisy machine (the rule says at
+/// the deadline; before the backend's silence counted, a stalled server's calls took 7 to
+/// 31 s with a 3 s deadline).
+const EIO_SLACK: Duration = Duration::from_secs(3);
+
+/// The server refuses connections (or stalls them: accepts and never answers) past the
+/// deadline: every call that needs it fails with EIO (or succeeds from the cache) within
+/// [`EIO_SLACK`] of the deadline, none with a socket errno, and none hangs.
 fn calls_fail_with_eio_after_the_deadline_never_a_socket_errno(kind: Kind, mode: Mode) {
     let name = format!("{kind:?}-eio").to_lowercase();
     let deadline = 3;
     let Some(fx) = Fixture::start(kind, &name, deadline) else { return };
     prepare(&fx, "e");
     fx.proxy.set(mode);
-    let results =
-        finish_calls(spawn_calls(calls(&fx.mnt, "e")), Duration::from_secs(deadline + 20));
+    let children = spawn_calls(calls(&fx.mnt, "e"));
+    let results = finish_calls_timed(children, Duration::from_secs(deadline + 20));
     fx.proxy.set(Mode::Pass);
-    for (name, code, err) in &results {
+    for (name, code, err, took) in &results {
         assert!(code.is_some(), "{kind:?} {name}: hung past the deadline: {err}");
+        assert!(
+            *took <= Duration::from_secs(deadline) + EIO_SLACK,
+            "{kind:?} {name}: ended {took:?} into a {deadline} s outage"
+        );
         assert!(
             !SOCKET_ERRORS.iter().any(|text| err.contains(text)),
             "{kind:?} {name}: a socket errno reached the application: {err}"
@@ -511,6 +632,51 @@ fn calls_fail_with_eio_after_the_deadline_never_a_socket_errno(kind: Kind, mode:
         assert!(
             *code == Some(0) || err.contains("Input/output error"),
             "{kind:?} {name}: failed with something else than EIO: {err}"
+        );
+    }
+}
+
+/// Past the deadline while the server stalls, the calls on a descriptor
+/// ([`spawn_descriptor_children`]) fail with EIO within [`EIO_SLACK`] of it (`fstat` may be
+/// answered: S3 keeps an object's size), the throttled writer included; the data stays held
+/// (`ebb stat`), and over NFS the fsync's reaches the server once it answers, with no fsync.
+fn descriptor_calls_fail_with_eio_at_the_deadline_while_the_server_stalls(kind: Kind) {
+    let name = format!("{kind:?}-fdeio").to_lowercase();
+    let deadline = 3;
+    let Some(mut fx) = Fixture::start(kind, &name, deadline) else { return };
+    prepare(&fx, "f");
+    let Some(children) = spawn_descriptor_children(&mut fx, "f", deadline) else { return };
+    fx.proxy.set(Mode::Stall);
+    let results = finish_calls_timed(go(children), Duration::from_secs(deadline + 20));
+    let stat = fx.stat();
+    fx.proxy.set(Mode::Pass);
+    for (name, code, err, took) in &results {
+        assert!(code.is_some(), "{kind:?} {name}: hung past the deadline: {err}");
+        assert!(
+            !SOCKET_ERRORS.iter().any(|text| err.contains(text)),
+            "{kind:?} {name}: a socket errno reached the application: {err}"
+        );
+        if name == "getattr (fstat)" && *code == Some(3) {
+            continue;
+        }
+        assert!(err.contains("Input/output error"), "{kind:?} {name}: not EIO: {err}");
+        assert!(
+            *took <= Duration::from_secs(deadline) + EIO_SLACK,
+            "{kind:?} {name}: ended {took:?} into a {deadline} s stall"
+        );
+    }
+    let meminfo = &stat["meminfo"];
+    let unwritten: u64 =
+        ["Dirty", "Writeback", "Held"].iter().map(|f| meminfo[*f].as_u64().unwrap_or(0)).sum();
+    assert!(0 < unwritten, "{kind:?}: ebb stat shows nothing unwritten: {meminfo}");
+    // Over S3 the uploads the stall held may end only at the client's own timeout (a minute)
+    // before the retries write the data: once it took longer than 30 s, not waited for here
+    // (`past_the_deadline_the_data_is_held_and_written_when_the_server_returns` shows it).
+    if kind == Kind::Nfs {
+        let data = vec![0x5a; MIB];
+        assert!(
+            fx.wait_on_server("fsync-f", &data, Duration::from_secs(30)),
+            "{kind:?}: the data of the failed fsync did not reach the server by itself"
         );
     }
 }
@@ -535,8 +701,8 @@ fn calls_wait_through_an_outage_shorter_than_the_deadline(kind: Kind) {
     assert_eq!(std::fs::read(fx.path("mv/moved-s.2")).unwrap(), b"moved");
     assert!(!fx.path("mv/moved-s").exists() && !fx.path("rm/gone-s").exists());
     assert_eq!(std::fs::metadata(fx.path("old")).unwrap().len(), MIB as u64);
-    assert!(std::fs::read(fx.path("written-s")).unwrap() == written(), "{kind:?}: wrong data");
-    assert!(fx.wait_on_server("written-s", &written(), Duration::from_secs(20)));
+    assert!(std::fs::read(fx.path("wr/written-s")).unwrap() == written(), "{kind:?}: wrong data");
+    assert!(fx.wait_on_server("wr/written-s", &written(), Duration::from_secs(20)));
 }
 
 /// Opens `name` on the mount before the proxy turns to `mode` (an open needs the server, as
@@ -736,32 +902,22 @@ fn writer_take(child: &mut Child) -> Child {
 
 #[test]
 fn nfs_a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs() {
-    a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(Kind::Nfs, false);
-}
-
-/// Fails today (issue 34): over NFS, with a writer throttled, or an fsync or a flush waiting
-/// for write-back, while the server stalls, killed processes stay alive past 2 s (all of
-/// them, the calls on paths included: 10 of 10 in one run, 11 of 11 in another). Not yet
-/// sorted out how much of it is the test's own: it spawns its children while it holds
-/// descriptors with unwritten data on the mount, and each child's execve closes its
-/// close-on-exec copies, a FLUSH that waits for the stalled server (the exec itself then
-/// waits, as over the kernel's NFS client). Spawn the children before opening those, or
-/// open them without close-on-exec only in the child, before trusting the result.
-#[test]
-#[ignore = "fails: processes blocked in write, fsync or flush on a stalled server outlive SIGKILL (issue 34)"]
-fn nfs_a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs() {
-    a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(Kind::Nfs, true);
+    a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(Kind::Nfs);
 }
 
 #[test]
 fn s3_a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs() {
-    a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(Kind::S3, false);
+    a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(Kind::S3);
 }
 
 #[test]
-#[ignore = "not yet seen passing over NFS (see the nfs_ test); run with --ignored"]
+fn nfs_a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs() {
+    a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs(Kind::Nfs);
+}
+
+#[test]
 fn s3_a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs() {
-    a_process_blocked_in_any_call_dies_at_sigkill_while_the_server_hangs(Kind::S3, true);
+    a_process_blocked_on_a_descriptor_dies_at_sigkill_while_the_server_hangs(Kind::S3);
 }
 
 #[test]
@@ -803,22 +959,29 @@ fn nfs_a_full_server_holds_the_data_and_drains_once_freed() {
     a_full_server_holds_the_data_and_drains_once_freed(Kind::Nfs);
 }
 
-/// Fails today (issue 34): with a server that accepts and never answers, each request is
-/// answered EIO only after it has itself waited the deadline plus 0.5 s (the guard's watcher);
-/// requests queued behind another's directory lock wait one such bound per request ahead of
-/// them (with a 3 s deadline: EIO after 7 to 31 s, a create still waiting after 23 s; the S3
-/// run alike), and nothing starts the backend's outage clock, so fsync waits for the client's
-/// own timeouts (NFS 10 s times 3 tries; S3 60 s per read, 3 retries).
+/// Before the backend's silence was counted (a call waiting unanswered starts the outage),
+/// each request was answered EIO only after it had itself waited the deadline plus 0.5 s,
+/// requests queued behind another's directory lock waited one such bound per request ahead
+/// of them (3 s deadline: EIO after 7 to 31 s), and fsync waited for the clients' own
+/// timeouts.
 #[test]
-#[ignore = "fails: a stalled server's calls get EIO one deadline per queued call, not at the deadline (issue 34)"]
 fn nfs_calls_fail_with_eio_after_the_deadline_while_the_server_stalls() {
     calls_fail_with_eio_after_the_deadline_never_a_socket_errno(Kind::Nfs, Mode::Stall);
 }
 
 #[test]
-#[ignore = "fails: a stalled server's calls get EIO one deadline per queued call, not at the deadline (issue 34)"]
 fn s3_calls_fail_with_eio_after_the_deadline_while_the_server_stalls() {
     calls_fail_with_eio_after_the_deadline_never_a_socket_errno(Kind::S3, Mode::Stall);
+}
+
+#[test]
+fn nfs_descriptor_calls_fail_with_eio_at_the_deadline_while_the_server_stalls() {
+    descriptor_calls_fail_with_eio_at_the_deadline_while_the_server_stalls(Kind::Nfs);
+}
+
+#[test]
+fn s3_descriptor_calls_fail_with_eio_at_the_deadline_while_the_server_stalls() {
+    descriptor_calls_fail_with_eio_at_the_deadline_while_the_server_stalls(Kind::S3);
 }
 
 #[test]

@@ -319,6 +319,14 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             // getxattr included), are tried once: during an outage the last known ones, so
             // the mount's stats stay readable.
             let inner = Arc::clone(&self.inner);
+            // Past the deadline of a server that never answers, no try: the watcher would
+            // answer it EIO, and `ebb stat` would fail.
+            let known = *inner.root_attr.lock();
+            if let Some(known) = known
+                && self.guard.clock.unreachable()
+            {
+                return reply.attr(&TTL, &known);
+            }
             let op = move |_: &dyn Fn() -> bool| {
                 let result = inner.getattr(ino);
                 let mut known = inner.root_attr.lock();
@@ -510,11 +518,15 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         }
         let (inner, pid, clock) =
             (Arc::clone(&self.inner), req.pid(), Arc::clone(&self.guard.clock));
-        let interrupted = move || io_ops::killed(pid);
-        let read = move || inner.read(fh, offset, size, flags, pid);
-        self.reads.run(move || match clock.through_outage(&interrupted, read) {
-            Ok(buf) => reply.data(&buf),
-            Err(error) => reply.error(error),
+        // Watched as every request that may wait on the backend ([`outage`]): a read of data
+        // not cached waits for it.
+        let op = move |interrupted: &dyn Fn() -> bool| {
+            clock.through_outage(interrupted, || inner.read(fh, offset, size, flags, pid))
+        };
+        self.guard.run_on(&self.reads, pid, reply, op, |reply, result| match (reply, result) {
+            (Some(reply), Ok(buf)) => reply.data(&buf),
+            (Some(reply), Err(error)) => reply.error(error),
+            (None, _) => {}
         });
     }
 
@@ -561,8 +573,10 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             return;
         }
         // On a flush-on-close backend (NFS, S3) this writes the file back: a pool thread, as
-        // for fsync, so the request loops stay free.
-        self.writes.run(move || reply_empty(reply, inner.flush(fh, pid)));
+        // for fsync, so the request loops stay free; answered `EINTR` by the guard's watcher
+        // if the caller is killed meanwhile (even a clean file's flush asks the backend).
+        let op = move |_: &dyn Fn() -> bool| inner.flush(fh, pid);
+        self.guard.run_killable_on(&self.writes, pid, reply, op, answer_empty);
     }
 
     fn release(
@@ -590,7 +604,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     ) {
         self.inner.files.counts.request(Op::Fsync);
         let (inner, pid) = (Arc::clone(&self.inner), req.pid());
-        self.writes.run(move || reply_empty(reply, inner.fsync(fh, pid)));
+        let op = move |_: &dyn Fn() -> bool| inner.fsync(fh, pid);
+        self.guard.run_killable_on(&self.writes, pid, reply, op, answer_empty);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -746,6 +761,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             }
             (None, Err(_)) => {}
         });
+    }
+}
+
+/// Answers `reply` with `result` unless the guard's watcher answered it (`None`).
+fn answer_empty(reply: Option<ReplyEmpty>, result: Result<(), Errno>) {
+    if let Some(reply) = reply {
+        reply_empty(reply, result);
     }
 }
 
