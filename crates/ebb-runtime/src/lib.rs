@@ -60,13 +60,12 @@ pub use device::DeviceInfo;
 /// IO thread for tens of milliseconds). Four (ebb's own choice): more reads than that wait
 /// for each other, never for writes.
 pub const READ_THREADS: usize = 4;
-/// The heap a cached file costs the runtime and the engine beside its pages, bytes: the
-/// engine's record of it, its page map, the runtime's file state and one open handle (a mount
-/// keeps one per cached file) with its backend file. Charged against the memory budget per
-/// file the cache knows (`ebb_core::Config::file_state_bytes`). Measured on a release build of
-/// a `--memory 64MiB` mount after 3,000 files of 4 KiB: 24.0 MB anonymous, of which 12.6 MB the
-/// frames of their pages and 1.3 MB the idle process, so 3.4 KB per file all told; about 2.4 KB
-/// of it here (the rest is the mount's), a split estimated from the structures, not measured.
+/// The heap a cached file costs the runtime and the engine beside its pages, bytes (the
+/// engine's record, page map, file state, one open handle), charged against the budget per file
+/// the cache knows (`ebb_core::Config::file_state_bytes`). A release `--memory 64MiB` mount
+/// after 3,000 files of 4 KiB: 24.0 MB anonymous, 12.6 MB of it their pages and 1.3 MB the idle
+/// process, so 3.4 KB a file; about 2.4 KB here, the rest the mount's (a split estimated from
+/// the structures, not measured).
 pub const FILE_STATE_BYTES: u64 = 2400;
 pub use file::{File, Interrupt, ThrottleStats, TryWrite, WriteAt};
 pub use metrics::{MetricsServer, counter_metric, prometheus_name, prometheus_value};
