@@ -471,12 +471,12 @@ impl Engine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        for (b, wb) in self.wbs.iter().enumerate() {
+        for wb in &self.wbs {
             consider(wb.flusher.timer());
             consider(wb.wbt.timer());
             consider(wb.wbt.pace_timer());
             consider(wb.bw_update_at);
-            consider(self.outage_deadline(BackendId(b as u32)));
+            consider(self.outage_deadline(wb));
         }
         if let Some(&(t, _)) = self.retry_timers.first() {
             self.visited.set(self.visited.get() + 1);
