@@ -147,13 +147,10 @@ fn a_trim_never_cuts_a_write_past_the_size_it_read() {
     Arc::try_unwrap(file).ok().unwrap().close().unwrap();
 }
 
-// Someone else (another NFS client, a process in the backing directory) grows the backend's
-// file past ebb's last page after ebb wrote it: ebb's next fsync and close trim only the rest
-// of ebb's own last page, never the other's bytes (issue 33: over NFS and S3 the close that
-// dropped a stale cache at the next open cut another client's growth back to ebb's old size,
-// found by ebb-fuse's random checker). Before the fix the fsync cut the file to 100 bytes.
-#[test]
-fn a_trim_leaves_what_someone_else_grew() {
+/// ebb writes 100 bytes to `f` and fsyncs: its last page is trimmed to the logical size. The
+/// engine, ebb's file, and another client's handle on the backend's file.
+fn a_hundred_bytes_written_and_trimmed()
+-> (ebb_runtime::Ebb, ebb_runtime::File, Arc<dyn BackendFile>) {
     let backend = Arc::new(MemBackend::new());
     let ebb = Builder::new().memory(16 << 20).backend("b", backend.clone()).build().unwrap();
     let file = ebb.open("f", CREATE).unwrap();
@@ -161,6 +158,17 @@ fn a_trim_leaves_what_someone_else_grew() {
     file.fsync().unwrap();
     let other = backend.open("f", OPEN).unwrap();
     assert_eq!(other.size().unwrap(), 100, "ebb's page trimmed to the logical size");
+    (ebb, file, other)
+}
+
+// Someone else (another NFS client, a process in the backing directory) grows the backend's
+// file past ebb's last page after ebb wrote it: ebb's next fsync and close trim only the rest
+// of ebb's own last page, never the other's bytes (issue 33: over NFS and S3 the close that
+// dropped a stale cache at the next open cut another client's growth back to ebb's old size,
+// found by ebb-fuse's random checker). Before the fix the fsync cut the file to 100 bytes.
+#[test]
+fn a_trim_leaves_what_someone_else_grew() {
+    let (_ebb, file, other) = a_hundred_bytes_written_and_trimmed();
     other.write_at(&[2u8; 8192], 8192).unwrap();
     file.fsync().unwrap();
     assert_eq!(other.size().unwrap(), 16384, "the other's growth after ebb's fsync");
@@ -178,13 +186,7 @@ fn a_trim_leaves_what_someone_else_grew() {
 // stayed 100 and the fsync cut the file back to 100 bytes.
 #[test]
 fn a_trim_leaves_a_growth_inside_ebbs_last_page() {
-    let backend = Arc::new(MemBackend::new());
-    let ebb = Builder::new().memory(16 << 20).backend("b", backend.clone()).build().unwrap();
-    let file = ebb.open("f", CREATE).unwrap();
-    file.write_at(&[1u8; 100], 0).unwrap();
-    file.fsync().unwrap();
-    let other = backend.open("f", OPEN).unwrap();
-    assert_eq!(other.size().unwrap(), 100, "ebb's page trimmed to the logical size");
+    let (_ebb, file, other) = a_hundred_bytes_written_and_trimmed();
     other.write_at(&[2u8; 2000], 100).unwrap();
     file.backend_changed().unwrap();
     assert_eq!(file.len(), 2100, "the size after the other's growth is seen");
