@@ -351,26 +351,41 @@ impl Checker<'_> {
         let args = ["dd", &of, "bs=65536", "iflag=fullblock", "oflag=seek_bytes", &seek];
         let (ok, stderr) =
             self.as_nobody(&[&args[..], &["conv=notrunc", "status=none"]].concat(), &bytes);
+        self.nobody_changed(name, "write", (ok, &stderr), |file| {
+            let end = offset as usize + len;
+            if file.content.len() < end {
+                file.content.resize(end, 0);
+            }
+            file.content[offset as usize..end].copy_from_slice(&bytes);
+        });
+    }
+
+    /// Checks another user's change `what` of `name` (its status and stderr): done where
+    /// others may write, and then `apply`d to the model (the mtime unknown, setuid and setgid
+    /// cleared as [`Checker::nobody_may_write`] says), else refused.
+    fn nobody_changed(
+        &mut self,
+        name: &str,
+        what: &str,
+        (ok, stderr): (bool, &str),
+        apply: impl FnOnce(&mut FileModel),
+    ) {
         let context = self.context.clone();
         match self.nobody_may_write(name) {
             Some(mode) => {
                 assert!(
                     ok,
-                    "{context}: nobody's write of mode {:o}: {stderr}",
+                    "{context}: nobody's {what} of mode {:o}: {stderr}",
                     self.file(name).mode
                 );
                 let file = self.file(name);
-                let end = offset as usize + len;
-                if file.content.len() < end {
-                    file.content.resize(end, 0);
-                }
-                file.content[offset as usize..end].copy_from_slice(&bytes);
+                apply(file);
                 file.mtime = None;
                 file.mode = mode;
             }
             None => assert!(
                 !ok && stderr.contains("Permission denied"),
-                "{context}: nobody's write must be refused: {stderr}"
+                "{context}: nobody's {what} must be refused: {stderr}"
             ),
         }
     }
@@ -380,20 +395,9 @@ impl Checker<'_> {
         let end = self.files[&self.names[name]].content.len() as u64;
         let size = self.rng.offset(end, MAX_OFFSET);
         let (ok, stderr) = self.as_nobody(&["truncate", "-c", "-s", &size.to_string(), name], &[]);
-        let context = self.context.clone();
-        match self.nobody_may_write(name) {
-            Some(mode) => {
-                assert!(ok, "{context}: nobody's truncate: {stderr}");
-                let file = self.file(name);
-                file.content.resize(size as usize, 0);
-                file.mtime = None;
-                file.mode = mode;
-            }
-            None => assert!(
-                !ok && stderr.contains("Permission denied"),
-                "{context}: nobody's truncate must be refused: {stderr}"
-            ),
-        }
+        self.nobody_changed(name, "truncate", (ok, &stderr), |file| {
+            file.content.resize(size as usize, 0);
+        });
     }
 
     /// Another user's chmod: refused (`EPERM`), as nobody owns no file here.
