@@ -41,11 +41,6 @@ pub(crate) trait DataPath: Send + Sync {
     fn engine_config(&self) -> Option<ebb_core::Config> {
         None
     }
-    /// The most closed files the mount should keep attached (its anchors) for the cache's
-    /// memory budget to hold their state; `None`: no bound of the data path's.
-    fn files_kept_max(&self) -> Option<u64> {
-        None
-    }
     /// The backing file attached under `key` was deleted and nothing has it open: drop its
     /// cached data (dirty data included) instead of writing it back.
     fn discard(&self, _key: u64) {}

@@ -125,10 +125,8 @@ impl Mount {
     }
 
     /// [`Mount::start`], keeping at most `kept_closed_files` closed files attached to the
-    /// cache (so `stat` of them costs no open; `start` keeps 4096), and no more than the
-    /// cache's memory budget holds the state of (`ebb_runtime::Ebb::files_kept_max`). Past
-    /// that, a closed file keeps only its cache key and the runtime decides when to write and
-    /// forget it.
+    /// cache (so `stat` of them costs no open; `start` keeps 4096). Past that, a closed file
+    /// keeps only its cache key and the runtime decides when to write and forget it.
     pub fn start_keeping<N: Namespace>(
         config: &MountConfig,
         namespace: N,
@@ -176,10 +174,11 @@ impl Mount {
             DataMode::Passthrough => Arc::new(data::PassthroughData),
         };
         raise_fd_limit();
-        // No more closed files attached than the cache's budget holds the state of.
-        let kept_closed_files = data.files_kept_max().map_or(kept_closed_files, |most| {
-            kept_closed_files.min(usize::try_from(most).unwrap_or(usize::MAX))
-        });
+        // The closed files attached are not lowered to what the cache's budget holds the state
+        // of (`ebb_runtime::Ebb::files_kept_max`): a file detached answers stat with its backend file's
+        // ctime, not the one the mount kept, so at `--memory 64MiB` (an attached limit of a few
+        // hundred) `tar cf` of a fresh `git clone` saw "file changed as we read it". Until a
+        // detached file keeps its times, the limit stays the mount's own.
         let keep_times = config.data == DataMode::Ebb;
         let copies = fs::kept_request_copies(config.memory);
         Mount::start_with(namespace, &mountpoint, data, keep_times, kept_closed_files, copies)

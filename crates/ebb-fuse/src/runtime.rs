@@ -141,10 +141,6 @@ fn describe(progress: &DrainProgress) -> String {
 }
 
 impl DataPath for EbbData {
-    fn files_kept_max(&self) -> Option<u64> {
-        Some(self.ebb.files_kept_max())
-    }
-
     fn plant(&self, bug: ebb_core::CoreBug) -> bool {
         self.ebb.plant(bug)
     }
