@@ -238,6 +238,11 @@ pub trait BackendFile: Send + Sync + fmt::Debug {
     /// reads as zeros. Any size is accepted (no alignment rule), so the engine writes the last
     /// page whole and trims with this. Durable after the next successful `sync`.
     fn set_size(&self, size: u64) -> io::Result<()>;
+
+    /// Another client may have changed the file: forgets what this handle's backend remembers
+    /// of its size, times and existence, so that the next [`BackendFile::size`] asks the
+    /// server (the S3 backend's metadata cache; the other backends ask every time).
+    fn forget_metadata(&self) {}
 }
 
 /// The bytes of a write, copied out on demand from where the caller keeps them (a cache's

@@ -263,4 +263,8 @@ impl BackendFile for FaultyFile {
         self.plan.check(FaultOp::SetSize)?;
         self.inner.set_size(size)
     }
+
+    fn forget_metadata(&self) {
+        self.inner.forget_metadata();
+    }
 }

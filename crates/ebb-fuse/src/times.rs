@@ -280,4 +280,8 @@ impl BackendFile for TimedFile {
         self.times.restore(&self.restore);
         Ok(())
     }
+
+    fn forget_metadata(&self) {
+        self.inner.forget_metadata();
+    }
 }

@@ -571,10 +571,12 @@ impl File {
     /// backend lacks stay (the cache's data wins). With no such page left, the file's size
     /// becomes the backend's, unless the backend's is longer by the whole last page a
     /// write-back of ebb's wrote and could not trim yet (`padded`; someone else's growth is
-    /// theirs, also inside ebb's last page).
+    /// theirs, also inside ebb's last page). The backend first forgets what it cached of the
+    /// file (`BackendFile::forget_metadata`: S3's metadata cache), so the size is the server's.
     pub fn backend_changed(&self) -> io::Result<()> {
         let fs = &self.fs;
         let _t = fs.truncate_lock.lock();
+        fs.file.forget_metadata();
         let backend = fs.file.size()?;
         let inode = self.inode();
         let event = Event::BackendChanged { inode };

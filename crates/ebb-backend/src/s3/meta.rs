@@ -183,6 +183,14 @@ impl MetaCache {
         }
     }
 
+    /// Another client may have changed `key`: forgets its head and its directory's listing
+    /// (the next look asks the server).
+    pub(crate) fn forget(&self, key: &str) {
+        let mut inner = self.inner();
+        inner.heads.remove(key);
+        inner.listed.remove(parent_prefix(key));
+    }
+
     /// Forgets everything under `prefix` (a directory renamed away or into).
     pub(crate) fn forget_under(&self, prefix: &str) {
         let mut inner = self.inner();

@@ -728,6 +728,10 @@ impl BackendFile for S3File {
     fn set_size(&self, size: u64) -> io::Result<()> {
         self.object.set_size(size)
     }
+
+    fn forget_metadata(&self) {
+        self.object.forget_metadata();
+    }
 }
 
 impl S3File {

@@ -524,7 +524,13 @@ impl Object {
         }
     }
 
-    /// The logical size: the open upload's, else the object's as the server says now.
+    /// Another client may have changed the object: the metadata cache forgets it.
+    pub(crate) fn forget_metadata(&self) {
+        self.shared.client.meta.forget(&self.key());
+    }
+
+    /// The logical size: the open upload's, else the object's as the server (or the metadata
+    /// cache, within its time to live) says.
     pub(crate) fn size(&self) -> io::Result<u64> {
         let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
         {
