@@ -730,7 +730,7 @@ impl BackendFile for S3File {
     }
 
     fn forget_metadata(&self) {
-        self.object.forget_metadata();
+        self.object.shared.client.meta.forget(&self.object.key());
     }
 }
 

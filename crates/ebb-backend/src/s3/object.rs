@@ -41,7 +41,7 @@ const LOST_UPLOAD_ATTEMPTS: u32 = 3;
 pub(crate) struct Object {
     /// The object's key; changed only by a rename, under `gate` held exclusively.
     key: Mutex<String>,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     state: Mutex<State>,
     gate: RwLock<()>,
     busy: Mutex<BTreeSet<u32>>,
@@ -524,13 +524,7 @@ impl Object {
         }
     }
 
-    /// Another client may have changed the object: the metadata cache forgets it.
-    pub(crate) fn forget_metadata(&self) {
-        self.shared.client.meta.forget(&self.key());
-    }
-
-    /// The logical size: the open upload's, else the object's as the server (or the metadata
-    /// cache, within its time to live) says.
+    /// The logical size: the open upload's, else the object's (metadata cache or server).
     pub(crate) fn size(&self) -> io::Result<u64> {
         let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
         {
