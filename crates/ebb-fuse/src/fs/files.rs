@@ -297,8 +297,9 @@ impl Files {
             Some(file) => changed(file.as_ref().as_ref()),
             None => self.with_idle(id, open, changed).unwrap_or(Ok((false, true))),
         };
-        if let Ok((true, true)) = verdict {
-            self.forget_cached(id);
+        if let Ok((true, true)) = verdict
+            && self.forget_cached(id)
+        {
             times.saw(mtime);
             return true;
         }
@@ -333,9 +334,17 @@ impl Files {
         Ok(())
     }
 
-    /// Forgets the cache of the file `id`, which nothing has open here.
-    fn forget_cached(&self, id: FileId) {
-        let anchor = self.anchors.lock().remove(&id);
+    /// Forgets the cache of the file `id`, which nothing has open here; false (nothing done)
+    /// if it was opened meanwhile.
+    fn forget_cached(&self, id: FileId) -> bool {
+        let anchor = {
+            let mut anchors = self.anchors.lock();
+            if anchors.get(&id).is_some_and(|anchor| anchor.open_handles > 0) {
+                // Opened since the caller looked: the open's revalidation takes it from here.
+                return false;
+            }
+            anchors.remove(&id)
+        };
         let idle = self.idle_keys.lock().remove(&id);
         if let Some(anchor) = anchor {
             let key = anchor.key;
@@ -345,6 +354,7 @@ impl Files {
         if let Some(key) = idle {
             self.data.discard(key);
         }
+        true
     }
 
     /// The file `id` was deleted by someone else (it has no name left): unless it is open
@@ -353,8 +363,7 @@ impl Files {
         if self.anchors.lock().get(&id).is_some_and(|anchor| anchor.open_handles > 0) {
             return false;
         }
-        self.forget_cached(id);
-        true
+        self.forget_cached(id)
     }
 
     /// The file `id` lost its last name: its anchor goes now, or at its last close.
@@ -462,6 +471,11 @@ impl Files {
                 Some(anchor) => {
                     anchor.open_handles = anchor.open_handles.saturating_sub(1);
                     if anchor.open_handles == 0 && (anchor.unlinked || too_many) {
+                        // Its key is kept before the lock goes: an open in between would
+                        // otherwise find neither and cache the file a second time.
+                        if !anchor.unlinked {
+                            self.idle_keys.lock().insert(id, anchor.key);
+                        }
                         anchors.remove(&id)
                     } else {
                         None
@@ -470,11 +484,10 @@ impl Files {
                 None => None,
             }
         };
+        #[cfg(test)]
+        tests::after_anchor_removed();
         if let Some(mut anchor) = closing {
             let (key, unlinked) = (anchor.key, anchor.unlinked);
-            if !unlinked {
-                self.idle_keys.lock().insert(id, key);
-            }
             let hidden = anchor.remove_hidden.take();
             if let Err(error) = close_anchor(anchor) {
                 eprintln!("ebb mount: closing a file: {error}");
@@ -549,5 +562,78 @@ impl Files {
         if let Some(times) = self.kept_times(id) {
             times.status_changed();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::PassthroughData;
+    use ebb_backend::{Backend, MemBackend, OpenOptions};
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    /// Set by the test below: a closing thread pauses after dropping an anchor from the map,
+    /// where the lock no longer covers it, so that an opener can come in between.
+    static PAUSE_AFTER_ANCHOR_REMOVED: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn after_anchor_removed() {
+        if PAUSE_AFTER_ANCHOR_REMOVED.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Passthrough data that records the keys files are attached with.
+    #[derive(Default)]
+    struct Recorded {
+        keys: Mutex<Vec<u64>>,
+    }
+
+    impl DataPath for Recorded {
+        fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
+            self.keys.lock().push(key);
+            PassthroughData.attach(key, open)
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn drain(&self, _: Duration, _: &mut dyn FnMut(&str, bool)) -> io::Result<()> {
+            Ok(())
+        }
+        fn unwritten(&self) -> String {
+            String::new()
+        }
+        fn stats_json(&self) -> String {
+            String::new()
+        }
+    }
+
+    /// A file closed past the anchor limit keeps its cache key, also while another opener
+    /// races the close: were the anchor gone before the key was kept, the opener would attach
+    /// the file under a new key, a second cache of the same file (whose size, read from the
+    /// backend without the first one's unwritten data, a later trim would write back).
+    #[test]
+    fn a_file_keeps_its_cache_key_while_closes_race_opens() {
+        let recorded = Arc::new(Recorded::default());
+        let files = Arc::new(Files::new(recorded.clone(), false, 0));
+        let backend = MemBackend::new();
+        let file = backend.open("f", OpenOptions { create: true, truncate: false }).unwrap();
+        let id = (7, 1);
+        PAUSE_AFTER_ANCHOR_REMOVED.store(true, Ordering::Relaxed);
+        let cycle = |files: &Files| {
+            let open = || Ok(Arc::clone(&file));
+            for _ in 0..2_000 {
+                let fh = files.open_handle(id, Arc::new(FileTimes::default()), &open).unwrap();
+                files.release(FileHandle(fh)).unwrap();
+            }
+        };
+        std::thread::scope(|scope| {
+            scope.spawn(|| cycle(&files));
+            cycle(&files);
+        });
+        let keys = recorded.keys.lock();
+        let first = keys[0];
+        let other = keys.iter().filter(|&&key| key != first).count();
+        assert_eq!(other, 0, "{other} of {} attaches under another key", keys.len());
     }
 }

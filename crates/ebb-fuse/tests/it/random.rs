@@ -200,6 +200,9 @@ impl Checker<'_> {
             (0..len).map(|i| (fill.wrapping_add(i as u64 * 7) >> 3) as u8).collect();
         let context = self.context.clone();
         self.handle(name).write_all_at(&bytes, offset).unwrap_or_else(|e| panic!("{context}: {e}"));
+        if std::env::var_os("EBB_RANDOM_TRACE").is_some() {
+            eprintln!("  write of {len} bytes at {offset}");
+        }
         let file = self.file(name);
         let end = offset as usize + len;
         if file.content.len() < end {
