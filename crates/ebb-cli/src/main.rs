@@ -175,6 +175,12 @@ struct MountArgs {
     /// Serve file data with plain buffered IO on DIR instead of through ebb (for comparisons).
     #[arg(long, hide = true)]
     passthrough: bool,
+    /// How the kernel's requests reach the mount: `uring` (FUSE over io_uring: Linux 6.14+ with
+    /// /sys/module/fuse/parameters/enable_uring Y, else the mount fails), `classic` (read and
+    /// write on /dev/fuse), or `auto` (io_uring where the kernel offers it). Default: the
+    /// environment variable EBB_FUSE_LOOP, else auto.
+    #[arg(long, value_name = "auto|uring|classic")]
+    fuse_loop: Option<ebb_fuse::FuseLoop>,
 }
 
 /// `--metrics`: a port on the loopback address, or an address and port.
@@ -622,6 +628,7 @@ fn mount_config(args: MountArgs) -> anyhow::Result<ebb_fuse::MountConfig> {
             ebb_fuse::DataMode::Ebb
         },
         metrics: args.metrics,
+        fuse_loop: args.fuse_loop,
         trace: match args.trace {
             Some(path) => {
                 let max = args.trace_max.as_deref().unwrap_or("1GiB");

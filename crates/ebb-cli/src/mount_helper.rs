@@ -3,9 +3,9 @@
 //! runs for an ebb mount (type `fuse.ebb` in /proc/self/mountinfo).
 //!
 //! Mounting: the options become `ebb mount` arguments (`memory=64MiB` is `--memory 64MiB`, a
-//! knob by its kernel name is `--knob NAME=VALUE`, `endpoint=`, `metrics=`, `trace=` and
-//! `trace_max=` are the flags of those names; the standard options mount(8) passes on, `rw`,
-//! `defaults`, `_netdev`, `nofail`, `x-*` and the like, are ignored). The helper starts
+//! knob by its kernel name is `--knob NAME=VALUE`, `endpoint=`, `metrics=`, `trace=`,
+//! `trace_max=` and `fuse_loop=` are the flags of those names; the standard options mount(8)
+//! passes on, `rw`, `defaults`, `_netdev`, `nofail`, `x-*` and the like, are ignored). The helper starts
 //! `ebb mount` (this same binary, /proc/self/exe) as a daemon in a session of its own,
 //! its output appended to a log file (`log=FILE`, default `/run/ebb/MOUNTPOINT.log` for root,
 //! MOUNTPOINT with its slashes as dashes), and returns once the mount answers its stats, as
@@ -69,7 +69,7 @@ const STANDARD_OPTIONS: &[&str] = &[
 ];
 
 /// `ebb mount` flags that take their value from an option of the same name.
-const FLAG_OPTIONS: &[&str] = &["memory", "endpoint", "metrics", "trace", "trace_max"];
+const FLAG_OPTIONS: &[&str] = &["memory", "endpoint", "metrics", "trace", "trace_max", "fuse_loop"];
 
 /// When this process was started as `mount.ebb` or `umount.fuse.ebb` (a link to `ebb`), does
 /// that helper's work and returns its exit code; `None` for `ebb` itself.
@@ -232,7 +232,7 @@ fn ebb_arguments(list: &str, sloppy: bool) -> Result<(Vec<String>, Option<PathBu
             Err(error) => {
                 return Err(usage(format!(
                     "option {name}: not a mount option of ebb (memory, endpoint, metrics, \
-                     trace, trace_max, log), nor a standard one; as a knob: {error}"
+                     trace, trace_max, fuse_loop, log), nor a standard one; as a knob: {error}"
                 )));
             }
         };

@@ -48,6 +48,7 @@ mod stats_socket;
 #[cfg(test)]
 mod tests;
 mod times;
+mod uring;
 
 use std::io;
 use std::os::fd::AsFd;
@@ -65,6 +66,7 @@ use crate::places::{check_memory, check_places, raise_fd_limit};
 pub use crate::run::run;
 pub use crate::stats_socket::DEFAULT_LISTED_FILES;
 use crate::stats_socket::StatsServer;
+pub use crate::uring::FuseLoop;
 
 /// What data path a mount uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -97,6 +99,10 @@ pub struct MountConfig {
     /// Write the engine's tracepoint events to this file, at most this many bytes
     /// (`ebb_runtime::Builder::trace`); only with [`DataMode::Ebb`].
     pub trace: Option<(PathBuf, u64)>,
+    /// Which loop takes the requests (FUSE over io_uring or `/dev/fuse`); `None`: the one the
+    /// environment variable `EBB_FUSE_LOOP` names (`auto`, `uring`, `classic`; so a test suite
+    /// runs with either), else [`FuseLoop::Auto`].
+    pub fuse_loop: Option<FuseLoop>,
 }
 
 /// A mounted filesystem. Dropping it without [`Mount::unmount`] detaches the mount lazily,
@@ -110,6 +116,8 @@ pub struct Mount {
     stats_server: Option<StatsServer>,
     files: Arc<Files>,
     mountpoint: PathBuf,
+    /// The io_uring queues taking the requests, if they do (`uring`).
+    ring: Option<uring::Running>,
 }
 
 impl std::fmt::Debug for Mount {
@@ -181,21 +189,41 @@ impl Mount {
         // detached file keeps its times, the limit stays the mount's own.
         let keep_times = config.data == DataMode::Ebb;
         let copies = fs::kept_request_copies(config.memory);
-        Mount::start_with(namespace, &mountpoint, data, keep_times, kept_closed_files, copies)
+        let fuse_loop = match config.fuse_loop {
+            Some(fuse_loop) => fuse_loop,
+            None => FuseLoop::from_env()
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?
+                .unwrap_or_default(),
+        };
+        let kept = (kept_closed_files, copies);
+        Mount::start_with(namespace, &mountpoint, data, keep_times, kept, fuse_loop)
     }
 
-    /// Mounts `namespace` on `mountpoint` (canonical) with the data path `data`.
+    /// Mounts `namespace` on `mountpoint` (canonical) with the data path `data`, keeping
+    /// `(anchor_limit, kept_copies)`, its requests taken by `fuse_loop`.
     pub(crate) fn start_with<N: Namespace>(
         namespace: N,
         mountpoint: &Path,
         data: Arc<dyn data::DataPath>,
         keep_times: bool,
-        anchor_limit: usize,
-        kept_copies: usize,
+        (anchor_limit, kept_copies): (usize, usize),
+        fuse_loop: FuseLoop,
     ) -> io::Result<Mount> {
         let name = namespace.describe();
         let namespace = Arc::new(namespace);
-        let (fs, files) = EbbFs::new(namespace, data, keep_times, anchor_limit, kept_copies)?;
+        let negotiation = Arc::new(uring::Negotiation::default());
+        let (fs, files) = EbbFs::new(
+            namespace,
+            data,
+            keep_times,
+            anchor_limit,
+            kept_copies,
+            Arc::clone(&negotiation),
+        )?;
+        // The rings are made before INIT asks for them (`uring`'s module doc).
+        let from_rings = &files.counts.from_rings;
+        let prepared = uring::prepare(fuse_loop, fs::MAX_WRITE as usize, &negotiation, from_rings)?;
+        let ring_fs = Arc::new(fs.share());
         let mut options = fuser::Config::default();
         options.mount_options = vec![
             fuser::MountOption::FSName(format!("ebb:{name}")),
@@ -213,6 +241,11 @@ impl Mount {
         };
         let session = fuser::Session::new(fs, mountpoint, &options).map_err(mounting)?;
         let device = session.as_fd().try_clone_to_owned().map_err(mounting)?;
+        let dispatcher = session.dispatcher();
+        let ring = uring::start(prepared, &negotiation, &device, &dispatcher, &ring_fs)
+            .map_err(mounting)?;
+        drop(ring_fs);
+        files.counts.uring.store(ring.is_some(), std::sync::atomic::Ordering::Relaxed);
         let session = session.spawn().map_err(mounting)?;
         let connection = Connection::new(device, mountpoint);
         // Without its socket the mount still works; `ebb stat` falls back to the attribute.
@@ -227,6 +260,7 @@ impl Mount {
             stats_server,
             files,
             mountpoint: mountpoint.to_path_buf(),
+            ring,
         })
     }
 
@@ -240,6 +274,16 @@ impl Mount {
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// The loop taking the requests: [`FuseLoop::Uring`] or [`FuseLoop::Classic`].
+    pub fn fuse_loop(&self) -> FuseLoop {
+        if self.ring.is_some() { FuseLoop::Uring } else { FuseLoop::Classic }
+    }
+
+    /// Requests taken from the io_uring queues so far (0 with the classic loop).
+    pub fn ring_requests(&self) -> u64 {
+        self.files.counts.from_rings.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The live stats (JSON), as `ebb stat` shows them (listing at most

@@ -108,8 +108,9 @@ fn held_writers_do_not_block_other_requests() {
     let data = Arc::new(GatedData(Arc::clone(&gate)));
     let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
     let mnt = mnt.canonicalize().unwrap();
-    let mount =
-        Mount::start_with(namespace, &mnt, data, false, crate::fs::ANCHOR_LIMIT, 2).unwrap();
+    let fuse_loop = crate::FuseLoop::from_env().unwrap().unwrap_or_default();
+    let kept = (crate::fs::ANCHOR_LIMIT, 2);
+    let mount = Mount::start_with(namespace, &mnt, data, false, kept, fuse_loop).unwrap();
     const HELD: usize = 3;
     let writers: Vec<_> = (0..HELD)
         .map(|i| {

@@ -124,6 +124,10 @@ pub(crate) struct RequestCounts {
     pub(crate) read_pool: Arc<AtomicU64>,
     pub(crate) write_pool: Arc<AtomicU64>,
     pub(crate) meta_pool: Arc<AtomicU64>,
+    /// Requests taken from the io_uring queues (`crate::uring`); 0 with the classic loop.
+    pub(crate) from_rings: Arc<AtomicU64>,
+    /// Whether the io_uring queues take the requests.
+    pub(crate) uring: std::sync::atomic::AtomicBool,
 }
 
 impl RequestCounts {
@@ -140,8 +144,9 @@ impl RequestCounts {
         self.writes_on_loop.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `{"requests": {OP: N, ...}, "on_loop": {"read": N, "write": N}, "pool_jobs": {"read": N,
-    /// "write": N, "meta": N}}`, requests of kinds that never came left out.
+    /// `{"loop": "uring" or "classic", "from_rings": N, "requests": {OP: N, ...}, "on_loop":
+    /// {"read": N, "write": N}, "pool_jobs": {"read": N, "write": N, "meta": N}}`, requests of
+    /// kinds that never came left out. With io_uring, the ring threads are the request loops.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
         let requests: serde_json::Map<String, serde_json::Value> = Op::ALL
@@ -150,7 +155,10 @@ impl RequestCounts {
             .filter(|&(_, count)| count > 0)
             .map(|(name, count)| (name.to_owned(), count.into()))
             .collect();
+        let uring = self.uring.load(Ordering::Relaxed);
         serde_json::json!({
+            "loop": if uring { "uring" } else { "classic" },
+            "from_rings": load(&self.from_rings),
             "requests": requests,
             "on_loop": {"read": load(&self.reads_on_loop), "write": load(&self.writes_on_loop)},
             "pool_jobs": {

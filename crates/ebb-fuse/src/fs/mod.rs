@@ -119,7 +119,7 @@ const POOL_QUEUE: usize = 64;
 /// copy of its data until it is in the cache, and a throttled writer's request waits parked
 /// with its copy (`write_task`; one served on its request loop needs none): with 64 writers throttled at once, 1 MiB requests held 64 MiB
 /// beside the cache (a 256 MiB mount peaked at 313-325 MiB); 256 KiB ones hold 16 MiB.
-const MAX_WRITE: u32 = 256 << 10;
+pub(crate) const MAX_WRITE: u32 = 256 << 10;
 /// Copies of write requests set aside and kept for reuse ([`DataBufs`]) by a mount of `memory`
 /// bytes: an eighth of it in `MAX_WRITE` copies, at least 2, at most one per write thread,
 /// queued write and request loop (82: the most that exist at once while no more than the
@@ -160,7 +160,7 @@ pub(crate) struct Inner<N: Namespace> {
 /// The filesystem handed to fuser.
 pub(crate) struct EbbFs<N: Namespace> {
     inner: Arc<Inner<N>>,
-    reads: Pool,
+    reads: Arc<Pool>,
     writes: Arc<Pool>,
     /// Copies of write requests' data (one per write running or queued on `writes`).
     write_data: Arc<DataBufs>,
@@ -169,7 +169,9 @@ pub(crate) struct EbbFs<N: Namespace> {
     /// The namespace is a local directory: its files' reads never wait for a server.
     local: bool,
     /// Request loops serving an `O_DIRECT` read themselves (`io_ops::InlineRead`).
-    inline_reads: AtomicUsize,
+    inline_reads: Arc<AtomicUsize>,
+    /// Whether INIT asks for FUSE over io_uring, and whether the kernel offered it.
+    uring: Arc<crate::uring::Negotiation>,
 }
 
 impl<N: Namespace> EbbFs<N> {
@@ -181,6 +183,7 @@ impl<N: Namespace> EbbFs<N> {
         keep_times: bool,
         anchor_limit: usize,
         kept_copies: usize,
+        uring: Arc<crate::uring::Negotiation>,
     ) -> io::Result<(EbbFs<N>, Arc<Files>)> {
         let (root, attr) = ns
             .root()
@@ -210,12 +213,12 @@ impl<N: Namespace> EbbFs<N> {
         }
         let fs = EbbFs {
             inner,
-            reads: Pool::new(
+            reads: Arc::new(Pool::new(
                 "ebb-fuse-read",
                 READ_THREADS,
                 POOL_QUEUE,
                 Arc::clone(&files.counts.read_pool),
-            )?,
+            )?),
             writes: Arc::new(Pool::new(
                 "ebb-fuse-write",
                 WRITE_THREADS,
@@ -225,9 +228,25 @@ impl<N: Namespace> EbbFs<N> {
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
             guard,
             local,
-            inline_reads: AtomicUsize::new(0),
+            inline_reads: Arc::new(AtomicUsize::new(0)),
+            uring,
         };
         Ok((fs, files))
+    }
+
+    /// A second handle on the same filesystem (state, pools, counts), for the io_uring
+    /// queues' threads: fuser owns the first.
+    pub(crate) fn share(&self) -> EbbFs<N> {
+        EbbFs {
+            inner: Arc::clone(&self.inner),
+            reads: Arc::clone(&self.reads),
+            writes: Arc::clone(&self.writes),
+            write_data: Arc::clone(&self.write_data),
+            guard: Arc::clone(&self.guard),
+            local: self.local,
+            inline_reads: Arc::clone(&self.inline_reads),
+            uring: Arc::clone(&self.uring),
+        }
     }
 }
 
@@ -298,6 +317,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
                  do): a shared mmap of any file on the mount fails with ENODEV"
             );
         }
+        // FUSE over io_uring, if the mount made its rings (`crate::uring`).
+        self.uring.at_init(config);
         Ok(())
     }
 

@@ -21,6 +21,7 @@ mod posix;
 mod racing;
 mod random;
 mod requests;
+mod uring;
 
 use random::{random_operations, random_operations_over_nfs, random_operations_over_s3};
 
@@ -64,6 +65,7 @@ impl Fixture {
             data,
             metrics: None,
             trace: None,
+            fuse_loop: None,
         };
         let namespace = namespace(data, &dir);
         let mount = match kept_closed_files {
@@ -460,6 +462,7 @@ fn start_error(backend: &Path, mountpoint: &Path, memory: Option<u64>) -> io::Er
         data: DataMode::Ebb,
         metrics: None,
         trace: None,
+        fuse_loop: None,
     };
     match DirNamespace::open(backend).and_then(|namespace| Mount::start(&config, namespace)) {
         Ok(mount) => {
