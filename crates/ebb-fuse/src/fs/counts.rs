@@ -118,6 +118,12 @@ pub(crate) struct RequestCounts {
     reads_on_loop: AtomicU64,
     /// Writes answered on the request loop (the throttle let them through).
     writes_on_loop: AtomicU64,
+    /// Namespace requests (lookup, getattr, create, unlink, ...) of a local directory answered
+    /// on the request loop.
+    meta_on_loop: AtomicU64,
+    /// Flushes and releases answered on the request loop (nothing to write back at close).
+    flushes_on_loop: AtomicU64,
+    releases_on_loop: AtomicU64,
     /// Jobs run by the read pool, the write pool (writes, fsync, flush, release, fallocate,
     /// woken writes) and the guard's pool (requests that may wait on the backend: lookups,
     /// getattr, open, create, the namespace's changes).
@@ -140,8 +146,21 @@ impl RequestCounts {
         self.writes_on_loop.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `{"requests": {OP: N, ...}, "on_loop": {"read": N, "write": N}, "pool_jobs": {"read": N,
-    /// "write": N, "meta": N}}`, requests of kinds that never came left out.
+    pub(crate) fn meta_on_loop(&self) {
+        self.meta_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn flush_on_loop(&self) {
+        self.flushes_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn release_on_loop(&self) {
+        self.releases_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `{"requests": {OP: N, ...}, "on_loop": {"read": N, "write": N, "meta": N, "flush": N,
+    /// "release": N}, "pool_jobs": {"read": N, "write": N, "meta": N}}`, requests of kinds that
+    /// never came left out.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
         let requests: serde_json::Map<String, serde_json::Value> = Op::ALL
@@ -152,7 +171,13 @@ impl RequestCounts {
             .collect();
         serde_json::json!({
             "requests": requests,
-            "on_loop": {"read": load(&self.reads_on_loop), "write": load(&self.writes_on_loop)},
+            "on_loop": {
+                "read": load(&self.reads_on_loop),
+                "write": load(&self.writes_on_loop),
+                "meta": load(&self.meta_on_loop),
+                "flush": load(&self.flushes_on_loop),
+                "release": load(&self.releases_on_loop),
+            },
             "pool_jobs": {
                 "read": load(&self.read_pool),
                 "write": load(&self.write_pool),
