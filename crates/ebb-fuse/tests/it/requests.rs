@@ -115,6 +115,9 @@ fn a_small_file_s_life_is_answered_on_the_request_loops() {
     let on_loop = grew(&before, &after, ["on_loop", "meta"]);
     assert!(on_loop >= 3 * FILES, "{on_loop} namespace requests on the loop: {after}");
     assert_eq!(grew(&before, &after, ["on_loop", "flush"]), FILES, "{after}");
+    // What the kernel sends for one: lookup, create, write, flush, release, unlink, forget and
+    // three getattr (the file's after its write, the directory's before the create and the
+    // unlink, which changed it); one more lookup where the name's entry expired meanwhile.
     let requests = all_requests(&before, &after);
-    assert!(requests <= 9 * FILES, "{requests} requests for {FILES} files: {after}");
+    assert!(requests <= 11 * FILES, "{requests} requests for {FILES} files: {after}");
 }
