@@ -192,9 +192,9 @@ pub(crate) struct Core {
 /// descriptors instead.
 pub(crate) const CLOSED_CACHED: usize = 512;
 
-/// Closed files looked at, at most, each time a file joins the closed list: more than the one
-/// that joined, so the list shrinks back to [`Core::closed_max`] as its files are written, and
-/// a bound, so a close costs the same however many closed files are still dirty. (Looking at
+/// Closed files that cannot leave yet (dirty, in flight, with an error) looked at, at most,
+/// each time a file joins the closed list, so a close costs the same however many closed files
+/// are still dirty; the clean ones found meanwhile all leave. (Looking at
 /// every file past the bound, which is what ebb did, cost one look per dirty closed file at
 /// every close: thousands per close while a few thousand small files written and closed
 /// waited for write-back, under the engine lock.)
@@ -437,8 +437,9 @@ impl Shared {
 
     /// A handle of `fs` closed; if it was the last, the file joins the closed list, and the
     /// oldest closed files beyond [`Core::closed_max`] that hold nothing unwritten and no unseen
-    /// error leave the cache: at most [`CLOSED_LOOKS`] are looked at, and one that cannot leave
-    /// yet goes to the back of the list. A file whose key was forgotten leaves at once.
+    /// error leave the cache; one that cannot leave yet goes to the back of the list, at most
+    /// [`CLOSED_LOOKS`] of them per close (each file leaves once, so a close costs a bounded
+    /// number of looks on average). A file whose key was forgotten leaves at once.
     pub(crate) fn handle_closed(&self, fs: &FileState) {
         if fs.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
@@ -459,9 +460,8 @@ impl Shared {
             }
         }
         core.closed.push_back(fs.inode);
-        let mut looks = 0;
-        while core.closed.len() > core.closed_max && looks < CLOSED_LOOKS {
-            looks += 1;
+        let mut kept = 0;
+        while core.closed.len() > core.closed_max && kept < CLOSED_LOOKS {
             let Some(inode) = core.closed.pop_front() else { break };
             self.closed_looks.fetch_add(1, Ordering::Relaxed);
             let Some(victim) = self.file(inode) else { continue };
@@ -475,6 +475,7 @@ impl Shared {
             {
                 // Looked at again after the files closed since (by then likely written).
                 core.closed.push_back(inode);
+                kept += 1;
                 continue;
             }
             let now = self.now();

@@ -563,7 +563,7 @@ fn drain_syncs_only_the_files_written_since_the_last_sync() {
 }
 
 /// A close costs the same however many closed files wait dirty for write-back: past the
-/// closed files kept (`CLOSED_CACHED`), each close looks at a few of the oldest closed ones
+/// closed files kept (`CLOSED_CACHED`), each close looks at a few dirty ones among the oldest
 /// (`CLOSED_LOOKS`, 4), where it looked at every dirty one (1,500 dirty closed files beyond
 /// the 512 kept made one close look at up to 1,500 files under the engine lock, and the
 /// files' closes about a million in all).
@@ -590,8 +590,9 @@ fn a_close_looks_at_a_bounded_number_of_closed_files() {
     }
     let dirty = ebb.stats().meminfo.dirty;
     assert!(dirty >= FILES, "the files were written back meanwhile: {dirty} pages dirty");
+    // At most 4 that cannot leave per close, and each file leaves once.
     let looks = ebb.inner_closed_looks();
-    assert!(looks <= 4 * FILES, "{looks} looks at closed files for {FILES} closes");
+    assert!(looks <= 5 * FILES, "{looks} looks at closed files for {FILES} closes");
     ebb.sync().unwrap();
     for i in [0, FILES / 2, FILES - 1] {
         assert_eq!(backend_bytes(&*backend, &format!("f{i}")), vec![i as u8; 4096]);
