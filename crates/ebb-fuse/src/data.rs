@@ -212,6 +212,11 @@ pub(crate) trait DataFile: Send + Sync {
     fn flush(&self, _interrupted: Interrupt<'_>) -> io::Result<()> {
         self.check_error()
     }
+    /// Whether [`DataFile::flush`] and [`DataFile::close`] write the file back (a backend that
+    /// flushes on close: NFS, S3), so may wait for the backend. Default: false.
+    fn close_writes_back(&self) -> bool {
+        false
+    }
 }
 
 /// No cache of ours: positional IO on the backend's file.

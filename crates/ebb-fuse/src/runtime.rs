@@ -307,4 +307,8 @@ impl DataFile for EbbFile {
     fn flush(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
         self.0.flush_interruptible(interrupted)
     }
+
+    fn close_writes_back(&self) -> bool {
+        self.0.flushes_on_close()
+    }
 }

@@ -631,14 +631,17 @@ impl File {
     /// committed as by [`File::fsync`]; elsewhere only a write error this handle has not seen
     /// is reported ([`File::check_error`]).
     pub fn flush_interruptible(&self, interrupted: Interrupt<'_>) -> io::Result<()> {
-        if self.flush_on_close() {
+        if self.flushes_on_close() {
             self.fsync_interruptible(interrupted)
         } else {
             self.check_error()
         }
     }
 
-    fn flush_on_close(&self) -> bool {
+    /// Whether the file's backend has `flush_on_close` (NFS, S3): then
+    /// [`File::flush_interruptible`] and [`File::close`] write the file back and commit it,
+    /// and may wait for the backend; elsewhere they only report an error not yet seen.
+    pub fn flushes_on_close(&self) -> bool {
         let backend = self.fs.backend;
         self.ebb
             .inner
@@ -711,7 +714,7 @@ impl File {
             shared.enter(|core, maps, now| core.engine.writer_exit(now, &mut ws.writer, maps));
             shared.writer_closed(ws.writer.id);
         }
-        let flush = self.flush_on_close();
+        let flush = self.flushes_on_close();
         let handle = self.handle;
         let slot = shared.request(|request| Event::Close { handle, request });
         let mut result = slot.wait().map_err(from_io_error);

@@ -192,6 +192,14 @@ pub(crate) struct Core {
 /// descriptors instead.
 pub(crate) const CLOSED_CACHED: usize = 512;
 
+/// Closed files that cannot leave yet (dirty, in flight, with an error) looked at, at most,
+/// each time a file joins the closed list, so a close costs the same however many closed files
+/// are still dirty; the clean ones found meanwhile all leave. (Looking at
+/// every file past the bound, which is what ebb did, cost one look per dirty closed file at
+/// every close: thousands per close while a few thousand small files written and closed
+/// waited for write-back, under the engine lock.)
+pub(crate) const CLOSED_LOOKS: usize = 4;
+
 /// Closed files kept cached by a cache whose files' state fits `kept_max` files
 /// (`Engine::files_kept_max`): [`CLOSED_CACHED`], at most an eighth of them (the rest are for
 /// the files open and those a caller keeps attached, see `Ebb::files_kept_max`), at least one.
@@ -243,6 +251,8 @@ pub(crate) struct Shared {
     pub(crate) draining: AtomicBool,
     /// Backend files synced by `sync` and `drain` (`Ebb::inner_files_synced`).
     pub(crate) files_synced: AtomicU64,
+    /// Closed files looked at for leaving the cache (`Ebb::inner_closed_looks`).
+    pub(crate) closed_looks: AtomicU64,
     shutdown: AtomicBool,
     ids: AtomicU64,
     /// Serialises opens so two opens of one file share one cache entry.
@@ -332,6 +342,7 @@ impl Shared {
             backends,
             draining: AtomicBool::new(false),
             files_synced: AtomicU64::new(0),
+            closed_looks: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             ids: AtomicU64::new(1),
             open_lock: Mutex::new(()),
@@ -426,7 +437,9 @@ impl Shared {
 
     /// A handle of `fs` closed; if it was the last, the file joins the closed list, and the
     /// oldest closed files beyond [`Core::closed_max`] that hold nothing unwritten and no unseen
-    /// error leave the cache. A file whose key was forgotten leaves at once.
+    /// error leave the cache; one that cannot leave yet goes to the back of the list, at most
+    /// [`CLOSED_LOOKS`] of them per close (each file leaves once, so a close costs a bounded
+    /// number of looks on average). A file whose key was forgotten leaves at once.
     pub(crate) fn handle_closed(&self, fs: &FileState) {
         if fs.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
@@ -447,9 +460,10 @@ impl Shared {
             }
         }
         core.closed.push_back(fs.inode);
-        let mut kept = std::collections::VecDeque::new();
-        while core.closed.len() + kept.len() > core.closed_max {
+        let mut kept = 0;
+        while core.closed.len() > core.closed_max && kept < CLOSED_LOOKS {
             let Some(inode) = core.closed.pop_front() else { break };
+            self.closed_looks.fetch_add(1, Ordering::Relaxed);
             let Some(victim) = self.file(inode) else { continue };
             if victim.handles.load(Ordering::Acquire) > 0 {
                 continue; // reopened: no longer closed
@@ -459,7 +473,9 @@ impl Shared {
                 || core.engine.inode_error(inode).is_some()
                 || !core.engine.inode_idle(inode)
             {
-                kept.push_back(inode);
+                // Looked at again after the files closed since (by then likely written).
+                core.closed.push_back(inode);
+                kept += 1;
                 continue;
             }
             let now = self.now();
@@ -470,9 +486,6 @@ impl Shared {
                 core.keys.remove(&victim.key);
             }
             self.files.write().remove(&inode);
-        }
-        while let Some(inode) = kept.pop_back() {
-            core.closed.push_front(inode);
         }
     }
 

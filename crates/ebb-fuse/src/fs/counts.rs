@@ -118,6 +118,12 @@ pub(crate) struct RequestCounts {
     reads_on_loop: AtomicU64,
     /// Writes answered on the request loop (the throttle let them through).
     writes_on_loop: AtomicU64,
+    /// Namespace requests (lookup, getattr, create, unlink, ...) of a local directory answered
+    /// on the request loop.
+    meta_on_loop: AtomicU64,
+    /// Flushes and releases answered on the request loop (nothing to write back at close).
+    flushes_on_loop: AtomicU64,
+    releases_on_loop: AtomicU64,
     /// Jobs run by the read pool, the write pool (writes, fsync, flush, release, fallocate,
     /// woken writes) and the guard's pool (requests that may wait on the backend: lookups,
     /// getattr, open, create, the namespace's changes).
@@ -144,9 +150,22 @@ impl RequestCounts {
         self.writes_on_loop.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn meta_on_loop(&self) {
+        self.meta_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn flush_on_loop(&self) {
+        self.flushes_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn release_on_loop(&self) {
+        self.releases_on_loop.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// `{"loop": "uring" or "classic", "from_rings": N, "requests": {OP: N, ...}, "on_loop":
-    /// {"read": N, "write": N}, "pool_jobs": {"read": N, "write": N, "meta": N}}`, requests of
-    /// kinds that never came left out. With io_uring, the ring threads are the request loops.
+    /// {"read": N, "write": N, "meta": N, "flush": N, "release": N}, "pool_jobs": {"read": N,
+    /// "write": N, "meta": N}}`, requests of kinds that never came left out. With io_uring, the
+    /// ring threads are the request loops.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
         let requests: serde_json::Map<String, serde_json::Value> = Op::ALL
@@ -160,7 +179,13 @@ impl RequestCounts {
             "loop": if uring { "uring" } else { "classic" },
             "from_rings": load(&self.from_rings),
             "requests": requests,
-            "on_loop": {"read": load(&self.reads_on_loop), "write": load(&self.writes_on_loop)},
+            "on_loop": {
+                "read": load(&self.reads_on_loop),
+                "write": load(&self.writes_on_loop),
+                "meta": load(&self.meta_on_loop),
+                "flush": load(&self.flushes_on_loop),
+                "release": load(&self.releases_on_loop),
+            },
             "pool_jobs": {
                 "read": load(&self.read_pool),
                 "write": load(&self.write_pool),

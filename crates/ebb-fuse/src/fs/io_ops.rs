@@ -157,6 +157,12 @@ impl<N: Namespace> Inner<N> {
         handle.file.flush(&|| killed(pid)).map_err(to_errno)
     }
 
+    /// Whether closing the open file `fh` writes nothing back ([`DataFile::close_writes_back`]):
+    /// its flush only reports an error not yet seen, and its release waits for no backend.
+    pub(super) fn close_writes_nothing(&self, fh: FileHandle) -> bool {
+        self.files.handle(fh).is_ok_and(|handle| !handle.file.close_writes_back())
+    }
+
     pub(super) fn release(&self, fh: FileHandle) -> Result<(), Errno> {
         self.files.release(fh).map_err(|error| {
             // The kernel does not pass release errors on to close(2); say it here.
@@ -225,21 +231,22 @@ pub(super) fn is_direct(flags: OpenFlags, offset: u64, size: u32) -> bool {
         && u64::from(size).is_multiple_of(4096)
 }
 
-/// A request loop's turn to serve an `O_DIRECT` read itself: at most [`super::LOOP_THREADS`] - 1 at
-/// once (so one loop always reads new requests); given back when dropped.
-pub(super) struct InlineRead<'a>(&'a AtomicUsize);
+/// A request loop's turn to serve a request itself that waits for a local disk (an `O_DIRECT`
+/// read, a local directory's namespace call, a release): at most [`super::LOOP_THREADS`] - 1
+/// at once (so one loop always reads new requests); given back when dropped.
+pub(super) struct Inline<'a>(&'a AtomicUsize);
 
-impl<'a> InlineRead<'a> {
-    pub(super) fn take(serving: &'a AtomicUsize) -> Option<InlineRead<'a>> {
+impl<'a> Inline<'a> {
+    pub(super) fn take(serving: &'a AtomicUsize) -> Option<Inline<'a>> {
         let most = super::LOOP_THREADS - 1;
         serving
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1))
             .ok()
-            .map(|_| InlineRead(serving))
+            .map(|_| Inline(serving))
     }
 }
 
-impl Drop for InlineRead<'_> {
+impl Drop for Inline<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }

@@ -43,11 +43,15 @@
 //!
 //! fuser runs [`LOOP_THREADS`] request loops. What cannot wait is answered on the loop that
 //! read the request: a read whose pages the cache holds (a copy), a write the throttle lets
-//! through (`write_task`), `forget`, `releasedir`, a flush of a caller being killed; and an
-//! `O_DIRECT` read of a local directory's file (a `pread`, which waits for the disk but never
-//! for a server) by one loop at a time (`io_ops::InlineRead`). The rest
+//! through (`write_task`), `forget`, `releasedir`, a flush of a caller being killed, and the
+//! flush of a file whose close writes nothing back (a local directory's: an error not yet
+//! seen is reported, under the engine's lock) and its release. On a local directory, whose
+//! calls wait for the disk but never for a server, one loop at a time (`io_ops::Inline`) also
+//! serves an `O_DIRECT` read of a file (a `pread`) and the namespace's requests (lookups,
+//! attributes, opens, creates, unlinks, renames, ...): a small file's create, write, close,
+//! stat and unlink are then answered without a hand-off, where they took six. The rest
 //! is handed to a pool thread ([`crate::pool`]): requests that may wait on the backend's
-//! namespace (lookups, attributes, opens, creates, renames, ...) to the guard's pool
+//! namespace (over NFS and S3, and `fsyncdir` and `rmdir` everywhere) to the guard's pool
 //! ([`outage`]), other reads to the read pool, and writes that must wait, `fsync`, `flush`,
 //! `release` and `fallocate` to the write pool, so a writer that ebb throttles holds only its
 //! own request: readers and metadata continue. Each pool bounds the requests it holds
@@ -166,10 +170,11 @@ pub(crate) struct EbbFs<N: Namespace> {
     write_data: Arc<DataBufs>,
     /// Runs the requests that may wait on the backend, killable ([`outage`]).
     guard: Arc<Guard>,
-    /// The namespace is a local directory: its files' reads never wait for a server.
+    /// The namespace is a local directory: its calls and its files' reads never wait for a
+    /// server.
     local: bool,
-    /// Request loops serving an `O_DIRECT` read themselves (`io_ops::InlineRead`).
-    inline_reads: Arc<AtomicUsize>,
+    /// Request loops serving a request themselves that waits for the disk (`io_ops::Inline`).
+    inline: Arc<AtomicUsize>,
     /// Whether INIT asks for FUSE over io_uring, and whether the kernel offered it.
     uring: Arc<crate::uring::Negotiation>,
 }
@@ -228,7 +233,7 @@ impl<N: Namespace> EbbFs<N> {
             write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
             guard,
             local,
-            inline_reads: Arc::new(AtomicUsize::new(0)),
+            inline: Arc::new(AtomicUsize::new(0)),
             uring,
         };
         Ok((fs, files))
@@ -244,17 +249,47 @@ impl<N: Namespace> EbbFs<N> {
             write_data: Arc::clone(&self.write_data),
             guard: Arc::clone(&self.guard),
             local: self.local,
-            inline_reads: Arc::clone(&self.inline_reads),
+            inline: Arc::clone(&self.inline),
             uring: Arc::clone(&self.uring),
         }
     }
 }
 
 impl<N: Namespace> EbbFs<N> {
-    /// Runs `op` for the caller of `req` on the guard's pool, tried again through an outage
-    /// until the deadline ([`outage`]), then `answer`s: with the reply, or `None` if the
-    /// caller was killed meanwhile (then `answer` undoes what the result holds).
+    /// Runs `op` for the caller of `req`, then `answer`s: with the reply, or `None` if the
+    /// caller was killed meanwhile (then `answer` undoes what the result holds). On a local
+    /// directory, on this request loop when it may serve one ([`io_ops::Inline`]): the
+    /// namespace's calls wait for the disk, never for a server, so there is no outage to wait
+    /// through and no caller to answer `EINTR` (a hand-off costs a thread's wake-up and two
+    /// context switches per request: docs/fuse-requests.md). Otherwise, and for an outage
+    /// error on the loop, on the guard's pool, tried again through an outage until the
+    /// deadline ([`outage`]).
     fn guarded<R: Reply, T: Send + 'static>(
+        &self,
+        req: &Request,
+        reply: R,
+        op: impl Fn(&Inner<N>) -> Result<T, Errno> + Send + 'static,
+        answer: impl FnOnce(&Inner<N>, Option<R>, Result<T, Errno>) + Send + 'static,
+    ) {
+        if self.local
+            && let Some(turn) = io_ops::Inline::take(&self.inline)
+        {
+            let result = self.guard.clock.once(|| op(&self.inner));
+            // Given back before the answer, which wakes the caller: its next request, read by
+            // the other loop at once, would find the turn taken and go to the pool.
+            drop(turn);
+            if let Some(result) = result {
+                self.inner.files.counts.meta_on_loop();
+                answer(&self.inner, Some(reply), result);
+                return;
+            }
+        }
+        self.on_guard_pool(req, reply, op, answer);
+    }
+
+    /// [`EbbFs::guarded`] always on the guard's pool: for a request that may wait long even
+    /// on a local directory (an `fsyncdir` waits for the disk's journal).
+    fn on_guard_pool<R: Reply, T: Send + 'static>(
         &self,
         req: &Request,
         reply: R,
@@ -436,7 +471,9 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.inner.files.counts.request(Op::Rmdir);
         let (name, caller) = (name.to_owned(), credentials(req));
-        self.simple(req, reply, move |inner| inner.rmdir(parent, &name, &caller), reply_empty);
+        // On the pool: it may wait a while for hidden names to go (`Inner::rmdir`).
+        let op = move |inner: &Inner<N>| inner.rmdir(parent, &name, &caller);
+        self.on_guard_pool(req, reply, op, |_, reply, result| answer_empty(reply, result));
     }
 
     fn symlink(
@@ -521,10 +558,12 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         // time, so that another always takes new requests.
         if self.local
             && io_ops::is_direct(flags, offset, size)
-            && let Some(_inline) = io_ops::InlineRead::take(&self.inline_reads)
+            && let Some(turn) = io_ops::Inline::take(&self.inline)
         {
             self.inner.files.counts.read_on_loop();
-            return match self.inner.read(fh, offset, size, flags, req.pid()) {
+            let read = self.inner.read(fh, offset, size, flags, req.pid());
+            drop(turn);
+            return match read {
                 Ok(buf) => reply.data(&buf),
                 Err(error) => reply.error(error),
             };
@@ -577,6 +616,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         // stays in the cache and is written back as any other. Asked only then: it costs a
         // read of /proc/PID/status (about 4 us) on every close.
         let (inner, pid) = (Arc::clone(&self.inner), req.pid());
+        // A close that writes nothing back (a local directory's: only a write error not yet
+        // seen is reported) is answered here: it takes the engine's lock, never the disk.
+        if self.local && inner.close_writes_nothing(fh) {
+            inner.files.counts.flush_on_loop();
+            reply_empty(reply, inner.flush(fh, pid));
+            return;
+        }
         if self.writes.would_wait() && io_ops::killed(pid) {
             reply.ok();
             return;
@@ -600,6 +646,13 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
     ) {
         self.inner.files.counts.request(Op::Release);
         let inner = Arc::clone(&self.inner);
+        // So is the release of such a file: it waits for no backend (closing a removed file's
+        // last descriptor frees its blocks in the backend, as a `forget` may, which is
+        // answered on the loop too).
+        if self.local && inner.close_writes_nothing(fh) {
+            inner.files.counts.release_on_loop();
+            return reply_empty(reply, inner.release(fh));
+        }
         self.writes.run(move || reply_empty(reply, inner.release(fh)));
     }
 
@@ -667,7 +720,8 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         reply: ReplyEmpty,
     ) {
         self.inner.files.counts.request(Op::Fsyncdir);
-        self.simple(req, reply, move |inner| inner.fsyncdir(ino), reply_empty);
+        let op = move |inner: &Inner<N>| inner.fsyncdir(ino);
+        self.on_guard_pool(req, reply, op, |_, reply, result| answer_empty(reply, result));
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -105,6 +105,30 @@ impl Clock {
         CoreInstant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
+    /// `call` tried once, on a thread that must not wait through an outage (a request loop):
+    /// its result as [`Clock::through_outage`] would give it, or `None` after an outage error,
+    /// which the caller tries again through [`Clock::through_outage`] on a thread that may wait.
+    pub(crate) fn once<T>(
+        &self,
+        call: impl FnOnce() -> Result<T, Errno>,
+    ) -> Option<Result<T, Errno>> {
+        let started = Instant::now();
+        let errno = match call() {
+            Ok(value) => {
+                self.succeeded();
+                return Some(Ok(value));
+            }
+            Err(errno) if is_outage(errno) => return None,
+            Err(errno) => errno,
+        };
+        let error = IoError { errno: errno.code() };
+        match self.failed(error, started, started, 0) {
+            Next::Fail(failed) if failed == error => Some(Err(errno)),
+            Next::Fail(failed) => Some(Err(Errno::from_i32(failed.errno))),
+            Next::Retry(_) => None,
+        }
+    }
+
     /// Runs `call` until it gives something else than an outage error, or `EIO` once the
     /// backend has failed for the deadline (`ebb_core::outage`); `EINTR` when `interrupted`
     /// says so between tries.

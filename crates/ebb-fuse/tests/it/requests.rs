@@ -79,3 +79,45 @@ fn reads_of_cached_pages_are_answered_on_the_request_loop() {
     let asked = grew(&reread, &past, ["requests", "read"]);
     assert_eq!(grew(&reread, &past, ["on_loop", "read"]), asked, "{past}");
 }
+
+/// The requests of every kind that grew from `before` to `after`, summed.
+fn all_requests(before: &serde_json::Value, after: &serde_json::Value) -> u64 {
+    let kinds = after["requests"].as_object().expect("requests by kind");
+    kinds.keys().map(|kind| grew(before, after, ["requests", kind])).sum()
+}
+
+// A small file's life on a local directory (create, write 4 KiB, close, stat, unlink: the
+// files-per-second bench, `scripts/bench-files`) is answered on the request loops: no
+// hand-off to a pool thread per file, where there were six (lookup, create, getattr and
+// unlink on the guard's pool, flush and release on the write pool: each a thread's wake-up
+// and two context switches, which on a loaded machine made a file cost milliseconds), and
+// no more requests per file than the kernel sends for it.
+#[test]
+fn a_small_file_s_life_is_answered_on_the_request_loops() {
+    let Some(fx) = Fixture::new(DataMode::Ebb, Some(64 << 20), &[]) else { return };
+    const FILES: u64 = 200;
+    let dir = fx.mnt.join("small");
+    std::fs::create_dir(&dir).unwrap();
+    let before = counts(&fx);
+    for i in 0..FILES {
+        let path = dir.join(format!("f{i}"));
+        std::fs::write(&path, [7u8; 4096]).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4096, "{}", path.display());
+        std::fs::remove_file(&path).unwrap();
+    }
+    let after = counts(&fx);
+    let jobs = grew(&before, &after, ["pool_jobs", "meta"])
+        + grew(&before, &after, ["pool_jobs", "write"]);
+    assert!(jobs <= FILES / 20, "{jobs} pool jobs for {FILES} files: {after}");
+    for kind in ["create", "unlink", "flush"] {
+        assert_eq!(grew(&before, &after, ["requests", kind]), FILES, "{kind}: {after}");
+    }
+    let on_loop = grew(&before, &after, ["on_loop", "meta"]);
+    assert!(on_loop >= 3 * FILES, "{on_loop} namespace requests on the loop: {after}");
+    assert_eq!(grew(&before, &after, ["on_loop", "flush"]), FILES, "{after}");
+    // What the kernel sends for one: lookup, create, write, flush, release, unlink, forget and
+    // three getattr (the file's after its write, the directory's before the create and the
+    // unlink, which changed it); one more lookup where the name's entry expired meanwhile.
+    let requests = all_requests(&before, &after);
+    assert!(requests <= 11 * FILES, "{requests} requests for {FILES} files: {after}");
+}
