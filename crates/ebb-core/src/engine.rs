@@ -471,12 +471,12 @@ impl Engine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        for wb in &self.wbs {
+        for (b, wb) in self.wbs.iter().enumerate() {
             consider(wb.flusher.timer());
             consider(wb.wbt.timer());
             consider(wb.wbt.pace_timer());
             consider(wb.bw_update_at);
-            consider(self.outage_deadline(wb));
+            consider(self.outage_deadline(BackendId(b as u32)));
         }
         if let Some(&(t, _)) = self.retry_timers.first() {
             self.visited.set(self.visited.get() + 1);

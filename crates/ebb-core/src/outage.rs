@@ -22,9 +22,15 @@
 //!
 //! # Control law
 //! ```text
+//! answered = the last answer from the backend (a success, or an error the server gave)
 //! since    = start of the first failed try after the last success, over every request of
 //!            the backend and every write and COMMIT the engine wrote back to it (a write's
-//!            failure counts from its completion; one clock per backend, the engine's)
+//!            failure counts from its completion; one clock per backend, the engine's);
+//!            a call still unanswered counts as failed from max(its start, answered): the
+//!            engine's oldest IO in flight, a request its driver reports waiting
+//! expired  = now - since >= deadline: every call waiting, and every new one, fails with
+//!            EIO (the driver answers it; its backend call goes on as a probe), fsync and
+//!            close of a file with unwritten data answer EIO, until the backend answers
 //! first    = start of this request's first failed try
 //! start    = min(since, first)
 //! failure at `now`, the request's n-th failure (n = 0, 1, ...):
@@ -36,6 +42,11 @@
 //! `EINTR` and the mount's own errors
 //!                               ->  nothing (the clock runs on)
 //! ```
+//! A server that accepts and never answers fails nothing until a client's own timeout (NFS:
+//! `timeo` times its tries; S3: a minute per read): counting the calls that wait from their
+//! start makes its outage start when the first unanswered call was made, so `EIO` comes at
+//! the deadline, not after the clients' timeouts, nor one deadline per call queued behind
+//! another's directory lock in the kernel.
 //! A success may be the mount's own (a read of cached data, `ebb stat`) while the server is
 //! still away: it resets `since`, and `first` still bounds each request to one deadline of
 //! its own failures, the rule's weaker form.
@@ -106,12 +117,14 @@ pub enum Next {
 pub struct OutageClock {
     deadline: Duration,
     since: Option<Instant>,
+    /// When the backend last answered (`None`: not since the clock was made).
+    answered: Option<Instant>,
 }
 
 impl OutageClock {
     /// A clock for a backend whose `retry_timeout_secs` is `deadline`.
     pub fn new(deadline: Duration) -> OutageClock {
-        OutageClock { deadline, since: None }
+        OutageClock { deadline, since: None, answered: None }
     }
 
     /// The backend's `retry_timeout_secs`.
@@ -124,9 +137,42 @@ impl OutageClock {
         self.since
     }
 
-    /// A call succeeded: the outage, if any, is over.
-    pub fn succeeded(&mut self) {
+    /// A call succeeded (or the server answered it with an error) at `at`: the outage, if
+    /// any, is over.
+    pub fn succeeded(&mut self, at: Instant) {
         self.since = None;
+        self.answered = Some(self.answered.map_or(at, |answered| answered.max(at)));
+    }
+
+    /// A call begun at `started` has had no answer yet (a call a driver saw waiting, the
+    /// engine's oldest IO in flight): the backend has been silent since then, or since its
+    /// last answer if that came later (a server that accepts and never answers fails
+    /// nothing, so without this its outage would start only when a client's own timeout
+    /// fails a call). Module doc, Control law.
+    pub fn waiting(&mut self, started: Instant) {
+        let from = self.silent_from(started);
+        self.since = Some(self.since.map_or(from, |since| since.min(from)));
+    }
+
+    fn silent_from(&self, started: Instant) -> Instant {
+        self.answered.map_or(started, |answered| answered.max(started))
+    }
+
+    /// When the outage began, a call in flight since `oldest` and not answered counted as a
+    /// failure from its start (as by [`OutageClock::waiting`]); `None`: no outage.
+    pub fn start(&self, oldest: Option<Instant>) -> Option<Instant> {
+        let waiting = oldest.map(|oldest| self.silent_from(oldest));
+        match (self.since, waiting) {
+            (Some(since), Some(waiting)) => Some(since.min(waiting)),
+            (since, waiting) => since.or(waiting),
+        }
+    }
+
+    /// Whether the backend has been unreachable for its deadline at `now` (counting a call
+    /// in flight since `oldest`, as [`OutageClock::start`]): every call fails with `EIO` at
+    /// once until the backend answers again.
+    pub fn expired(&self, now: Instant, oldest: Option<Instant>) -> bool {
+        self.start(oldest).is_some_and(|start| self.deadline <= now.saturating_since(start))
     }
 
     /// A backend call failed with an outage error at `at` (the engine's write-back: a write
@@ -149,7 +195,7 @@ impl OutageClock {
     ) -> Next {
         if error.class() != ErrorClass::Outage {
             if is_answer(error) {
-                self.succeeded();
+                self.succeeded(now);
             }
             return Next::Fail(error);
         }
@@ -206,7 +252,7 @@ mod tests {
             Next::Fail(IoError { errno: errno::EIO })
         );
         // The server answers: a new outage starts a new clock.
-        clock.succeeded();
+        clock.succeeded(at(3_900));
         assert_eq!(clock.since(), None);
         let next = clock.failed(REFUSED, at(4_000), at(4_000), at(4_001), 0);
         assert!(matches!(next, Next::Retry(_)));
@@ -217,7 +263,7 @@ mod tests {
     fn a_success_of_the_mounts_own_meanwhile_still_leaves_each_request_one_deadline() {
         let mut clock = OutageClock::new(Duration::from_secs(3));
         assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
-        clock.succeeded(); // a read of cached data, say
+        clock.succeeded(at(1)); // a read of cached data, say
         let next = clock.failed(REFUSED, at(0), at(3_000), at(3_001), 9);
         assert_eq!(next, Next::Fail(IoError { errno: errno::EIO }));
     }
@@ -251,6 +297,34 @@ mod tests {
         for not in [errno::ECONNREFUSED, errno::ETIMEDOUT, errno::EAGAIN, errno::EINTR] {
             assert!(!is_answer(IoError { errno: not }), "errno {not}");
         }
+    }
+
+    #[test]
+    fn a_call_that_waits_unanswered_starts_the_outage_from_its_start_or_the_last_answer() {
+        let mut clock = OutageClock::new(Duration::from_secs(3));
+        // A server that accepts and never answers: nothing failed, one call in flight.
+        assert_eq!(clock.start(None), None);
+        assert_eq!(clock.start(Some(at(1_000))), Some(at(1_000)));
+        assert!(!clock.expired(at(3_999), Some(at(1_000))));
+        assert!(clock.expired(at(4_000), Some(at(1_000))));
+        // An answer after the call began: silent only since that answer.
+        clock.succeeded(at(2_000));
+        assert_eq!(clock.start(Some(at(1_000))), Some(at(2_000)));
+        assert!(!clock.expired(at(4_500), Some(at(1_000))));
+        // A driver's report keeps the start until the next answer, and the requests' rule
+        // reads it: a request failing at 5.1 s gets EIO after one try.
+        clock.waiting(at(1_000));
+        assert_eq!(clock.since(), Some(at(2_000)));
+        assert!(clock.expired(at(5_000), None));
+        let next = clock.failed(REFUSED, at(5_100), at(5_100), at(5_101), 0);
+        assert_eq!(next, Next::Fail(IoError { errno: errno::EIO }));
+        clock.succeeded(at(6_000));
+        assert!(!clock.expired(at(6_001), None));
+        // An earlier failure stays the start.
+        clock.down(at(7_000));
+        clock.waiting(at(8_000));
+        assert_eq!(clock.since(), Some(at(7_000)));
+        assert_eq!(clock.start(Some(at(6_500))), Some(at(6_500)));
     }
 
     #[test]

@@ -69,6 +69,16 @@ pub(crate) trait DataPath: Send + Sync {
     }
     /// A request to the backend succeeded (see [`DataPath::request_failed`]).
     fn request_succeeded(&self) {}
+    /// A request to the backend begun at `started` still waits for its answer: whether the
+    /// data path keeps the backend's clock (and counted it there).
+    fn request_waiting(&self, _started: std::time::Instant) -> bool {
+        false
+    }
+    /// Whether the backend has been unreachable for its deadline, on the clock the data path
+    /// keeps (`None`: it keeps none).
+    fn backend_unreachable(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A file's line in `ebb stat` (see [`DataFile::report`]).

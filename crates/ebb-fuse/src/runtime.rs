@@ -165,6 +165,14 @@ impl DataPath for EbbData {
         self.ebb.request_succeeded(&self.backend);
     }
 
+    fn request_waiting(&self, started: std::time::Instant) -> bool {
+        self.ebb.request_waiting(&self.backend, started).is_ok()
+    }
+
+    fn backend_unreachable(&self) -> Option<bool> {
+        self.ebb.backend_unreachable(&self.backend).ok()
+    }
+
     fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {
         let file = self.ebb.attach_with(&self.backend, key, open)?;
         Ok(Box::new(EbbFile(file)))

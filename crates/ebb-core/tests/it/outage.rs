@@ -142,3 +142,75 @@ fn a_write_the_server_refuses_ends_the_outage_for_requests() {
     let next = engine.request_failed(ms(3_100), b, REFUSED, ms(3_100), ms(3_100), 0);
     assert!(matches!(next, Next::Retry(_)), "{next:?}");
 }
+
+/// The fsync answers among the actions taken now.
+fn fsync_answers(engine: &mut Engine) -> Vec<Action> {
+    std::iter::from_fn(|| engine.poll_action())
+        .filter(|action| matches!(action, Action::FsyncDone { .. }))
+        .collect()
+}
+
+/// A server that accepts and never answers fails nothing: the writes stay in flight. The
+/// outage counts from the first one's issue (0.1 s): the fsync waiting for them gets EIO at the
+/// deadline (2.1 s), a new fsync and a failing request get EIO at once, the data stays, and
+/// the writes' answer ends the outage. Before, nothing started the clock: the fsync waited
+/// until the client's own timeout failed a write.
+#[test]
+fn writes_in_flight_unanswered_start_the_outage_at_their_issue() {
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
+    cfg.backends[0].retry_timeout_secs = 2;
+    let (mut engine, mut maps, inode, _w) = dirty_pages_with(cfg, 8);
+    let b = BackendId(0);
+    engine.handle(ms(100), Event::Fsync { handle: HandleId(1), request: RequestId(1) }, &mut maps);
+    let mut ios = Vec::new();
+    while let Some(action) = engine.poll_action() {
+        if let Action::Write { io, .. } = action {
+            ios.push(io);
+        }
+    }
+    assert!(!ios.is_empty(), "the fsync wrote nothing");
+    assert!(engine.poll_timeout().is_some_and(|at| at <= ms(2_100)), "no timer by the deadline");
+    engine.handle(ms(2_000), Event::Timer, &mut maps);
+    assert_eq!(fsync_answers(&mut engine), vec![], "answered before the deadline");
+    assert!(!engine.backend_unreachable(ms(2_050), b));
+    engine.handle(ms(2_100), Event::Timer, &mut maps);
+    let eio = Err(IoError { errno: EIO });
+    let answers = fsync_answers(&mut engine);
+    assert_eq!(answers, vec![Action::FsyncDone { request: RequestId(1), result: eio }]);
+    assert!(engine.backend_unreachable(ms(2_100), b));
+    engine.handle(
+        ms(2_200),
+        Event::Fsync { handle: HandleId(1), request: RequestId(2) },
+        &mut maps,
+    );
+    let answers = fsync_answers(&mut engine);
+    assert_eq!(answers, vec![Action::FsyncDone { request: RequestId(2), result: eio }]);
+    let next = engine.request_failed(ms(2_300), b, REFUSED, ms(2_300), ms(2_300), 0);
+    assert_eq!(next, Next::Fail(IoError { errno: EIO }));
+    assert!(maps.with(inode, |m| m.counts().writeback) > 0, "the data was dropped");
+    for io in ios {
+        engine.handle(ms(2_400), Event::WriteDone { io, result: Ok(Stability::Stable) }, &mut maps);
+    }
+    assert!(!engine.backend_unreachable(ms(2_400), b));
+    assert!(!engine.backend_down(b));
+}
+
+/// A request its driver sees waiting (`Engine::request_waiting`) starts the outage from its
+/// start, unless the backend answered since: the timer fires EIO at its deadline.
+#[test]
+fn a_request_that_waits_unanswered_starts_the_outage_from_its_start() {
+    let mut cfg = config(64, ThrottlePolicy::Ioless);
+    cfg.backends[0].retry_timeout_secs = 2;
+    let (mut engine, _maps, _inode, _w) = dirty_pages_with(cfg, 8);
+    let b = BackendId(0);
+    engine.request_waiting(ms(700), b, ms(100));
+    assert!(engine.backend_down(b));
+    assert!(!engine.backend_unreachable(ms(2_000), b));
+    assert!(engine.backend_unreachable(ms(2_100), b));
+    engine.request_succeeded(ms(2_200), b);
+    assert!(!engine.backend_unreachable(ms(2_200), b));
+    // Still waiting, but the backend answered at 2.2 s: silent only since then.
+    engine.request_waiting(ms(2_300), b, ms(100));
+    assert!(!engine.backend_unreachable(ms(4_100), b));
+    assert!(engine.backend_unreachable(ms(4_200), b));
+}

@@ -10,7 +10,12 @@
 //! [`PROBE_MAX`] plus one round trip of the server's return), until the backend has failed
 //! for its `retry_timeout_secs` without an answer (one clock for the mount's backend, not one
 //! per request, and the one the engine's write-back runs for data, `Clock::of`); then `EIO`.
-//! No socket errno reaches the application.
+//! No socket errno reaches the application. A server that accepts and never answers fails
+//! nothing: the watcher tells the clock of the oldest request waiting [`PROBE_MAX`] or more
+//! (its silence counts from that request's start, [`Clock::waiting`]), and once the backend
+//! has been unreachable for the deadline ([`Clock::unreachable`], which counts the engine's
+//! IOs in flight too) it answers every waiting request `EIO` (reads, fsync and flush
+//! included), new ones after one try of [`WATCH_EVERY`] or more, until the backend answers.
 //!
 //! # Killability
 //!
@@ -82,7 +87,29 @@ impl Clock {
         if let Some(data) = &self.data {
             data.request_succeeded();
         }
-        self.state.lock().succeeded();
+        let now = self.at(Instant::now());
+        self.state.lock().succeeded(now);
+    }
+
+    /// A request begun at `started` still waits for the backend: its silence counts from
+    /// then, or from its last answer ([`OutageClock::waiting`]).
+    fn waiting(&self, started: Instant) {
+        if self.data.as_ref().is_some_and(|data| data.request_waiting(started)) {
+            return;
+        }
+        let started = self.at(started);
+        self.state.lock().waiting(started);
+    }
+
+    /// Whether the backend has been unreachable for its deadline: every request waiting on
+    /// it, and every new one, is answered `EIO` until it answers again
+    /// ([`OutageClock::expired`]; the engine's clock counts its IOs in flight too).
+    pub(crate) fn unreachable(&self) -> bool {
+        if let Some(unreachable) = self.data.as_ref().and_then(|data| data.backend_unreachable()) {
+            return unreachable;
+        }
+        let now = self.at(Instant::now());
+        self.state.lock().expired(now, None)
     }
 
     fn failed(&self, error: IoError, first: Instant, started: Instant, failures: u32) -> Next {
@@ -238,7 +265,19 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
-        self.run_on(&self.pool, true, pid, reply, op, answer);
+        self.run_watched(&self.pool, true, pid, reply, op, answer);
+    }
+
+    /// [`Guard::run`] on `pool` (a read, on the read pool).
+    pub(crate) fn run_on<R: Reply, T: Send + 'static>(
+        &self,
+        pool: &Pool,
+        pid: u32,
+        reply: R,
+        op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
+        answer: impl FnOnce(Option<R>, T) + Send + 'static,
+    ) {
+        self.run_watched(pool, true, pid, reply, op, answer);
     }
 
     /// [`Guard::run`] on `pool`, for a request that may rightly wait longer than the deadline
@@ -254,10 +293,13 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
-        self.run_on(pool, false, pid, reply, op, answer);
+        self.run_watched(pool, false, pid, reply, op, answer);
     }
 
-    fn run_on<R: Reply, T: Send + 'static>(
+    /// Past the deadline of a backend that does not answer, a request the pool cannot start
+    /// at once is answered `EIO` without a try: the pool's threads may all be held by calls
+    /// that wait for the clients' own timeouts, and the request loop would wait for room.
+    fn run_watched<R: Reply, T: Send + 'static>(
         &self,
         pool: &Pool,
         bounded: bool,
@@ -266,6 +308,10 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
+        if pool.would_wait() && self.clock.unreachable() {
+            reply.fail(Errno::EIO);
+            return;
+        }
         let slot = Arc::new(Slot(Mutex::new(Some(reply))));
         let since = Instant::now();
         let waiting = Waiting { pid, since, bounded, slot: Arc::clone(&slot) as _ };
@@ -281,9 +327,12 @@ impl Guard {
     }
 }
 
-/// Every [`WATCH_EVERY`]: forgets the answered requests, answers `EINTR` to the killed
-/// callers of the others and `EIO` to the bounded ones ([`Guard::run`]) waiting longer than
-/// the deadline (plus [`PROBE_MAX`]) in all: a backend call that hangs (a server that accepts and never
+/// Every [`WATCH_EVERY`]: forgets the answered requests, tells the backend's clock since
+/// when the oldest bounded one has waited ([`PROBE_MAX`] at least: a server that accepts
+/// and never answers fails nothing, [`Clock::waiting`]), answers `EINTR` to the killed
+/// callers of the others, `EIO` to every one once the backend has been unreachable for its
+/// deadline ([`Clock::unreachable`]), and `EIO` to the bounded ones ([`Guard::run`]) waiting
+/// longer than the deadline (plus [`PROBE_MAX`]) in all: a backend call that hangs (a server that accepts and never
 /// answers) may itself outlast the deadline before it fails. Until the guard is dropped.
 fn watch(guard: &Weak<Guard>) {
     while let Some(guard) = guard.upgrade() {
@@ -293,6 +342,14 @@ fn watch(guard: &Weak<Guard>) {
             pending.iter().map(|w| (w.pid, w.since, w.bounded, Arc::clone(&w.slot))).collect()
         };
         let longest = guard.clock.deadline() + Duration::from_nanos(PROBE_MAX.as_nanos());
+        // The oldest request waiting a while: the backend's silence, on its clock.
+        let report = Duration::from_nanos(PROBE_MAX.as_nanos());
+        let waiting =
+            pending.iter().filter(|(_, since, bounded, _)| *bounded && since.elapsed() >= report);
+        if let Some(oldest) = waiting.map(|(_, since, _, _)| *since).min() {
+            guard.clock.waiting(oldest);
+        }
+        let unreachable = !pending.is_empty() && guard.clock.unreachable();
         drop(guard);
         for (pid, since, bounded, slot) in pending {
             if slot.answered() {
@@ -300,6 +357,11 @@ fn watch(guard: &Weak<Guard>) {
             }
             if killed(pid) {
                 slot.interrupt(Errno::EINTR);
+            } else if unreachable && since.elapsed() >= WATCH_EVERY {
+                // The backend has been unreachable for the deadline: at once, whatever this
+                // request's own wait (one probe's try of at least WATCH_EVERY first, so a
+                // server that is back answers it).
+                slot.interrupt(Errno::EIO);
             } else if bounded && since.elapsed() > longest {
                 slot.interrupt(Errno::EIO);
             }
