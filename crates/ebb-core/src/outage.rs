@@ -72,7 +72,8 @@
 //!
 //! # Stability
 //! The wait doubles per request up to [`PROBE_MAX`]; a zero deadline fails at the first
-//! failure (no patience, as the engine's `retry_timeout_secs = 0`).
+//! failure (no patience, as the engine's `retry_timeout_secs = 0`), and then a call merely
+//! waiting counts for nothing (every IO in flight would be an outage at once).
 //!
 //! # Observability
 //! Unit tests below; through the mount, `crates/ebb-cli/tests/outage/`.
@@ -150,6 +151,10 @@ impl OutageClock {
     /// nothing, so without this its outage would start only when a client's own timeout
     /// fails a call). Module doc, Control law.
     pub fn waiting(&mut self, started: Instant) {
+        if self.deadline == Duration::ZERO {
+            // No patience counts failures only: a call merely in flight is not one.
+            return;
+        }
         let from = self.silent_from(started);
         self.since = Some(self.since.map_or(from, |since| since.min(from)));
     }
@@ -161,7 +166,9 @@ impl OutageClock {
     /// When the outage began, a call in flight since `oldest` and not answered counted as a
     /// failure from its start (as by [`OutageClock::waiting`]); `None`: no outage.
     pub fn start(&self, oldest: Option<Instant>) -> Option<Instant> {
-        let waiting = oldest.map(|oldest| self.silent_from(oldest));
+        let waiting = oldest
+            .filter(|_| self.deadline != Duration::ZERO)
+            .map(|oldest| self.silent_from(oldest));
         match (self.since, waiting) {
             (Some(since), Some(waiting)) => Some(since.min(waiting)),
             (since, waiting) => since.or(waiting),
