@@ -230,9 +230,10 @@ impl Wb {
             throttled_at: None,
             wbt: crate::wbt::Wbt::for_backend(b),
             write_inflight: 0,
-            outage: crate::outage::OutageClock::new(Duration::from_nanos(
-                b.retry_timeout_secs.saturating_mul(1_000_000_000),
-            )),
+            outage: crate::outage::OutageClock::new(
+                Duration::from_nanos(b.retry_timeout_secs.saturating_mul(1_000_000_000)),
+                b.try_timeout_ms.map(Duration::from_millis),
+            ),
             outage_reported: false,
             unstable_files: BTreeSet::new(),
         }

@@ -151,6 +151,12 @@ impl DataPath for EbbData {
         backend.map_or(Duration::from_secs(60), |b| Duration::from_secs(b.retry_timeout_secs))
     }
 
+    fn try_timeout(&self) -> Option<Duration> {
+        let config = self.ebb.config();
+        let backend = config.backends.iter().find(|backend| backend.name == self.backend)?;
+        backend.try_timeout_ms.map(Duration::from_millis)
+    }
+
     fn request_failed(
         &self,
         error: ebb_core::IoError,

@@ -294,32 +294,37 @@ impl Engine {
     }
 
     /// A request to `b` a caller waits on, begun at `started`, has had no answer by `now`
-    /// (the driver saw it waiting): the backend is silent since then, or since its last
-    /// answer ([`crate::outage::OutageClock::waiting`]).
+    /// (the driver saw it waiting): once its try has outlived the backend's per-try timeout
+    /// the backend is silent since then, or since its last answer; before, or on a backend
+    /// without one, nothing ([`crate::outage::OutageClock::waiting`]).
     pub fn request_waiting(&mut self, now: Instant, b: BackendId, started: Instant) {
         self.advance(now);
-        self.wbs[b.index()].outage.waiting(started.min(now));
+        self.wbs[b.index()].outage.waiting(started.min(now), now);
     }
 
-    /// Whether `b` has been unreachable for its `retry_timeout_secs` at `now`, the IOs the
-    /// engine has in flight to it counted from their issue: a driver answers the requests
-    /// that wait on it `EIO` at once, new ones too, until the backend answers.
+    /// Whether `b` has been unreachable for its `retry_timeout_secs` at `now`, an IO the
+    /// engine has in flight to it counted from its issue once it outlived the per-try
+    /// timeout: a driver answers the requests that wait on it `EIO` once their own try is
+    /// given up, until the backend answers.
     pub fn backend_unreachable(&mut self, now: Instant, b: BackendId) -> bool {
         self.advance(now);
         self.wbs[b.index()].outage.expired(now, self.oldest_io(b))
     }
 
     /// When the oldest IO the engine has in flight to `b` was issued (IO ids grow with
-    /// time, so it is the first of `b`'s in `ios`).
+    /// time, so it is the first of `b`'s in `ios`); `None` for a backend without a per-try
+    /// timeout, whose IOs in flight never count as an outage (nothing to look for).
     pub(crate) fn oldest_io(&self, b: BackendId) -> Option<Instant> {
+        self.wbs[b.index()].outage.try_timeout()?;
         self.ios.values().find(|record| record.backend == b).map(|record| record.issued)
     }
 
-    /// Counts `b`'s oldest IO in flight into its outage clock (an IO not answered is a
-    /// failure from its issue, unless the backend answered since).
+    /// Counts `b`'s oldest IO in flight into its outage clock (once it outlived the per-try
+    /// timeout, a failure from its issue, unless the backend answered since).
     fn fold_oldest_io(&mut self, b: BackendId) {
         if let Some(oldest) = self.oldest_io(b) {
-            self.wbs[b.index()].outage.waiting(oldest);
+            let now = self.now;
+            self.wbs[b.index()].outage.waiting(oldest, now);
         }
     }
 
@@ -331,14 +336,12 @@ impl Engine {
     }
 
     /// Whether `b`'s outage clock runs (a call to it failed since the last success) or may
-    /// start (an IO to it has been in flight for [`crate::outage::PROBE_MAX`]): a driver
-    /// need not report a request's success otherwise (one that came while an IO waited
-    /// moves the start of the backend's silence).
+    /// start (an IO to it is in flight, which becomes evidence of an outage if it outlives
+    /// the backend's per-try timeout): a driver need not report a request's success
+    /// otherwise. A success while an IO is in flight moves the start of the backend's
+    /// silence, so it is reported then.
     pub fn backend_down(&self, b: BackendId) -> bool {
-        let waiting = self
-            .oldest_io(b)
-            .is_some_and(|oldest| crate::outage::PROBE_MAX <= self.now.saturating_since(oldest));
-        waiting || self.wbs[b.index()].outage.since().is_some()
+        self.wbs[b.index()].outage.since().is_some() || self.oldest_io(b).is_some()
     }
 
     /// A write, commit or request to `b` was answered (a success, or an error the server
@@ -351,13 +354,14 @@ impl Engine {
     }
 
     /// When the current outage of backend `b` turns into EIO for its files (`None`: no
-    /// outage, or already reported), its oldest IO in flight counted from its issue.
+    /// outage, or already reported), its oldest IO in flight counted from its issue once it
+    /// outlives the per-try timeout ([`crate::outage::OutageClock::expires_at`]).
     pub(crate) fn outage_deadline(&self, b: BackendId) -> Option<Instant> {
         let wb = &self.wbs[b.index()];
         if wb.outage_reported {
             return None;
         }
-        Some(wb.outage.start(self.oldest_io(b))? + wb.outage.deadline())
+        wb.outage.expires_at(self.oldest_io(b))
     }
 
     /// The backend's outage reached its deadline: every file of it with unwritten data gets
