@@ -144,6 +144,11 @@ struct MountArgs {
     /// at once, other clients' up to this late; 0 asks every time.
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     metadata_ttl: f64,
+    /// For an `s3://` backend: seconds one read or write on a connection waits before the
+    /// request is given up and tried again (its per-try timeout, as NFS's `timeo`); a request
+    /// unanswered this long counts as the server being unreachable (docs/outages.md).
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    s3_timeout: f64,
     /// Where to mount.
     mountpoint: PathBuf,
     /// Memory budget of the mount process, e.g. 4GiB (default 256MiB): its own code, heap and
@@ -362,6 +367,12 @@ fn mount(args: MountArgs) -> anyhow::Result<ExitCode> {
                     "--metadata-ttl {}: not a number of seconds from 0 up",
                     args.metadata_ttl
                 ))
+            })?;
+        options.timeout = std::time::Duration::try_from_secs_f64(args.s3_timeout)
+            .ok()
+            .filter(|timeout| !timeout.is_zero())
+            .ok_or_else(|| {
+                Usage(format!("--s3-timeout {}: not a number of seconds above 0", args.s3_timeout))
             })?;
         let config = mount_config(args)?;
         let namespace = ebb_backend::S3Namespace::new(ebb_backend::S3Backend::open(options)?);

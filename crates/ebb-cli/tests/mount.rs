@@ -446,6 +446,74 @@ fn metrics_pass_promtool() {
     );
 }
 
+// `ebb mount --metrics` answers a scrape while other HTTP clients stall (issue 34: four
+// half-sent requests held open made `curl /metrics` time out): eight connected and silent,
+// four sending a byte of a request head now and then and never finishing it, while a writer
+// streams into the mount. A server that reads one connection at a time makes the scrape wait
+// for each stalled client's timeout (2 s) in turn, 16 s and more here; the bound is 5 s, for
+// a noisy machine (the scrape itself takes milliseconds).
+#[test]
+fn metrics_answer_a_scrape_while_other_clients_stall() {
+    use std::net::TcpStream;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !fuse_available() {
+        return;
+    }
+    let (_root, dir, mnt) = dirs();
+    let port = free_port();
+    let _running =
+        Running::start(&dir, &mnt, &["--memory", "64MiB", "--metrics", &port.to_string()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, path) = (Arc::clone(&stop), mnt.join("f"));
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::create(path).unwrap();
+            let block = pattern(1 << 20, 9);
+            // At most 128 MiB (twice the cache), so that a scrape that never comes does not
+            // fill the disk.
+            for _ in 0..128 {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                file.write_all(&block).unwrap();
+            }
+        })
+    };
+    let addr = ("127.0.0.1", port);
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let tricklers: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            let mut stream = TcpStream::connect(addr).unwrap();
+            std::thread::spawn(move || {
+                let _ = stream.write_all(b"GET /metr");
+                while !stop.load(Ordering::Acquire) && stream.write_all(b"i").is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    let mut scrape = TcpStream::connect(addr).unwrap();
+    scrape.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    scrape.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let read = scrape.read_to_string(&mut text);
+    let took = start.elapsed();
+    stop.store(true, Ordering::Release);
+    for trickler in tricklers {
+        trickler.join().unwrap();
+    }
+    writer.join().unwrap();
+    drop(idle);
+    read.unwrap_or_else(|error| panic!("the scrape was not answered in {took:?}: {error}"));
+    assert!(text.starts_with("HTTP/1.0 200"), "{text}");
+    assert!(text.contains("\nebb_dirtied_bytes_total "), "{text}");
+    assert!(took < Duration::from_secs(5), "the scrape took {took:?} behind stalled clients");
+}
+
 // `ebb mount --trace FILE` records a real run's tracepoints and `ebb report FILE` draws them
 // with the simulator's charts: the dirty pages against the limits, the writer's pauses.
 #[test]

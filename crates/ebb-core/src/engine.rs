@@ -230,9 +230,10 @@ impl Wb {
             throttled_at: None,
             wbt: crate::wbt::Wbt::for_backend(b),
             write_inflight: 0,
-            outage: crate::outage::OutageClock::new(Duration::from_nanos(
-                b.retry_timeout_secs.saturating_mul(1_000_000_000),
-            )),
+            outage: crate::outage::OutageClock::new(
+                Duration::from_nanos(b.retry_timeout_secs.saturating_mul(1_000_000_000)),
+                b.try_timeout_ms.map(Duration::from_millis),
+            ),
             outage_reported: false,
             unstable_files: BTreeSet::new(),
         }
@@ -471,12 +472,12 @@ impl Engine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        for wb in &self.wbs {
+        for (b, wb) in self.wbs.iter().enumerate() {
             consider(wb.flusher.timer());
             consider(wb.wbt.timer());
             consider(wb.wbt.pace_timer());
             consider(wb.bw_update_at);
-            consider(self.outage_deadline(wb));
+            consider(self.outage_deadline(BackendId(b as u32)));
         }
         if let Some(&(t, _)) = self.retry_timers.first() {
             self.visited.set(self.visited.get() + 1);

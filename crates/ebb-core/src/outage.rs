@@ -22,9 +22,19 @@
 //!
 //! # Control law
 //! ```text
+//! answered = the last answer from the backend (a success, or an error the server gave)
 //! since    = start of the first failed try after the last success, over every request of
 //!            the backend and every write and COMMIT the engine wrote back to it (a write's
-//!            failure counts from its completion; one clock per backend, the engine's)
+//!            failure counts from its completion; one clock per backend, the engine's);
+//!            a call still unanswered once its try has outlived the backend's own per-try
+//!            timeout (NFS: `timeo`; S3: the per-read timeout) counts as failed from
+//!            max(its start, answered): the engine's oldest IO in flight, a request its
+//!            driver reports waiting; before that timeout, or on a backend without one (a
+//!            local device), a call in flight is in service and counts for nothing
+//! expired  = now - since >= deadline: every call waiting, and every new one whose try
+//!            outlives the per-try timeout, fails with EIO (the driver answers it; its
+//!            backend call goes on as a probe), fsync and close of a file with unwritten
+//!            data answer EIO, until the backend answers
 //! first    = start of this request's first failed try
 //! start    = min(since, first)
 //! failure at `now`, the request's n-th failure (n = 0, 1, ...):
@@ -36,6 +46,15 @@
 //! `EINTR` and the mount's own errors
 //!                               ->  nothing (the clock runs on)
 //! ```
+//! A server that accepts and never answers fails nothing until a client's retries give up
+//! (NFS: `timeo` times `retrans + 1`; S3: a minute per read, times its retries): counting a
+//! call whose try outlived the per-try timeout from its start makes the outage start when
+//! the first unanswered call was made, so `EIO` comes at the deadline (or at the per-try
+//! timeout, if that is longer), not after the clients' retries. Only evidence starts the
+//! clock: a failure, or a try given up unanswered. An IO merely in flight on a slow device
+//! is not one (the release swarm's seed 397 of `bandwidth-2010`, a USB stick with
+//! `retry_timeout_secs = 2`, reported `EIO` at a close when a slow write counted from its
+//! issue).
 //! A success may be the mount's own (a read of cached data, `ebb stat`) while the server is
 //! still away: it resets `since`, and `first` still bounds each request to one deadline of
 //! its own failures, the rule's weaker form.
@@ -61,7 +80,8 @@
 //!
 //! # Stability
 //! The wait doubles per request up to [`PROBE_MAX`]; a zero deadline fails at the first
-//! failure (no patience, as the engine's `retry_timeout_secs = 0`).
+//! failure (no patience, as the engine's `retry_timeout_secs = 0`), a try given up unanswered
+//! included.
 //!
 //! # Observability
 //! Unit tests below; through the mount, `crates/ebb-cli/tests/outage/`.
@@ -105,13 +125,19 @@ pub enum Next {
 #[derive(Clone, Copy, Debug)]
 pub struct OutageClock {
     deadline: Duration,
+    /// The backend's own per-try timeout (`None`: it has none, a local device).
+    try_timeout: Option<Duration>,
     since: Option<Instant>,
+    /// When the backend last answered (`None`: not since the clock was made).
+    answered: Option<Instant>,
 }
 
 impl OutageClock {
-    /// A clock for a backend whose `retry_timeout_secs` is `deadline`.
-    pub fn new(deadline: Duration) -> OutageClock {
-        OutageClock { deadline, since: None }
+    /// A clock for a backend whose `retry_timeout_secs` is `deadline` and whose client gives
+    /// up a try unanswered for `try_timeout` (NFS: `timeo`; S3: the per-read timeout; `None`
+    /// for a backend without one, a local device, whose slow IO is still in service).
+    pub fn new(deadline: Duration, try_timeout: Option<Duration>) -> OutageClock {
+        OutageClock { deadline, try_timeout, since: None, answered: None }
     }
 
     /// The backend's `retry_timeout_secs`.
@@ -119,14 +145,68 @@ impl OutageClock {
         self.deadline
     }
 
+    /// The backend's own per-try timeout (`None`: none).
+    pub fn try_timeout(&self) -> Option<Duration> {
+        self.try_timeout
+    }
+
     /// Since when the backend could not be reached (`None`: it answered last).
     pub fn since(&self) -> Option<Instant> {
         self.since
     }
 
-    /// A call succeeded: the outage, if any, is over.
-    pub fn succeeded(&mut self) {
+    /// A call succeeded (or the server answered it with an error) at `at`: the outage, if
+    /// any, is over.
+    pub fn succeeded(&mut self, at: Instant) {
         self.since = None;
+        self.answered = Some(self.answered.map_or(at, |answered| answered.max(at)));
+    }
+
+    /// Whether a call begun at `started` and still unanswered at `now` is evidence of an
+    /// outage: its try has outlived the backend's own per-try timeout (the client gave it up,
+    /// or is about to). A backend without one never: a slow IO is still in service.
+    pub fn unanswered(&self, started: Instant, now: Instant) -> bool {
+        self.try_timeout.is_some_and(|limit| limit <= now.saturating_since(started))
+    }
+
+    /// A call begun at `started` has had no answer by `now` (a call a driver saw waiting,
+    /// the engine's oldest IO in flight): once its try has outlived the per-try timeout
+    /// ([`OutageClock::unanswered`]) the backend counts as silent since the call's start, or
+    /// since its last answer if that came later (a server that accepts and never answers
+    /// fails nothing, so without this its outage would start only when a client's retries
+    /// give up). Before then it counts for nothing. Module doc, Control law.
+    pub fn waiting(&mut self, started: Instant, now: Instant) {
+        if !self.unanswered(started, now) {
+            return;
+        }
+        let from = self.silent_from(started);
+        self.since = Some(self.since.map_or(from, |since| since.min(from)));
+    }
+
+    fn silent_from(&self, started: Instant) -> Instant {
+        self.answered.map_or(started, |answered| answered.max(started))
+    }
+
+    /// When the backend turns unreachable (the outage reaches its deadline), a call in
+    /// flight since `oldest` and not answered counted as by [`OutageClock::waiting`]: from
+    /// its start once its try outlived the per-try timeout, so not before that; `None`: no
+    /// outage, and no call that may become one.
+    pub fn expires_at(&self, oldest: Option<Instant>) -> Option<Instant> {
+        let failed = self.since.map(|since| since + self.deadline);
+        let waiting = oldest
+            .zip(self.try_timeout)
+            .map(|(oldest, limit)| (self.silent_from(oldest) + self.deadline).max(oldest + limit));
+        match (failed, waiting) {
+            (Some(failed), Some(waiting)) => Some(failed.min(waiting)),
+            (failed, waiting) => failed.or(waiting),
+        }
+    }
+
+    /// Whether the backend has been unreachable for its deadline at `now` (counting a call
+    /// in flight since `oldest`, as [`OutageClock::expires_at`]): every call fails with `EIO`
+    /// once its own try is given up, until the backend answers again.
+    pub fn expired(&self, now: Instant, oldest: Option<Instant>) -> bool {
+        self.expires_at(oldest).is_some_and(|at| at <= now)
     }
 
     /// A backend call failed with an outage error at `at` (the engine's write-back: a write
@@ -149,7 +229,7 @@ impl OutageClock {
     ) -> Next {
         if error.class() != ErrorClass::Outage {
             if is_answer(error) {
-                self.succeeded();
+                self.succeeded(now);
             }
             return Next::Fail(error);
         }
@@ -178,7 +258,7 @@ mod tests {
 
     #[test]
     fn outage_failures_wait_doubling_to_the_probe_interval_then_eio_at_the_deadline() {
-        let mut clock = OutageClock::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3), None);
         assert_eq!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(PROBE_MIN));
         assert_eq!(
             clock.failed(REFUSED, at(0), at(60), at(61), 1),
@@ -198,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_clock_is_the_backends_a_request_coming_late_in_an_outage_fails_after_one_try() {
-        let mut clock = OutageClock::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3), None);
         assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
         // Another request, its first try, 3.5 s into the outage.
         assert_eq!(
@@ -206,7 +286,7 @@ mod tests {
             Next::Fail(IoError { errno: errno::EIO })
         );
         // The server answers: a new outage starts a new clock.
-        clock.succeeded();
+        clock.succeeded(at(3_900));
         assert_eq!(clock.since(), None);
         let next = clock.failed(REFUSED, at(4_000), at(4_000), at(4_001), 0);
         assert!(matches!(next, Next::Retry(_)));
@@ -215,16 +295,16 @@ mod tests {
 
     #[test]
     fn a_success_of_the_mounts_own_meanwhile_still_leaves_each_request_one_deadline() {
-        let mut clock = OutageClock::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3), None);
         assert!(matches!(clock.failed(REFUSED, at(0), at(0), at(1), 0), Next::Retry(_)));
-        clock.succeeded(); // a read of cached data, say
+        clock.succeeded(at(1)); // a read of cached data, say
         let next = clock.failed(REFUSED, at(0), at(3_000), at(3_001), 9);
         assert_eq!(next, Next::Fail(IoError { errno: errno::EIO }));
     }
 
     #[test]
     fn other_errors_are_passed_at_once_and_the_servers_end_the_outage() {
-        let mut clock = OutageClock::new(Duration::from_secs(3));
+        let mut clock = OutageClock::new(Duration::from_secs(3), None);
         let _ = clock.failed(REFUSED, at(0), at(0), at(1), 0);
         // The caller's signal and the mount's own errors say nothing of the server.
         for own in [errno::EINTR, errno::EBADF, errno::EROFS, errno::EMFILE] {
@@ -254,8 +334,60 @@ mod tests {
     }
 
     #[test]
+    fn a_call_unanswered_past_the_try_timeout_starts_the_outage_from_its_start() {
+        let mut clock = OutageClock::new(Duration::from_secs(3), Some(Duration::from_secs(1)));
+        // A server that accepts and never answers: nothing failed, one call in flight since
+        // 1 s. Evidence once its try is given up (2 s), counted from its start: EIO at 4 s.
+        assert_eq!(clock.expires_at(None), None);
+        assert_eq!(clock.expires_at(Some(at(1_000))), Some(at(4_000)));
+        assert!(!clock.expired(at(3_999), Some(at(1_000))));
+        assert!(clock.expired(at(4_000), Some(at(1_000))));
+        clock.waiting(at(1_000), at(1_999));
+        assert_eq!(clock.since(), None, "a try within its timeout is no evidence");
+        // An answer after the call began: silent only since that answer.
+        clock.succeeded(at(2_000));
+        assert_eq!(clock.expires_at(Some(at(1_000))), Some(at(5_000)));
+        assert!(!clock.expired(at(4_500), Some(at(1_000))));
+        // A driver's report keeps the start until the next answer, and the requests' rule
+        // reads it: a request failing at 5.1 s gets EIO after one try.
+        clock.waiting(at(1_000), at(2_500));
+        assert_eq!(clock.since(), Some(at(2_000)));
+        assert!(clock.expired(at(5_000), None));
+        let next = clock.failed(REFUSED, at(5_100), at(5_100), at(5_101), 0);
+        assert_eq!(next, Next::Fail(IoError { errno: errno::EIO }));
+        clock.succeeded(at(6_000));
+        assert!(!clock.expired(at(6_001), None));
+        // An earlier failure stays the start.
+        clock.down(at(7_000));
+        clock.waiting(at(7_500), at(9_000));
+        assert_eq!(clock.since(), Some(at(7_000)));
+        assert_eq!(clock.expires_at(Some(at(7_500))), Some(at(10_000)));
+        // A call waiting since before it counts from its own start (the last answer, 6 s).
+        clock.waiting(at(6_500), at(9_000));
+        assert_eq!(clock.since(), Some(at(6_500)));
+        // A per-try timeout longer than the deadline: EIO when the try is given up.
+        let slow = OutageClock::new(Duration::from_secs(2), Some(Duration::from_secs(10)));
+        assert_eq!(slow.expires_at(Some(at(0))), Some(at(10_000)));
+    }
+
+    /// A backend without a per-try timeout (a local device): an IO in flight is in service,
+    /// however long; only failures start the clock. The reverted rule (every call in flight
+    /// an outage from its issue) reported EIO at a close in the release swarm (seed 397).
+    #[test]
+    fn a_slow_call_in_flight_without_a_try_timeout_is_no_outage() {
+        let mut clock = OutageClock::new(Duration::from_secs(2), None);
+        assert_eq!(clock.expires_at(Some(at(0))), None);
+        assert!(!clock.expired(at(60_000), Some(at(0))));
+        clock.waiting(at(0), at(60_000));
+        assert_eq!(clock.since(), None);
+        // A failure still starts it.
+        clock.down(at(60_000));
+        assert!(clock.expired(at(62_000), Some(at(0))));
+    }
+
+    #[test]
     fn no_patience_fails_at_the_first_outage_error() {
-        let mut clock = OutageClock::new(Duration::ZERO);
+        let mut clock = OutageClock::new(Duration::ZERO, None);
         assert_eq!(
             clock.failed(REFUSED, at(0), at(0), at(1), 0),
             Next::Fail(IoError { errno: errno::EIO })

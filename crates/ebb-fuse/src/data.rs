@@ -54,6 +54,11 @@ pub(crate) trait DataPath: Send + Sync {
     fn retry_timeout(&self) -> Duration {
         Duration::from_secs(60)
     }
+    /// The backend's own per-try timeout (NFS `timeo`, S3's per-read timeout; `None`: it has
+    /// none): a request unanswered longer is evidence of an outage ([`crate::fs::outage`]).
+    fn try_timeout(&self) -> Option<Duration> {
+        None
+    }
     /// A request to the backend failed with `error` (`first`: when the request's first failed
     /// try began, `started`: this one, `failures`: how many failed before): the outage rule's
     /// answer on the backend's one clock where the data path keeps it (ebb's engine, whose
@@ -69,6 +74,16 @@ pub(crate) trait DataPath: Send + Sync {
     }
     /// A request to the backend succeeded (see [`DataPath::request_failed`]).
     fn request_succeeded(&self) {}
+    /// A request to the backend begun at `started` still waits for its answer: whether the
+    /// data path keeps the backend's clock (and counted it there).
+    fn request_waiting(&self, _started: std::time::Instant) -> bool {
+        false
+    }
+    /// Whether the backend has been unreachable for its deadline, on the clock the data path
+    /// keeps (`None`: it keeps none).
+    fn backend_unreachable(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A file's line in `ebb stat` (see [`DataFile::report`]).

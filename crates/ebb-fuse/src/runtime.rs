@@ -151,6 +151,12 @@ impl DataPath for EbbData {
         backend.map_or(Duration::from_secs(60), |b| Duration::from_secs(b.retry_timeout_secs))
     }
 
+    fn try_timeout(&self) -> Option<Duration> {
+        let config = self.ebb.config();
+        let backend = config.backends.iter().find(|backend| backend.name == self.backend)?;
+        backend.try_timeout_ms.map(Duration::from_millis)
+    }
+
     fn request_failed(
         &self,
         error: ebb_core::IoError,
@@ -163,6 +169,14 @@ impl DataPath for EbbData {
 
     fn request_succeeded(&self) {
         self.ebb.request_succeeded(&self.backend);
+    }
+
+    fn request_waiting(&self, started: std::time::Instant) -> bool {
+        self.ebb.request_waiting(&self.backend, started).is_ok()
+    }
+
+    fn backend_unreachable(&self) -> Option<bool> {
+        self.ebb.backend_unreachable(&self.backend).ok()
     }
 
     fn attach(&self, key: u64, open: Opener<'_>) -> io::Result<Box<dyn DataFile>> {

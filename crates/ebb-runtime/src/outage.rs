@@ -33,6 +33,25 @@ impl Ebb {
         }))
     }
 
+    /// A request to `backend` begun at `started` still waits for its answer (a driver's
+    /// report of a call that has waited a while): the backend's outage counts from then,
+    /// or from its last answer if that came later (`ebb_core::outage::OutageClock::waiting`).
+    pub fn request_waiting(&self, backend: &str, started: std::time::Instant) -> io::Result<()> {
+        let b = self.backend_id(backend)?;
+        let shared = self.shared();
+        let started = shared.instant(started);
+        shared.enter(|core, _, now| core.engine.request_waiting(now, b, started));
+        Ok(())
+    }
+
+    /// Whether `backend` has been unreachable for its `retry_timeout_secs` (its IOs in
+    /// flight counted from their issue): every request waiting on it, and every new one, is
+    /// answered `EIO` until it answers again.
+    pub fn backend_unreachable(&self, backend: &str) -> io::Result<bool> {
+        let b = self.backend_id(backend)?;
+        Ok(self.shared().enter(|core, _, now| core.engine.backend_unreachable(now, b)))
+    }
+
     /// A request to `backend` succeeded: any outage of it is over, for its write-back too.
     /// Costs an atomic load unless the backend's clock runs.
     pub fn request_succeeded(&self, backend: &str) {

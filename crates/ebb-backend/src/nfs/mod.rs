@@ -309,6 +309,9 @@ impl NfsBackend {
         // Close writes the file back and commits it (the NFS client's close-to-open
         // consistency).
         settings.flush_on_close = true;
+        // A call unanswered for `timeo` is given up and retransmitted: a call in flight
+        // longer is evidence of an outage (`ebb_core::outage`).
+        settings.try_timeout_ms = u64::try_from(self.shared.policy.timeout.as_millis()).ok();
     }
 
     /// Opens `name` in the export's root, creating it if asked; the handle is the file's.

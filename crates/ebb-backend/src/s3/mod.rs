@@ -236,6 +236,8 @@ pub(crate) struct Shared {
     journal: Journal,
     layout: PartLayout,
     prefix: String,
+    /// The longest wait for one read or write on a connection ([`S3Options::timeout`]).
+    timeout: Duration,
     /// The objects with a handle open, by key.
     objects: Mutex<BTreeMap<String, Weak<Object>>>,
     /// Bytes of small files kept until their commit's PutObject (`object/staged.rs`).
@@ -299,6 +301,7 @@ impl S3Backend {
             journal,
             layout,
             prefix: options.prefix.clone(),
+            timeout: options.timeout,
             objects: Mutex::new(BTreeMap::new()),
             staged_bytes: AtomicU64::new(0),
         };
@@ -334,6 +337,9 @@ impl S3Backend {
         crate::network_writeback_throttling(settings);
         settings.wbt = ebb_core::WbtMode::Off;
         settings.flush_on_close = true;
+        // A request unanswered for the connection's timeout is given up (and retried): a
+        // call in flight longer is evidence of an outage (`ebb_core::outage`).
+        settings.try_timeout_ms = u64::try_from(self.shared.timeout.as_millis()).ok();
     }
 
     /// The multipart uploads in progress under the prefix, as `(key, upload id)`, from

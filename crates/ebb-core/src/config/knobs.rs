@@ -281,6 +281,12 @@ declare_knobs! {
             /// the backend declared it rather than lowering it to the driver's own IO threads.
             /// Declared by the backend with its other writeback settings; not a knob.
             client_queue: bool = false,
+            /// The backend's own per-try timeout, ms (`None`: it has none, a local device): its
+            /// client gives up a try unanswered this long (NFS: `timeo`; S3: the per-read
+            /// timeout), so a call still in flight then is evidence of an outage
+            /// (`ebb_core::outage`); before, or without one, a call in flight is in service.
+            /// Declared by the backend with its other writeback settings; not a knob.
+            try_timeout_ms: Option<u64> = None,
         }
     }
 }

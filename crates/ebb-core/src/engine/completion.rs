@@ -3,8 +3,8 @@
 //! the outage deadline and the requests that run its clock too, page waiters.
 
 use super::{
-    CoreBug, Counters, Engine, FsyncPhase, HOLD_BACKOFF_MIN, IoKind, IoRecord, OUTAGE_PROBE_MAX,
-    PageMaps, RETRY_BACKOFF_MAX, RETRY_BACKOFF_MIN, WaitReason, Wb,
+    CoreBug, Counters, Engine, HOLD_BACKOFF_MIN, IoKind, IoRecord, OUTAGE_PROBE_MAX, PageMaps,
+    RETRY_BACKOFF_MAX, RETRY_BACKOFF_MIN, WaitReason,
 };
 use crate::event::{Action, ErrorClass, IoError, Issuer, Stability, errno};
 use crate::ids::{BackendId, InodeId, IoId, RequestId, WriterId};
@@ -289,7 +289,43 @@ impl Engine {
             // The server answered, with an error: reached, as at a success.
             self.backend_reached(b);
         }
+        self.fold_oldest_io(b);
         self.wbs[b.index()].outage.failed(error, first, started, now, failures)
+    }
+
+    /// A request to `b` a caller waits on, begun at `started`, has had no answer by `now`
+    /// (the driver saw it waiting): once its try has outlived the backend's per-try timeout
+    /// the backend is silent since then, or since its last answer; before, or on a backend
+    /// without one, nothing ([`crate::outage::OutageClock::waiting`]).
+    pub fn request_waiting(&mut self, now: Instant, b: BackendId, started: Instant) {
+        self.advance(now);
+        self.wbs[b.index()].outage.waiting(started.min(now), now);
+    }
+
+    /// Whether `b` has been unreachable for its `retry_timeout_secs` at `now`, an IO the
+    /// engine has in flight to it counted from its issue once it outlived the per-try
+    /// timeout: a driver answers the requests that wait on it `EIO` once their own try is
+    /// given up, until the backend answers.
+    pub fn backend_unreachable(&mut self, now: Instant, b: BackendId) -> bool {
+        self.advance(now);
+        self.wbs[b.index()].outage.expired(now, self.oldest_io(b))
+    }
+
+    /// When the oldest IO the engine has in flight to `b` was issued (IO ids grow with
+    /// time, so it is the first of `b`'s in `ios`); `None` for a backend without a per-try
+    /// timeout, whose IOs in flight never count as an outage (nothing to look for).
+    pub(crate) fn oldest_io(&self, b: BackendId) -> Option<Instant> {
+        self.wbs[b.index()].outage.try_timeout()?;
+        self.ios.values().find(|record| record.backend == b).map(|record| record.issued)
+    }
+
+    /// Counts `b`'s oldest IO in flight into its outage clock (once it outlived the per-try
+    /// timeout, a failure from its issue, unless the backend answered since).
+    fn fold_oldest_io(&mut self, b: BackendId) {
+        if let Some(oldest) = self.oldest_io(b) {
+            let now = self.now;
+            self.wbs[b.index()].outage.waiting(oldest, now);
+        }
     }
 
     /// A request to `b` succeeded at `now`: the backend answers, so any outage is over, for
@@ -299,47 +335,63 @@ impl Engine {
         self.backend_reached(b);
     }
 
-    /// Whether `b`'s outage clock runs (a call to it failed since the last success): a driver
-    /// need not report a request's success otherwise.
+    /// Whether `b`'s outage clock runs (a call to it failed since the last success) or may
+    /// start (an IO to it is in flight, which becomes evidence of an outage if it outlives
+    /// the backend's per-try timeout): a driver need not report a request's success
+    /// otherwise. A success while an IO is in flight moves the start of the backend's
+    /// silence, so it is reported then.
     pub fn backend_down(&self, b: BackendId) -> bool {
-        self.wbs[b.index()].outage.since().is_some()
+        self.wbs[b.index()].outage.since().is_some() || self.oldest_io(b).is_some()
     }
 
     /// A write, commit or request to `b` was answered (a success, or an error the server
     /// gave): any outage is over.
     pub(super) fn backend_reached(&mut self, b: BackendId) {
+        let now = self.now;
         let wb = &mut self.wbs[b.index()];
-        wb.outage.succeeded();
+        wb.outage.succeeded(now);
         wb.outage_reported = false;
     }
 
-    /// When the backend's current outage turns into EIO for its files (`None`: no outage, or
-    /// already reported).
-    pub(crate) fn outage_deadline(&self, wb: &Wb) -> Option<Instant> {
-        let since = wb.outage.since().filter(|_| !wb.outage_reported)?;
-        Some(since + wb.outage.deadline())
+    /// When the current outage of backend `b` turns into EIO for its files (`None`: no
+    /// outage, or already reported), its oldest IO in flight counted from its issue once it
+    /// outlives the per-try timeout ([`crate::outage::OutageClock::expires_at`]).
+    pub(crate) fn outage_deadline(&self, b: BackendId) -> Option<Instant> {
+        let wb = &self.wbs[b.index()];
+        if wb.outage_reported {
+            return None;
+        }
+        wb.outage.expires_at(self.oldest_io(b))
     }
 
     /// The backend's outage reached its deadline: every file of it with unwritten data gets
     /// EIO (once per handle), waiting fsyncs answer, and from now on its writers fail instead
     /// of being throttled, until a write succeeds. The data stays and is retried.
     pub(super) fn outage_expired<M: PageMaps>(&mut self, b: BackendId, maps: &mut M) {
+        // The start stays until the backend answers (an IO that ends in a failure later
+        // does not move it).
+        self.fold_oldest_io(b);
         self.wbs[b.index()].outage_reported = true;
         self.stats.outage_timeouts += 1;
+        let unwritten = |m: &mut crate::pagemap::PageMap| {
+            let counts = m.counts();
+            counts.dirty + counts.unstable + counts.writeback > 0
+        };
         let files: Vec<InodeId> = self
             .inodes
             .iter()
             .filter(|(_, m)| m.backend == b)
             .map(|(&i, _)| i)
-            .filter(|&i| maps.with(i, |m| m.counts().dirty + m.counts().unstable > 0))
+            .filter(|&i| maps.with(i, unwritten))
             .collect();
         for inode in files {
             self.record_error(inode, IoError { errno: errno::EIO });
         }
+        // Every fsync and flushing close of the backend's files, whatever it waits for: a
+        // write of a server that never answers may not end before the client's own timeout.
         let waiting: Vec<RequestId> = self
             .fsyncs
             .iter()
-            .filter(|(_, f)| matches!(f.phase, FsyncPhase::Retrying))
             .filter(|(_, f)| self.inodes.get(&f.inode).is_some_and(|m| m.backend == b))
             .map(|(&r, _)| r)
             .collect();

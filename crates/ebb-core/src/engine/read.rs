@@ -184,6 +184,10 @@ impl Engine {
         };
         let (b, inode) = (record.backend, record.inode);
         self.wbs[b.index()].inflight -= 1;
+        if result.map_or_else(crate::outage::is_answer, |()| true) {
+            // The backend answered: any outage is over (a read is an IO it counts in flight).
+            self.backend_reached(b);
+        }
         let latency = self.now.saturating_since(record.issued);
         self.wbs[b.index()].wbt.on_read_done(self.now, latency, Some(io.0));
         // Pages a truncate dropped while the read was in flight hold stale bytes.

@@ -85,6 +85,21 @@ impl Engine {
             closing,
         };
         self.fsyncs.insert(request, state);
+        let reported = self
+            .inodes
+            .get(&inode)
+            .is_some_and(|meta| self.wbs[meta.backend.index()].outage_reported);
+        let unwritten = |m: &mut crate::pagemap::PageMap| {
+            let counts = m.counts();
+            counts.dirty + counts.unstable + counts.writeback > 0
+        };
+        if reported && maps.with(inode, unwritten) {
+            // The backend has been unreachable past its deadline: EIO at once (the retries
+            // go on, and the first answer ends the outage), not after writes that a server
+            // that never answers may hold until the client's own timeout.
+            self.fsync_answer(request, maps);
+            return;
+        }
         self.fsync_write_phase(request, maps);
     }
 

@@ -66,7 +66,7 @@ impl Engine {
             }
         }
         for b in 0..self.wbs.len() {
-            if self.outage_deadline(&self.wbs[b]).is_some_and(|t| t <= now) {
+            if self.outage_deadline(BackendId(b as u32)).is_some_and(|t| t <= now) {
                 self.outage_expired(BackendId(b as u32), maps);
             }
         }

@@ -3,10 +3,10 @@
 //! move.
 
 use crate::engine::{Engine, PageMaps, WaitReason};
-use crate::event::Verdict;
+use crate::event::{IoError, Verdict, errno};
 use crate::ids::InodeId;
 use crate::time::Instant;
-use crate::writer::{NextStep, WaitOn, Writer, WriterInput, WriterNext, write_pages};
+use crate::writer::{CallState, NextStep, WaitOn, Writer, WriterInput, WriterNext, write_pages};
 
 impl Engine {
     /// One step of a writer's write call (the writer protocol, `ebb_core::writer::call`):
@@ -35,7 +35,32 @@ impl Engine {
             }
             WriterInput::Continue => self.throttle_continue(now, w, maps),
         };
+        let verdict = self.fail_wait_past_outage(w, verdict);
         self.writer_next(w, verdict)
+    }
+
+    /// A writer that would wait (for memory, a page under writeback, a place in the granule
+    /// gate, its own writeback) while its backend is past its outage deadline fails with `EIO`
+    /// instead, as one that would pause does (`Engine::finish_verdict`): what it waits for
+    /// comes only when the server answers, and a server that accepts and never answers held
+    /// it until the client's own timeout (a throttled writer over NFS and S3 waited 20 s
+    /// and more past a 3 s deadline). The pages it wrote stay in the cache.
+    fn fail_wait_past_outage(&mut self, w: &mut Writer, verdict: Verdict) -> Verdict {
+        if !matches!(verdict, Verdict::Wait) {
+            return verdict;
+        }
+        let backend = w.last_inode.and_then(|inode| self.inodes.get(&inode)).map(|m| m.backend);
+        if !backend.is_some_and(|b| self.wbs[b.index()].outage_reported) {
+            return verdict;
+        }
+        // Every queue of waiters (the granule gate's, a page's) skips one no longer waiting.
+        if self.waiters.remove(&w.id) == Some(WaitReason::Memory) {
+            self.reclaim_forget(w.id);
+        }
+        w.call = CallState::Idle;
+        w.total_stalled += self.now.saturating_since(w.call_start);
+        self.stats.writes_failed += 1;
+        Verdict::Fail { error: IoError { errno: errno::EIO } }
     }
 
     /// Dirties pages `[first, first + count)` of `inode` for `w` ([`write_pages`], on the map

@@ -292,6 +292,14 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
             // getxattr included), are tried once: during an outage the last known ones, so
             // the mount's stats stay readable.
             let inner = Arc::clone(&self.inner);
+            // Past the deadline of a server that never answers, no try: the watcher would
+            // answer it EIO, and `ebb stat` would fail.
+            let known = *inner.root_attr.lock();
+            if let Some(known) = known
+                && self.guard.clock.unreachable()
+            {
+                return reply.attr(&TTL, &known);
+            }
             let op = move |_: &dyn Fn() -> bool| {
                 let result = inner.getattr(ino);
                 let mut known = inner.root_attr.lock();
@@ -487,11 +495,15 @@ impl<N: Namespace> Filesystem for EbbFs<N> {
         }
         let (inner, pid, clock) =
             (Arc::clone(&self.inner), req.pid(), Arc::clone(&self.guard.clock));
-        let interrupted = move || io_ops::killed(pid);
-        let read = move || inner.read(fh, offset, size, flags, pid);
-        self.reads.run(move || match clock.through_outage(&interrupted, read) {
-            Ok(buf) => reply.data(&buf),
-            Err(error) => reply.error(error),
+        // Watched as every request that may wait on the backend ([`outage`]): a read of data
+        // not cached waits for it.
+        let op = move |interrupted: &dyn Fn() -> bool| {
+            clock.through_outage(interrupted, || inner.read(fh, offset, size, flags, pid))
+        };
+        self.guard.run_on(&self.reads, pid, reply, op, |reply, result| match (reply, result) {
+            (Some(reply), Ok(buf)) => reply.data(&buf),
+            (Some(reply), Err(error)) => reply.error(error),
+            (None, _) => {}
         });
     }
 

@@ -10,7 +10,15 @@
 //! [`PROBE_MAX`] plus one round trip of the server's return), until the backend has failed
 //! for its `retry_timeout_secs` without an answer (one clock for the mount's backend, not one
 //! per request, and the one the engine's write-back runs for data, `Clock::of`); then `EIO`.
-//! No socket errno reaches the application.
+//! No socket errno reaches the application. A server that accepts and never answers fails
+//! nothing: the watcher tells the clock of the oldest request waiting longer than the
+//! backend's own per-try timeout (NFS `timeo`, S3's per-read timeout: evidence of an outage,
+//! whose silence counts from that request's start, [`Clock::waiting`]; a backend without one
+//! never), and once the backend has been unreachable for the deadline
+//! ([`Clock::unreachable`], which counts the engine's IOs in flight the same way) it answers
+//! `EIO` to every waiting request (reads, fsync and flush included), a new one after one try
+//! of [`WATCH_EVERY`] or more (a probe: its backend call goes on, and its answer ends the
+//! outage), until the backend answers.
 //!
 //! # Killability
 //!
@@ -65,24 +73,58 @@ pub(crate) struct Clock {
     data: Option<Arc<dyn DataPath>>,
 }
 
+fn core_duration(duration: Duration) -> CoreDuration {
+    CoreDuration::from_nanos(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX))
+}
+
 impl Clock {
-    /// A clock of the mount's own, for a backend whose `retry_timeout_secs` is `deadline`.
-    pub(crate) fn new(deadline: Duration) -> Clock {
-        let deadline =
-            CoreDuration::from_nanos(u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX));
-        Clock { origin: Instant::now(), state: Mutex::new(OutageClock::new(deadline)), data: None }
+    /// A clock of the mount's own, for a backend whose `retry_timeout_secs` is `deadline`
+    /// and whose client gives up a try unanswered for `try_timeout` (`None`: never).
+    pub(crate) fn new(deadline: Duration, try_timeout: Option<Duration>) -> Clock {
+        let clock = OutageClock::new(core_duration(deadline), try_timeout.map(core_duration));
+        Clock { origin: Instant::now(), state: Mutex::new(clock), data: None }
     }
 
     /// The clock `data` keeps, if it keeps one (else the mount's own).
     pub(crate) fn of(data: Arc<dyn DataPath>) -> Clock {
-        Clock { data: Some(Arc::clone(&data)), ..Clock::new(data.retry_timeout()) }
+        let own = Clock::new(data.retry_timeout(), data.try_timeout());
+        Clock { data: Some(Arc::clone(&data)), ..own }
+    }
+
+    /// The backend's own per-try timeout (`None`: it has none; a request in service is
+    /// never evidence of an outage).
+    pub(crate) fn try_timeout(&self) -> Option<Duration> {
+        self.state.lock().try_timeout().map(|t| Duration::from_nanos(t.as_nanos()))
     }
 
     fn succeeded(&self) {
         if let Some(data) = &self.data {
             data.request_succeeded();
         }
-        self.state.lock().succeeded();
+        let now = self.at(Instant::now());
+        self.state.lock().succeeded(now);
+    }
+
+    /// A request begun at `started` still waits for the backend: once its try outlived the
+    /// per-try timeout, the backend's silence counts from then, or from its last answer
+    /// ([`OutageClock::waiting`]).
+    fn waiting(&self, started: Instant) {
+        if self.data.as_ref().is_some_and(|data| data.request_waiting(started)) {
+            return;
+        }
+        let (started, now) = (self.at(started), self.at(Instant::now()));
+        self.state.lock().waiting(started, now);
+    }
+
+    /// Whether the backend has been unreachable for its deadline: every request waiting on
+    /// it, and every new one, is answered `EIO` until it answers again
+    /// ([`OutageClock::expired`]; the engine's clock counts its IOs in flight too).
+    pub(crate) fn unreachable(&self) -> bool {
+        if let Some(unreachable) = self.data.as_ref().and_then(|data| data.backend_unreachable()) {
+            return unreachable;
+        }
+        let now = self.at(Instant::now());
+        self.state.lock().expired(now, None)
     }
 
     fn failed(&self, error: IoError, first: Instant, started: Instant, failures: u32) -> Next {
@@ -262,7 +304,19 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
-        self.run_on(&self.pool, true, pid, reply, op, answer);
+        self.run_watched(&self.pool, true, pid, reply, op, answer);
+    }
+
+    /// [`Guard::run`] on `pool` (a read, on the read pool).
+    pub(crate) fn run_on<R: Reply, T: Send + 'static>(
+        &self,
+        pool: &Pool,
+        pid: u32,
+        reply: R,
+        op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
+        answer: impl FnOnce(Option<R>, T) + Send + 'static,
+    ) {
+        self.run_watched(pool, true, pid, reply, op, answer);
     }
 
     /// [`Guard::run`] on `pool`, for a request that may rightly wait longer than the deadline
@@ -278,10 +332,13 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
-        self.run_on(pool, false, pid, reply, op, answer);
+        self.run_watched(pool, false, pid, reply, op, answer);
     }
 
-    fn run_on<R: Reply, T: Send + 'static>(
+    /// Past the deadline of a backend that does not answer, a request the pool cannot start
+    /// at once is answered `EIO` without a try: the pool's threads may all be held by calls
+    /// that wait for the clients' own timeouts, and the request loop would wait for room.
+    fn run_watched<R: Reply, T: Send + 'static>(
         &self,
         pool: &Pool,
         bounded: bool,
@@ -290,6 +347,10 @@ impl Guard {
         op: impl FnOnce(&dyn Fn() -> bool) -> T + Send + 'static,
         answer: impl FnOnce(Option<R>, T) + Send + 'static,
     ) {
+        if pool.would_wait() && self.clock.unreachable() {
+            reply.fail(Errno::EIO);
+            return;
+        }
         let slot = Arc::new(Slot(Mutex::new(Some(reply))));
         let since = Instant::now();
         let waiting = Waiting { pid, since, bounded, slot: Arc::clone(&slot) as _ };
@@ -305,10 +366,14 @@ impl Guard {
     }
 }
 
-/// Every [`WATCH_EVERY`]: forgets the answered requests, answers `EINTR` to the killed
-/// callers of the others and `EIO` to the bounded ones ([`Guard::run`]) waiting longer than
-/// the deadline (plus [`PROBE_MAX`]) in all: a backend call that hangs (a server that accepts and never
-/// answers) may itself outlast the deadline before it fails. Until the guard is dropped.
+/// Every [`WATCH_EVERY`]: forgets the answered requests, tells the backend's clock since
+/// when the oldest bounded one has waited once that outlived the backend's per-try timeout
+/// (a server that accepts and never answers fails nothing, [`Clock::waiting`]), answers
+/// `EINTR` to the killed callers of the others, `EIO` to every one (after one try of
+/// [`WATCH_EVERY`] or more) once the backend has been unreachable for its deadline
+/// ([`Clock::unreachable`]), and `EIO` to the bounded ones ([`Guard::run`]) waiting longer
+/// than the deadline (plus [`PROBE_MAX`]) in all: a backend call that hangs may itself
+/// outlast the deadline before it fails. Until the guard is dropped.
 fn watch(guard: &Weak<Guard>) {
     while let Some(guard) = guard.upgrade() {
         let pending: Vec<(u32, Instant, bool, Arc<dyn Pending>)> = {
@@ -317,6 +382,21 @@ fn watch(guard: &Weak<Guard>) {
             pending.iter().map(|w| (w.pid, w.since, w.bounded, Arc::clone(&w.slot))).collect()
         };
         let longest = guard.clock.deadline() + Duration::from_nanos(PROBE_MAX.as_nanos());
+        // A try unanswered past the backend's own per-try timeout: evidence of an outage (a
+        // request merely in service, on a backend without one, is none).
+        let try_timeout = guard.clock.try_timeout();
+        let given_up = |since: &Instant| try_timeout.is_some_and(|limit| since.elapsed() >= limit);
+        let waiting = pending.iter().filter(|(_, since, bounded, _)| *bounded && given_up(since));
+        if let Some(oldest) = waiting.map(|(_, since, _, _)| *since).min() {
+            guard.clock.waiting(oldest);
+        }
+        // Past the deadline a request's one try is a probe of WATCH_EVERY or more: the
+        // kernel sends the lookups of one directory one at a time (FUSE without parallel
+        // directory operations), so a longer probe makes a queue of calls fail one probe
+        // apart (a probe of 0.5 s: the calls on paths of a 3 s stall failed 3.0 to 8.7 s into
+        // it). A server that is back hears the probe all the same: the request's backend
+        // call goes on, and its answer ends the outage for the next ones.
+        let unreachable = !pending.is_empty() && guard.clock.unreachable();
         drop(guard);
         for (pid, since, bounded, slot) in pending {
             if slot.answered() {
@@ -324,6 +404,10 @@ fn watch(guard: &Weak<Guard>) {
             }
             if killed(pid) {
                 slot.interrupt(Errno::EINTR);
+            } else if unreachable && since.elapsed() >= WATCH_EVERY {
+                // The backend has been unreachable for the deadline and this request's try,
+                // its probe, went unanswered too.
+                slot.interrupt(Errno::EIO);
             } else if bounded && since.elapsed() > longest {
                 slot.interrupt(Errno::EIO);
             }
@@ -339,8 +423,8 @@ mod tests {
     #[test]
     fn outage_errors_are_retried_until_the_deadline_then_eio() {
         let mut tries = 0;
-        let result: Result<(), Errno> =
-            Clock::new(Duration::from_millis(300)).through_outage(&|| false, || {
+        let result: Result<(), Errno> = Clock::new(Duration::from_millis(300), None)
+            .through_outage(&|| false, || {
                 tries += 1;
                 Err(Errno::from_i32(libc::ECONNREFUSED))
             });
@@ -351,14 +435,14 @@ mod tests {
     #[test]
     fn a_call_that_recovers_succeeds_and_other_errors_pass_at_once() {
         let mut tries = 0;
-        let result = Clock::new(Duration::from_secs(10)).through_outage(&|| false, || {
+        let result = Clock::new(Duration::from_secs(10), None).through_outage(&|| false, || {
             tries += 1;
             if tries < 3 { Err(Errno::from_i32(libc::ECONNRESET)) } else { Ok(tries) }
         });
         assert_eq!(result, Ok(3));
         let mut tries = 0;
         let result: Result<(), Errno> =
-            Clock::new(Duration::from_secs(10)).through_outage(&|| false, || {
+            Clock::new(Duration::from_secs(10), None).through_outage(&|| false, || {
                 tries += 1;
                 Err(Errno::ENOENT)
             });
@@ -367,7 +451,7 @@ mod tests {
 
     #[test]
     fn an_interrupted_caller_stops_waiting() {
-        let result: Result<(), Errno> = Clock::new(Duration::from_secs(10))
+        let result: Result<(), Errno> = Clock::new(Duration::from_secs(10), None)
             .through_outage(&|| true, || Err(Errno::from_i32(libc::ETIMEDOUT)));
         assert_eq!(result, Err(Errno::EINTR));
     }
