@@ -124,6 +124,8 @@ pub(crate) struct RequestCounts {
     pub(crate) read_pool: Arc<AtomicU64>,
     pub(crate) write_pool: Arc<AtomicU64>,
     pub(crate) meta_pool: Arc<AtomicU64>,
+    /// The copies of write requests that wait ([`crate::pool::DataBufs`]), once the mount has them.
+    pub(crate) copies: std::sync::OnceLock<Arc<crate::pool::DataBufs>>,
 }
 
 impl RequestCounts {
@@ -141,7 +143,8 @@ impl RequestCounts {
     }
 
     /// `{"requests": {OP: N, ...}, "on_loop": {"read": N, "write": N}, "pool_jobs": {"read": N,
-    /// "write": N, "meta": N}}`, requests of kinds that never came left out.
+    /// "write": N, "meta": N}, "copies": {...}}`, requests of kinds that never came left out
+    /// (`copies`: [`crate::pool::DataBufs::to_json`]).
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
         let requests: serde_json::Map<String, serde_json::Value> = Op::ALL
@@ -150,7 +153,9 @@ impl RequestCounts {
             .filter(|&(_, count)| count > 0)
             .map(|(name, count)| (name.to_owned(), count.into()))
             .collect();
+        let copies = self.copies.get().map(|copies| copies.to_json());
         serde_json::json!({
+            "copies": copies,
             "requests": requests,
             "on_loop": {"read": load(&self.reads_on_loop), "write": load(&self.writes_on_loop)},
             "pool_jobs": {
