@@ -222,14 +222,36 @@ fn request_copies_are_an_eighth_of_the_budget_within_bounds() {
     assert_eq!(kept_request_copies(None), 82);
 }
 
-// The runtime gets the budget less the process's own memory and the request copies; a budget
-// that leaves nothing gives it nothing (the runtime's refusal then names the smallest).
+// The runtime gets the budget less the process's own memory (the code it maps, the rest a
+// fixed part and 1/64) and the request copies; a budget that leaves nothing gives it nothing
+// (the runtime's refusal then names the smallest).
 #[test]
 fn the_cache_budget_leaves_the_process_its_own_memory() {
-    use crate::runtime::cache_budget;
+    use crate::runtime::{cache_budget, mapped_code_bytes, process_reserve};
     let mib = 1 << 20;
+    let code = mapped_code_bytes();
+    assert!((1 << 20..1 << 30).contains(&code), "{code} bytes of code mapped");
+    assert_eq!(process_reserve(256 * mib) - process_reserve(0), 4 * mib);
+    assert!(process_reserve(0) > code);
     let copies = 82 * (256 << 10);
-    assert_eq!(cache_budget(256 * mib), 256 * mib - 20 * mib - copies);
-    assert_eq!(cache_budget(1024 * mib), 1024 * mib - 32 * mib - copies);
-    assert_eq!(cache_budget(16 * mib), 0);
+    assert_eq!(cache_budget(256 * mib), 256 * mib - process_reserve(256 * mib) - copies);
+    assert_eq!(cache_budget(1024 * mib), 1024 * mib - process_reserve(1024 * mib) - copies);
+    assert_eq!(cache_budget(8 * mib), 0);
+}
+
+// The code a process maps is the sum of its executable file mappings; anonymous and
+// non-executable ones do not count.
+#[test]
+fn mapped_code_is_the_executable_file_mappings() {
+    use crate::runtime::executable_file_bytes;
+    let maps = "\
+5600a000-5600b000 r--p 00000000 fd:01 1234 /usr/bin/ebb
+5600b000-5610b000 r-xp 00001000 fd:01 1234 /usr/bin/ebb
+5610b000-5611b000 rw-p 00101000 fd:01 1234 /usr/bin/ebb
+7f000000-7f200000 rw-p 00000000 00:00 0
+7f200000-7f300000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd000-7ffe000 r-xp 00000000 00:00 0 [vdso]
+";
+    assert_eq!(executable_file_bytes(maps), Some((1 << 20) + (1 << 20)));
+    assert_eq!(executable_file_bytes("7f000000-7f200000 rw-p 00000000 00:00 0\n"), None);
 }
