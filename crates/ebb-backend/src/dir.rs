@@ -10,7 +10,9 @@
 //!   block size of any device). A misaligned request is `InvalidInput` naming the rule, never
 //!   an `EINVAL` from the kernel and never a panic.
 //! * The buffer's address may be anything: an unaligned buffer is copied through a per-thread
-//!   1 MiB aligned bounce buffer (`BOUNCE_BYTES`), chunk by chunk.
+//!   aligned bounce buffer, chunk by chunk, of the largest chunk the thread has bounced so far
+//!   (at most `BOUNCE_BYTES`, 1 MiB): a thread that bounces only small reads keeps a small
+//!   buffer (the buffer is zeroed when made, so all of it is resident).
 //! * A filesystem that refuses `O_DIRECT` (`EINVAL` at open) is detected when the backend is
 //!   opened, by creating, writing and removing a probe file. [`DirBackend::open`] then fails
 //!   with `ErrorKind::Unsupported`; [`DirBackend::open_buffered_fallback`] uses buffered IO
@@ -43,7 +45,7 @@ const BOUNCE_BYTES: usize = 1 << 20;
 const MAX_IO_BYTES: u64 = 1 << 30;
 
 thread_local! {
-    /// Bounce buffer of the current IO thread, allocated on first use and kept.
+    /// Bounce buffer of the current thread, grown to the largest chunk it bounced and kept.
     static BOUNCE: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::zeroed(0));
 }
 
@@ -313,7 +315,7 @@ impl BackendFile for DirFile {
             return read_full(&*fd, buf, offset, self.capabilities.alignment);
         }
         BOUNCE.with_borrow_mut(|bounce| {
-            grow_bounce(bounce);
+            grow_bounce(bounce, buf.len());
             let mut done = 0;
             for chunk in buf.chunks_mut(BOUNCE_BYTES) {
                 let staging = &mut bounce[..chunk.len()];
@@ -336,7 +338,7 @@ impl BackendFile for DirFile {
             write_full(&*fd, buf, offset)?;
         } else {
             BOUNCE.with_borrow_mut(|bounce| {
-                grow_bounce(bounce);
+                grow_bounce(bounce, buf.len());
                 let mut done = 0;
                 for chunk in buf.chunks(BOUNCE_BYTES) {
                     let staging = &mut bounce[..chunk.len()];
@@ -388,10 +390,12 @@ impl BackendFile for DirFile {
     }
 }
 
-/// Grows the thread's bounce buffer to `BOUNCE_BYTES` on its first use.
-fn grow_bounce(bounce: &mut AlignedBuf) {
-    if bounce.len() < BOUNCE_BYTES {
-        *bounce = AlignedBuf::zeroed(BOUNCE_BYTES);
+/// Grows the thread's bounce buffer to hold a chunk of a `len`-byte request (at most
+/// `BOUNCE_BYTES`, rounded up to whole pages).
+fn grow_bounce(bounce: &mut AlignedBuf, len: usize) {
+    let need = len.min(BOUNCE_BYTES);
+    if bounce.len() < need {
+        *bounce = AlignedBuf::zeroed(need);
     }
 }
 

@@ -152,9 +152,9 @@ struct MountArgs {
     /// Where to mount.
     mountpoint: PathBuf,
     /// Memory budget of the mount process, e.g. 4GiB (default 256MiB): its own code, heap and
-    /// stacks (16 MiB plus 1/64 of the budget are set aside for them), its copies of write
-    /// requests (an eighth of the budget, 2 to 18 MiB), the IO threads' buffers and the cache
-    /// together. A quarter of what is left (at least one largest write, at most one per IO
+    /// stacks (the code it maps, about 12 MiB, plus 8 MiB and 1/64 of the budget are set aside
+    /// for them), its copies of write requests (an eighth of the budget, 0.5 to 20.5 MiB), the
+    /// IO threads' buffers and the cache together. A quarter of what is left (at least one largest write, at most one per IO
     /// thread) goes to the buffers, the cache gets the rest, at least 4 MiB.
     #[arg(long)]
     memory: Option<String>,

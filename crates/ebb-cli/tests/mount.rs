@@ -199,9 +199,9 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     let upper = root.path().join("upper");
     std::fs::create_dir(&upper).unwrap();
     let mut below = Running::start(&dir, &lower, &["--memory", "64MiB"]);
-    // 38 MiB: 16.6 MiB for the process itself, 4 MiB for the mount's request copies, a 13 MiB
-    // cache beside 4.4 MiB of buffers.
-    let mut above = Running::start(&lower, &upper, &["--memory", "38MiB"]);
+    // 64 MiB: what the process keeps for itself, its request copies and its IO buffers leave
+    // a cache of about 25 MiB, whose dirty limit the writer's first megabytes stay below.
+    let mut above = Running::start(&lower, &upper, &["--memory", "64MiB"]);
     let below_pid = below.pid().to_string();
     // If the test fails while the lower mount is stopped, resume it before the mounts are
     // dropped: the upper one cannot exit while its writes to the lower one wait.
@@ -231,7 +231,7 @@ fn a_writer_whose_backend_hangs_can_be_killed() {
     std::thread::sleep(Duration::from_secs(1)); // let it reach the throttle
     assert!(
         writer.try_wait().unwrap().is_none(),
-        "64 MiB cannot pass a 12 MiB cache that cannot write"
+        "64 MiB cannot pass a 25 MiB cache that cannot write"
     );
     let _ = writer.kill();
     wait_until("the killed writer's exit", || writer.try_wait().unwrap().is_some());

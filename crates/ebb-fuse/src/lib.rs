@@ -85,9 +85,9 @@ pub enum DataMode {
 pub struct MountConfig {
     /// An existing empty directory to mount on.
     pub mountpoint: PathBuf,
-    /// Memory budget in bytes: the process's own memory (16 MiB plus 1/64), the mount's copies
-    /// of write requests (an eighth, 2 to 18 MiB), ebb's IO buffers and its cache (`None`: the
-    /// runtime's default cache, the copies beside it).
+    /// Memory budget in bytes: the process's own memory (the code it maps plus 8 MiB and 1/64),
+    /// the mount's copies of write requests (an eighth, 0.5 to 20.5 MiB), ebb's IO buffers and
+    /// its cache (`None`: the runtime's default cache, the copies beside it).
     pub memory: Option<u64>,
     /// Kernel-named knobs (`dirty_ratio`, `wbt`, ...) and their values, in order.
     pub knobs: Vec<(String, String)>,

@@ -148,6 +148,69 @@ fn held_writers_do_not_block_other_requests() {
     }
 }
 
+// Writers held inside their write (as throttled writers are) each keep a copy of their
+// request, and the copies stay within their bound: with room for two requests of 256 KiB, a
+// third such writer waits in the kernel, its request unread, until a held one ends; then it is
+// served. Before the bound every held writer had a copy of its own however many there were
+// (263 with 256 writers on a `--memory 64MiB` mount: about 16 MB beside its 8 MiB).
+#[test]
+fn copies_of_held_writes_stay_within_their_bound() {
+    if !Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("CI").is_none(), "/dev/fuse is missing, and CI is set");
+        eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
+        return;
+    }
+    // Only a wait that ends by itself counts here, never the bound's way out.
+    crate::pool::set_copy_wait(Duration::from_secs(3600));
+    let root = tempfile::Builder::new().prefix("ebb-fuse-copies").tempdir_in("/tmp").unwrap();
+    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let gate = Arc::new(Gate::default());
+    let data = Arc::new(GatedData(Arc::clone(&gate)));
+    let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
+    let mnt = mnt.canonicalize().unwrap();
+    let fuse_loop = crate::FuseLoop::from_env().unwrap().unwrap_or_default();
+    let kept = (crate::fs::ANCHOR_LIMIT, 2);
+    let mount = Mount::start_with(namespace, &mnt, data, false, kept, fuse_loop).unwrap();
+    let request = |i: u8| {
+        let mut data = vec![i; 256 << 10];
+        data[..5].copy_from_slice(b"BLOCK");
+        data
+    };
+    let writers: Vec<_> = (0..3u8)
+        .map(|i| {
+            let (path, data) = (mnt.join(format!("held{i}")), request(i));
+            std::thread::spawn(move || {
+                let file = std::fs::File::create(path).unwrap();
+                file.write_all_at(&data, 0).unwrap();
+            })
+        })
+        .collect();
+    gate.wait_for_blocked(2);
+    let copies = || {
+        let stats: serde_json::Value = serde_json::from_str(&mount.stats_json()).unwrap();
+        stats["fuse"]["copies"].clone()
+    };
+    let start = std::time::Instant::now();
+    while copies()["waits"] == 0 {
+        assert!(start.elapsed() < Duration::from_secs(120), "no copy waited: {}", copies());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(gate.state.lock().1, 2, "a third held write got a copy beyond the bound");
+    gate.open();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let copies = copies();
+    assert_eq!((copies["beyond"].as_u64(), copies["limit"].as_u64()), (Some(0), Some(512 << 10)));
+    assert!(copies["peak"].as_u64().unwrap() <= 512 << 10, "{copies}");
+    mount.unmount().unwrap();
+    for i in 0..3u8 {
+        assert!(std::fs::read(dir.join(format!("held{i}"))).unwrap() == request(i), "held{i}");
+    }
+}
+
 // A mount sets an eighth of its budget aside for copies of write requests (256 KiB each),
 // 2 to 82 of them.
 #[test]
@@ -161,14 +224,36 @@ fn request_copies_are_an_eighth_of_the_budget_within_bounds() {
     assert_eq!(kept_request_copies(None), 82);
 }
 
-// The runtime gets the budget less the process's own memory and the request copies; a budget
-// that leaves nothing gives it nothing (the runtime's refusal then names the smallest).
+// The runtime gets the budget less the process's own memory (the code it maps, the rest a
+// fixed part and 1/64) and the request copies; a budget that leaves nothing gives it nothing
+// (the runtime's refusal then names the smallest).
 #[test]
 fn the_cache_budget_leaves_the_process_its_own_memory() {
-    use crate::runtime::cache_budget;
+    use crate::runtime::{cache_budget, mapped_code_bytes, process_reserve};
     let mib = 1 << 20;
+    let code = mapped_code_bytes();
+    assert!((1 << 20..1 << 30).contains(&code), "{code} bytes of code mapped");
+    assert_eq!(process_reserve(256 * mib) - process_reserve(0), 4 * mib);
+    assert!(process_reserve(0) > code);
     let copies = 82 * (256 << 10);
-    assert_eq!(cache_budget(256 * mib), 256 * mib - 20 * mib - copies);
-    assert_eq!(cache_budget(1024 * mib), 1024 * mib - 32 * mib - copies);
-    assert_eq!(cache_budget(16 * mib), 0);
+    assert_eq!(cache_budget(256 * mib), 256 * mib - process_reserve(256 * mib) - copies);
+    assert_eq!(cache_budget(1024 * mib), 1024 * mib - process_reserve(1024 * mib) - copies);
+    assert_eq!(cache_budget(8 * mib), 0);
+}
+
+// The code a process maps is the sum of its executable file mappings; anonymous and
+// non-executable ones do not count.
+#[test]
+fn mapped_code_is_the_executable_file_mappings() {
+    use crate::runtime::executable_file_bytes;
+    let maps = "\
+5600a000-5600b000 r--p 00000000 fd:01 1234 /usr/bin/ebb
+5600b000-5610b000 r-xp 00001000 fd:01 1234 /usr/bin/ebb
+5610b000-5611b000 rw-p 00101000 fd:01 1234 /usr/bin/ebb
+7f000000-7f200000 rw-p 00000000 00:00 0
+7f200000-7f300000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd000-7ffe000 r-xp 00000000 00:00 0 [vdso]
+";
+    assert_eq!(executable_file_bytes(maps), Some((1 << 20) + (1 << 20)));
+    assert_eq!(executable_file_bytes("7f000000-7f200000 rw-p 00000000 00:00 0\n"), None);
 }

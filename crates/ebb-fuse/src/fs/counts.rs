@@ -134,6 +134,8 @@ pub(crate) struct RequestCounts {
     pub(crate) from_rings: Arc<AtomicU64>,
     /// Whether the io_uring queues take the requests.
     pub(crate) uring: std::sync::atomic::AtomicBool,
+    /// The copies of write requests that wait ([`crate::pool::DataBufs`]), once the mount has them.
+    pub(crate) copies: std::sync::OnceLock<Arc<crate::pool::DataBufs>>,
 }
 
 impl RequestCounts {
@@ -162,10 +164,11 @@ impl RequestCounts {
         self.releases_on_loop.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `{"loop": "uring" or "classic", "from_rings": N, "requests": {OP: N, ...}, "on_loop":
-    /// {"read": N, "write": N, "meta": N, "flush": N, "release": N}, "pool_jobs": {"read": N,
-    /// "write": N, "meta": N}}`, requests of kinds that never came left out. With io_uring, the
-    /// ring threads are the request loops.
+    /// `{"loop": "uring" or "classic", "from_rings": N, "copies": {...}, "requests": {OP: N,
+    /// ...}, "on_loop": {"read": N, "write": N, "meta": N, "flush": N, "release": N},
+    /// "pool_jobs": {"read": N, "write": N, "meta": N}}`, requests of kinds that never came left
+    /// out (`copies`: [`crate::pool::DataBufs::to_json`]). With io_uring, the ring threads are
+    /// the request loops.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
         let requests: serde_json::Map<String, serde_json::Value> = Op::ALL
@@ -175,9 +178,11 @@ impl RequestCounts {
             .map(|(name, count)| (name.to_owned(), count.into()))
             .collect();
         let uring = self.uring.load(Ordering::Relaxed);
+        let copies = self.copies.get().map(|copies| copies.to_json());
         serde_json::json!({
             "loop": if uring { "uring" } else { "classic" },
             "from_rings": load(&self.from_rings),
+            "copies": copies,
             "requests": requests,
             "on_loop": {
                 "read": load(&self.reads_on_loop),

@@ -125,10 +125,9 @@ const POOL_QUEUE: usize = 64;
 /// with its copy (`write_task`; one served on its request loop needs none): with 64 writers throttled at once, 1 MiB requests held 64 MiB
 /// beside the cache (a 256 MiB mount peaked at 313-325 MiB); 256 KiB ones hold 16 MiB.
 pub(crate) const MAX_WRITE: u32 = 256 << 10;
-/// Copies of write requests set aside and kept for reuse ([`DataBufs`]) by a mount of `memory`
-/// bytes: an eighth of it in `MAX_WRITE` copies, at least 2, at most one per write thread,
-/// queued write and request loop (82: the most that exist at once while no more than the
-/// queue's 64 writers wait parked). Without a budget, the most.
+/// Copies of write requests ([`DataBufs`]) a mount of `memory` bytes holds at most, in
+/// `MAX_WRITE` copies (their bytes bound the smaller copies): an eighth of it, at least 2, at
+/// most one per write thread, queued write and request loop (82). Without a budget, the most.
 pub(crate) fn kept_request_copies(memory: Option<u64>) -> usize {
     let most = WRITE_THREADS + POOL_QUEUE + LOOP_THREADS;
     memory.map_or(most, |memory| (memory / 8 / u64::from(MAX_WRITE)).clamp(2, most as u64) as usize)
@@ -167,7 +166,8 @@ pub(crate) struct EbbFs<N: Namespace> {
     inner: Arc<Inner<N>>,
     reads: Arc<Pool>,
     writes: Arc<Pool>,
-    /// Copies of write requests' data (one per write running or queued on `writes`).
+    /// Copies of write requests' data (one per write running, queued on `writes` or parked),
+    /// within the budget's part for them.
     write_data: Arc<DataBufs>,
     /// Runs the requests that may wait on the backend, killable ([`outage`]).
     guard: Arc<Guard>,
@@ -231,7 +231,9 @@ impl<N: Namespace> EbbFs<N> {
                 POOL_QUEUE,
                 Arc::clone(&files.counts.write_pool),
             )?),
-            write_data: DataBufs::new(MAX_WRITE as usize, kept_copies),
+            write_data: Arc::clone(files.counts.copies.get_or_init(|| {
+                DataBufs::new(MAX_WRITE as usize, kept_copies * MAX_WRITE as usize)
+            })),
             guard,
             local,
             inline: Arc::new(AtomicUsize::new(0)),

@@ -21,6 +21,11 @@
 //! may go on (the granule gate lets a few files fill their parts while the others wait their
 //! turn: with waits holding threads, those few would queue behind them).
 //!
+//! Each task holds a copy of its request's data, and the copies' bytes are bounded
+//! ([`DataBufs`], the budget's part for them): a loop that needs one beyond the bound waits
+//! for one to come back before it reads another request, the writer's data waiting in the
+//! kernel meanwhile, so many paused writers do not take the mount past `--memory`.
+//!
 //! A writer being killed must not stay in the kernel waiting for an answer that comes only when
 //! its wait ends (for memory, behind a backend that hangs, that may be never): a task parked for
 //! longer than [`SWEEP_AFTER`] is checked every [`SWEEP_EVERY`] by a sweeper thread, which answers
@@ -115,7 +120,8 @@ pub(super) struct WriteRequest<'a> {
 /// Serves `request` on the request loop as far as the cache takes it now, straight from the
 /// loop's buffer: a write the throttle lets through (the usual case) is answered there,
 /// with no copy of its data and no hand-off to a pool thread. One that must wait becomes a
-/// task with a copy of its data (`bufs`), parked until woken and then run on `pool`.
+/// task with a copy of its data (`bufs`, which may make the loop wait for room), parked until
+/// woken and then run on `pool`.
 pub(super) fn serve<N: Namespace + 'static>(
     inner: &Arc<Inner<N>>,
     request: WriteRequest<'_>,
