@@ -89,6 +89,24 @@ impl DataFile for GatedFile {
     }
 }
 
+/// A mount of a fresh directory whose data path holds writes at `gate` (two copies of write
+/// requests kept): the temporary root (kept alive by the caller), the mountpoint, the gate and
+/// the mount.
+fn gated_mount(prefix: &str) -> (tempfile::TempDir, std::path::PathBuf, Arc<Gate>, Mount) {
+    let root = tempfile::Builder::new().prefix(prefix).tempdir_in("/tmp").unwrap();
+    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let gate = Arc::new(Gate::default());
+    let data = Arc::new(GatedData(Arc::clone(&gate)));
+    let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
+    let mnt = mnt.canonicalize().unwrap();
+    let fuse_loop = crate::FuseLoop::from_env().unwrap().unwrap_or_default();
+    let kept = (crate::fs::ANCHOR_LIMIT, 2);
+    let mount = Mount::start_with(namespace, &mnt, data, false, kept, fuse_loop).unwrap();
+    (root, mnt, gate, mount)
+}
+
 // While several writers are held inside their write (as ebb holds a throttled writer), other
 // processes still stat, create, write, read and list: a paused write holds only its own request.
 // (The 120 s bound is a hang detector, not a speed check: the work takes milliseconds.)
@@ -100,17 +118,7 @@ fn held_writers_do_not_block_other_requests() {
         eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
         return;
     }
-    let root = tempfile::Builder::new().prefix("ebb-fuse-gate").tempdir_in("/tmp").unwrap();
-    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    let gate = Arc::new(Gate::default());
-    let data = Arc::new(GatedData(Arc::clone(&gate)));
-    let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
-    let mnt = mnt.canonicalize().unwrap();
-    let fuse_loop = crate::FuseLoop::from_env().unwrap().unwrap_or_default();
-    let kept = (crate::fs::ANCHOR_LIMIT, 2);
-    let mount = Mount::start_with(namespace, &mnt, data, false, kept, fuse_loop).unwrap();
+    let (_root, mnt, gate, mount) = gated_mount("ebb-fuse-gate");
     const HELD: usize = 3;
     let writers: Vec<_> = (0..HELD)
         .map(|i| {
@@ -162,17 +170,7 @@ fn copies_of_held_writes_stay_within_their_bound() {
     }
     // Only a wait that ends by itself counts here, never the bound's way out.
     crate::pool::set_copy_wait(Duration::from_secs(3600));
-    let root = tempfile::Builder::new().prefix("ebb-fuse-copies").tempdir_in("/tmp").unwrap();
-    let (dir, mnt) = (root.path().join("dir"), root.path().join("mnt"));
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    let gate = Arc::new(Gate::default());
-    let data = Arc::new(GatedData(Arc::clone(&gate)));
-    let namespace = ebb_backend::DirNamespace::open_buffered(&dir).unwrap();
-    let mnt = mnt.canonicalize().unwrap();
-    let fuse_loop = crate::FuseLoop::from_env().unwrap().unwrap_or_default();
-    let kept = (crate::fs::ANCHOR_LIMIT, 2);
-    let mount = Mount::start_with(namespace, &mnt, data, false, kept, fuse_loop).unwrap();
+    let (_root, mnt, gate, mount) = gated_mount("ebb-fuse-copies");
     let request = |i: u8| {
         let mut data = vec![i; 256 << 10];
         data[..5].copy_from_slice(b"BLOCK");

@@ -66,7 +66,13 @@ fn read_now(mut child: Child, received: &mpsc::Receiver<String>) -> (Vec<String>
         std::thread::sleep(Duration::from_millis(10));
     }
     let output = child.wait_with_output().unwrap();
-    let printed = received.try_iter().collect();
+    // Every line the child printed, once its stdout's reader has read to the end (the child
+    // has exited, but the reader thread may not have passed on its last line yet).
+    let mut printed = Vec::new();
+    let start = Instant::now();
+    while let Ok(line) = received.recv_timeout(DEADLINE.saturating_sub(start.elapsed())) {
+        printed.push(line);
+    }
     (printed, String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
