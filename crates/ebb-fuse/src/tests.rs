@@ -118,7 +118,7 @@ fn held_writers_do_not_block_other_requests() {
         eprintln!("SKIPPED: /dev/fuse is missing, so FUSE cannot be mounted here");
         return;
     }
-    let (_root, mnt, gate, mount) = gated_mount("ebb-fuse-gate");
+    let (root, mnt, gate, mount) = gated_mount("ebb-fuse-gate");
     const HELD: usize = 3;
     let writers: Vec<_> = (0..HELD)
         .map(|i| {
@@ -152,7 +152,10 @@ fn held_writers_do_not_block_other_requests() {
     }
     mount.unmount().unwrap();
     for i in 0..HELD {
-        assert_eq!(std::fs::read(dir.join(format!("held{i}"))).unwrap(), b"BLOCKED WRITE");
+        assert_eq!(
+            std::fs::read(root.path().join("dir").join(format!("held{i}"))).unwrap(),
+            b"BLOCKED WRITE"
+        );
     }
 }
 
@@ -170,7 +173,7 @@ fn copies_of_held_writes_stay_within_their_bound() {
     }
     // Only a wait that ends by itself counts here, never the bound's way out.
     crate::pool::set_copy_wait(Duration::from_secs(3600));
-    let (_root, mnt, gate, mount) = gated_mount("ebb-fuse-copies");
+    let (root, mnt, gate, mount) = gated_mount("ebb-fuse-copies");
     let request = |i: u8| {
         let mut data = vec![i; 256 << 10];
         data[..5].copy_from_slice(b"BLOCK");
@@ -205,7 +208,10 @@ fn copies_of_held_writes_stay_within_their_bound() {
     assert!(copies["peak"].as_u64().unwrap() <= 512 << 10, "{copies}");
     mount.unmount().unwrap();
     for i in 0..3u8 {
-        assert!(std::fs::read(dir.join(format!("held{i}"))).unwrap() == request(i), "held{i}");
+        assert!(
+            std::fs::read(root.path().join("dir").join(format!("held{i}"))).unwrap() == request(i),
+            "held{i}"
+        );
     }
 }
 
