@@ -183,12 +183,10 @@ impl MetaCache {
         }
     }
 
-    /// Another client may have changed `key`: forgets its head and its directory's listing
-    /// (the next look asks the server).
+    /// Another client may have changed `key`: forgets its head (the next look at its size and
+    /// time asks the server; names keep their listing).
     pub(crate) fn forget(&self, key: &str) {
-        let mut inner = self.inner();
-        inner.heads.remove(key);
-        inner.listed.remove(parent_prefix(key));
+        self.inner().heads.remove(key);
     }
 
     /// Forgets everything under `prefix` (a directory renamed away or into).
