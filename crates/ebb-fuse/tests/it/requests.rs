@@ -109,15 +109,19 @@ fn a_small_file_s_life_is_answered_on_the_request_loops() {
     let jobs = grew(&before, &after, ["pool_jobs", "meta"])
         + grew(&before, &after, ["pool_jobs", "write"]);
     assert!(jobs <= FILES / 20, "{jobs} pool jobs for {FILES} files: {after}");
-    for kind in ["create", "unlink", "flush"] {
+    for kind in ["create", "unlink"] {
         assert_eq!(grew(&before, &after, ["requests", kind]), FILES, "{kind}: {after}");
     }
+    // A child that another test of this process forks while a file here is open inherits its
+    // descriptor and closes it at its exec: one FLUSH more, not this file's cost.
+    let flushes = grew(&before, &after, ["requests", "flush"]);
+    assert!(flushes >= FILES, "{flushes} flushes: {after}");
     let on_loop = grew(&before, &after, ["on_loop", "meta"]);
     assert!(on_loop >= 3 * FILES, "{on_loop} namespace requests on the loop: {after}");
-    assert_eq!(grew(&before, &after, ["on_loop", "flush"]), FILES, "{after}");
+    assert!(grew(&before, &after, ["on_loop", "flush"]) >= FILES, "{after}");
     // What the kernel sends for one: lookup, create, write, flush, release, unlink, forget and
     // three getattr (the file's after its write, the directory's before the create and the
     // unlink, which changed it); one more lookup where the name's entry expired meanwhile.
-    let requests = all_requests(&before, &after);
+    let requests = all_requests(&before, &after) - (flushes - FILES);
     assert!(requests <= 11 * FILES, "{requests} requests for {FILES} files: {after}");
 }
